@@ -1,0 +1,1 @@
+"""Model shapes (configs/model) and their Megatron GPTModel builder."""

@@ -1,0 +1,14 @@
+"""Test-wide settings: offline hub, one torch thread per process (PLATFORM_NOTES)."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
