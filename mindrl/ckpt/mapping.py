@@ -1,0 +1,277 @@
+"""THE table of HF <-> Megatron-core tensor names and layouts (DESIGN.md "Names and layouts").
+
+Converter, trainer checkpoint loading and the resharding engine all go through this module.
+Three layers of transforms, each a pure function over tensors:
+
+- fuse / unfuse: HF q/k/v -> Megatron linear_qkv laid out per query group
+  ([q_0..q_{h/g-1}, k, v] for each group g), HF gate/up -> linear_fc1 ([gate; up]).
+- vocab padding: Megatron embeds padded_vocab_size rows (a multiple of
+  make_vocab_size_divisible_by x TP); the extra rows are zero and are cut on the way back.
+- TP shard / gather: along each tensor's split dim. linear_fc1 is special: each TP rank holds
+  [gate_r; up_r], not a contiguous slice of [gate; up].
+
+A "full" Megatron state dict uses global layer numbers and unsplit tensors; pipeline stages
+and TP ranks are views of it (`stage_layers`, `shard`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+
+from mindrl.models.spec import ModelSpec
+
+# How the fused tensor is built from its HF parts.
+FUSE_NONE, FUSE_QKV, FUSE_GATE_UP = "none", "qkv", "gate_up"
+
+
+@dataclass(frozen=True)
+class TensorRule:
+    """One Megatron tensor and the HF tensors it is made of."""
+
+    mcore: str                 # template; {layer} = layer number
+    hf: Tuple[str, ...]        # templates of the HF parts, in fusion order
+    fuse: str = FUSE_NONE
+    tp_dim: Optional[int] = None   # None = replicated across TP ranks
+    vocab: bool = False        # rows are vocabulary (padded in Megatron)
+    per_layer: bool = False
+
+    def mcore_name(self, layer: Optional[int] = None) -> str:
+        return self.mcore.format(layer=layer)
+
+    def hf_names(self, layer: Optional[int] = None) -> Tuple[str, ...]:
+        return tuple(n.format(layer=layer) for n in self.hf)
+
+
+def _layer_rule(mcore: str, hf: Sequence[str], **kw) -> TensorRule:
+    return TensorRule("decoder.layers.{layer}." + mcore,
+                      tuple("model.layers.{layer}." + n for n in hf), per_layer=True, **kw)
+
+
+EMBEDDING = TensorRule("embedding.word_embeddings.weight", ("model.embed_tokens.weight",),
+                       tp_dim=0, vocab=True)
+FINAL_NORM = TensorRule("decoder.final_layernorm.weight", ("model.norm.weight",))
+OUTPUT = TensorRule("output_layer.weight", ("lm_head.weight",), tp_dim=0, vocab=True)
+
+
+def _decoder_layer_rules(spec: ModelSpec) -> List[TensorRule]:
+    attn = "self_attn."
+    rules = [
+        _layer_rule("input_layernorm.weight", ["input_layernorm.weight"]),
+        _layer_rule("self_attention.linear_qkv.weight",
+                    [attn + "q_proj.weight", attn + "k_proj.weight", attn + "v_proj.weight"],
+                    fuse=FUSE_QKV, tp_dim=0),
+        _layer_rule("self_attention.linear_proj.weight", [attn + "o_proj.weight"], tp_dim=1),
+        _layer_rule("pre_mlp_layernorm.weight", ["post_attention_layernorm.weight"]),
+        _layer_rule("mlp.linear_fc1.weight", ["mlp.gate_proj.weight", "mlp.up_proj.weight"],
+                    fuse=FUSE_GATE_UP, tp_dim=0),
+        _layer_rule("mlp.linear_fc2.weight", ["mlp.down_proj.weight"], tp_dim=1),
+    ]
+    if spec.add_qkv_bias:
+        rules.insert(2, _layer_rule(
+            "self_attention.linear_qkv.bias",
+            [attn + "q_proj.bias", attn + "k_proj.bias", attn + "v_proj.bias"],
+            fuse=FUSE_QKV, tp_dim=0))
+    return rules
+
+
+# One table per HF architecture family; Qwen2 and Llama share names and layouts and differ
+# only in flags the spec carries (qkv bias, tied embeddings).
+ARCHITECTURE_TABLES: Dict[str, Callable[[ModelSpec], List[TensorRule]]] = {
+    "qwen2": _decoder_layer_rules,
+    "llama": _decoder_layer_rules,
+}
+
+
+def layer_rules(spec: ModelSpec) -> List[TensorRule]:
+    try:
+        return ARCHITECTURE_TABLES[spec.architecture](spec)
+    except KeyError:
+        raise ValueError(f"no tensor table for architecture {spec.architecture!r}; "
+                         f"known: {sorted(ARCHITECTURE_TABLES)}") from None
+
+
+def global_rules(spec: ModelSpec) -> List[TensorRule]:
+    """Non-layer tensors as stored in HF: lm_head only when embeddings are untied."""
+    return [EMBEDDING, FINAL_NORM] + ([] if spec.tied_embeddings else [OUTPUT])
+
+
+def iter_rules(spec: ModelSpec) -> Iterator[Tuple[TensorRule, Optional[int]]]:
+    """Every (rule, layer) of the full model, in layer order (stream-friendly)."""
+    yield EMBEDDING, None
+    for layer in range(spec.num_layers):
+        for rule in layer_rules(spec):
+            yield rule, layer
+    yield FINAL_NORM, None
+    if not spec.tied_embeddings:
+        yield OUTPUT, None
+
+
+def hf_tensor_names(spec: ModelSpec) -> List[str]:
+    return [name for rule, layer in iter_rules(spec) for name in rule.hf_names(layer)]
+
+
+# ---------------------------------------------------------------- fusion (HF <-> full mcore)
+
+def _qkv_dims(spec: ModelSpec) -> Tuple[int, int, int]:
+    groups = spec.num_query_groups
+    return groups, spec.num_attention_heads // groups * spec.head_dim, spec.head_dim
+
+
+def fuse_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: ModelSpec) -> torch.Tensor:
+    """[q; k; v] (HF) -> per-group [q_g, k_g, v_g] (Megatron). Works for weights and biases."""
+    groups, q_rows, d = _qkv_dims(spec)
+    tail = q.shape[1:]
+    return torch.cat([q.reshape(groups, q_rows, *tail), k.reshape(groups, d, *tail),
+                      v.reshape(groups, d, *tail)], dim=1).reshape(-1, *tail)
+
+
+def unfuse_qkv(qkv: torch.Tensor, spec: ModelSpec) -> Tuple[torch.Tensor, ...]:
+    groups, q_rows, d = _qkv_dims(spec)
+    tail = qkv.shape[1:]
+    grouped = qkv.reshape(groups, q_rows + 2 * d, *tail)
+    q, k, v = torch.split(grouped, [q_rows, d, d], dim=1)
+    return tuple(t.reshape(-1, *tail).contiguous() for t in (q, k, v))
+
+
+def pad_vocab(t: torch.Tensor, padded_rows: int) -> torch.Tensor:
+    if t.shape[0] > padded_rows:
+        raise ValueError(f"vocab rows {t.shape[0]} exceed the padded size {padded_rows}")
+    if t.shape[0] == padded_rows:
+        return t
+    return torch.cat([t, t.new_zeros(padded_rows - t.shape[0], *t.shape[1:])])
+
+
+def hf_to_mcore(rule: TensorRule, parts: Sequence[torch.Tensor], spec: ModelSpec,
+                padded_vocab: int) -> torch.Tensor:
+    """HF parts -> the full (unsplit) Megatron tensor."""
+    if rule.fuse == FUSE_QKV:
+        full = fuse_qkv(*parts, spec)
+    elif rule.fuse == FUSE_GATE_UP:
+        full = torch.cat(parts, dim=0)
+    else:
+        (full,) = parts
+    return pad_vocab(full, padded_vocab) if rule.vocab else full
+
+
+def mcore_to_hf(rule: TensorRule, full: torch.Tensor, spec: ModelSpec,
+                layer: Optional[int] = None) -> Dict[str, torch.Tensor]:
+    """Full Megatron tensor -> {HF name: tensor}, padding removed."""
+    names = rule.hf_names(layer)
+    if rule.vocab:
+        full = full[: spec.vocab_size]
+    if rule.fuse == FUSE_QKV:
+        parts = unfuse_qkv(full, spec)
+    elif rule.fuse == FUSE_GATE_UP:
+        parts = tuple(t.contiguous() for t in torch.chunk(full, 2, dim=0))
+    else:
+        parts = (full,)
+    return dict(zip(names, parts))
+
+
+def expected_hf_shapes(rule: TensorRule, spec: ModelSpec) -> Tuple[Tuple[int, ...], ...]:
+    """Shapes the HF parts must have; the converter checks them before any work."""
+    h, d = spec.hidden_size, spec.head_dim
+    q, kv = spec.num_attention_heads * d, spec.num_query_groups * d
+    name = rule.mcore.rsplit(".", 2)[-2] + "." + rule.mcore.rsplit(".", 1)[-1]
+    shapes = {
+        "word_embeddings.weight": ((spec.vocab_size, h),),
+        "output_layer.weight": ((spec.vocab_size, h),),
+        "linear_qkv.weight": ((q, h), (kv, h), (kv, h)),
+        "linear_qkv.bias": ((q,), (kv,), (kv,)),
+        "linear_proj.weight": ((h, q),),
+        "linear_fc1.weight": ((spec.ffn_hidden_size, h), (spec.ffn_hidden_size, h)),
+        "linear_fc2.weight": ((h, spec.ffn_hidden_size),),
+    }
+    return shapes.get(name, ((h,),))
+
+
+# ---------------------------------------------------------------- TP shard / gather
+
+def shard(rule: TensorRule, full: torch.Tensor, tp_rank: int, tp_size: int) -> torch.Tensor:
+    """This TP rank's slice of a full Megatron tensor."""
+    if rule.tp_dim is None or tp_size == 1:
+        return full
+    if rule.fuse == FUSE_GATE_UP:
+        gate, up = torch.chunk(full, 2, dim=0)
+        return torch.cat([torch.chunk(gate, tp_size, 0)[tp_rank],
+                          torch.chunk(up, tp_size, 0)[tp_rank]]).contiguous()
+    if full.shape[rule.tp_dim] % tp_size:
+        raise ValueError(f"{rule.mcore}: dim {rule.tp_dim} of size {full.shape[rule.tp_dim]} "
+                         f"does not split into TP={tp_size}")
+    return torch.chunk(full, tp_size, dim=rule.tp_dim)[tp_rank].contiguous()
+
+
+def gather(rule: TensorRule, shards: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Inverse of `shard` over all TP ranks' slices (in rank order)."""
+    if rule.tp_dim is None or len(shards) == 1:
+        return shards[0]
+    if rule.fuse == FUSE_GATE_UP:
+        halves = [torch.chunk(s, 2, dim=0) for s in shards]
+        return torch.cat([h[0] for h in halves] + [h[1] for h in halves])
+    return torch.cat(list(shards), dim=rule.tp_dim)
+
+
+# ---------------------------------------------------------------- pipeline stages
+
+def stage_layers(num_layers: int, pp_rank: int, pp_size: int) -> range:
+    """Global layer numbers held by a pipeline stage (Megatron's even split)."""
+    if num_layers % pp_size:
+        raise ValueError(f"num_layers={num_layers} does not split into PP={pp_size}")
+    per_stage = num_layers // pp_size
+    return range(pp_rank * per_stage, (pp_rank + 1) * per_stage)
+
+
+_LAYER_RE = re.compile(r"^decoder\.layers\.(\d+)\.(.*)$")
+
+
+def rules_by_mcore_suffix(spec: ModelSpec) -> Dict[str, TensorRule]:
+    table = {r.mcore.split("{layer}.", 1)[1]: r for r in layer_rules(spec)}
+    table.update({r.mcore: r for r in (EMBEDDING, FINAL_NORM, OUTPUT)})
+    return table
+
+
+def rule_for(mcore_name: str, spec: ModelSpec) -> Tuple[TensorRule, Optional[int]]:
+    """(rule, global-or-local layer) for a Megatron parameter name."""
+    table = rules_by_mcore_suffix(spec)
+    m = _LAYER_RE.match(mcore_name)
+    key, layer = (m.group(2), int(m.group(1))) if m else (mcore_name, None)
+    if key not in table:
+        raise KeyError(f"Megatron tensor {mcore_name!r} has no entry in mindrl/ckpt/mapping.py")
+    return table[key], layer
+
+
+def stage_state_dict(full: Dict[str, torch.Tensor], spec: ModelSpec, tp_rank: int,
+                     tp_size: int, pp_rank: int, pp_size: int) -> Dict[str, torch.Tensor]:
+    """The local state dict of one (TP, PP) rank from a full Megatron state dict.
+
+    Layers are renumbered from 0 within the stage, as Megatron's modules name them. With tied
+    embeddings and PP > 1 the last stage holds its own copy of the embedding as output_layer.
+    """
+    layers = stage_layers(spec.num_layers, pp_rank, pp_size)
+    first, last = pp_rank == 0, pp_rank == pp_size - 1
+    out: Dict[str, torch.Tensor] = {}
+    if first:
+        out[EMBEDDING.mcore] = shard(EMBEDDING, full[EMBEDDING.mcore], tp_rank, tp_size)
+    for local, layer in enumerate(layers):
+        for rule in layer_rules(spec):
+            out[rule.mcore_name(local)] = shard(rule, full[rule.mcore_name(layer)], tp_rank, tp_size)
+    if last:
+        out[FINAL_NORM.mcore] = full[FINAL_NORM.mcore]
+        if not spec.tied_embeddings:
+            out[OUTPUT.mcore] = shard(OUTPUT, full[OUTPUT.mcore], tp_rank, tp_size)
+        elif pp_size > 1:
+            out[OUTPUT.mcore] = shard(OUTPUT, full[EMBEDDING.mcore], tp_rank, tp_size)
+    return out
+
+
+def full_mcore_from_hf(hf: Dict[str, torch.Tensor], spec: ModelSpec,
+                       tp_size: int = 1) -> Dict[str, torch.Tensor]:
+    """Whole HF state dict -> full Megatron state dict (small models, tests, resharding)."""
+    padded = spec.padded_vocab_size(tp_size)
+    return {rule.mcore_name(layer): hf_to_mcore(rule, [hf[n] for n in rule.hf_names(layer)],
+                                                spec, padded)
+            for rule, layer in iter_rules(spec)}

@@ -1,0 +1,124 @@
+"""A composed recipe (DictConfig or plain dict) -> RunConfig, or ConfigError naming each key.
+
+Only shape is checked here (known keys, types, required keys, model names); how the
+values fit together is validate.py's job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from mindrl.config.errors import STRUCTURE, ConfigError, Problem
+from mindrl.config.names import ROLE_SECTIONS
+from mindrl.config.schema import (RUN_WIDE_KEYS, GenerateConfig, MegatronConfig, RLConfig,
+                                  RunConfig)
+from mindrl.config.structure import build, check_partial, failed, suggest
+from mindrl.models.spec import ModelSpec, load_model_spec
+
+SECTIONS = ("model", "megatron_training", "actor_config", "ref_config", "reward_config",
+            "rl_config", "generate_config")
+TOP_LEVEL_SCALARS = {"run_dir": (str, type(None)), "dry_run": (bool,)}
+
+
+def to_plain(raw: Any) -> dict:
+    """Resolve interpolations; an unresolvable one is reported with its key."""
+    if isinstance(raw, DictConfig):
+        try:
+            return OmegaConf.to_container(raw, resolve=True, throw_on_missing=True)
+        except OmegaConfBaseException as e:
+            key = getattr(e, "full_key", None) or "<recipe>"
+            reason = str(e).splitlines()[0]
+            raise ConfigError([Problem(key, f"cannot be resolved ({reason})",
+                                       "set the value or fix the interpolation",
+                                       category=STRUCTURE)]) from None
+    if not isinstance(raw, Mapping):
+        raise ConfigError([Problem("<recipe>", f"is a {type(raw).__name__}, not a mapping",
+                                   "pass the composed recipe", category=STRUCTURE)])
+    return dict(raw)
+
+
+def _model(raw: Any, problems: list[Problem]) -> Optional[ModelSpec]:
+    if raw is None:
+        problems.append(Problem("model", "is missing", "add `- model: NAME` to the recipe's "
+                                "defaults list (NAME from configs/model)", category=STRUCTURE))
+        return None
+    if not isinstance(raw, Mapping):
+        problems.append(Problem("model", "is not a mapping", "compose a configs/model file "
+                                "with `- model: NAME` in defaults", raw, STRUCTURE))
+        return None
+    try:
+        return ModelSpec.from_dict(raw, source="model")
+    except (ValueError, TypeError) as e:
+        problems.append(Problem("model", str(e), "fix the model keys (see "
+                                "configs/model/*.yaml)", category=STRUCTURE))
+        return None
+
+
+def _role_model(section: str, name: Optional[str], composed: ModelSpec,
+                problems: list[Problem]) -> Optional[ModelSpec]:
+    if name is None or name == composed.name:
+        return composed
+    if section == "megatron_training":
+        problems.append(Problem(f"{section}.model", f"differs from the composed model "
+                                f"{composed.name!r}", "write `model: ${model.name}` or override "
+                                "both (`model=NAME megatron_training.model=NAME`)", name,
+                                STRUCTURE))
+        return None
+    try:
+        return load_model_spec(name)
+    except (FileNotFoundError, ValueError) as e:
+        problems.append(Problem(f"{section}.model", str(e), "name a file of configs/model",
+                                name, STRUCTURE))
+        return None
+
+
+def parse(raw: Any, recipe: Optional[str] = None) -> RunConfig:
+    """Typed RunConfig, or ConfigError listing every unknown, mistyped or missing key."""
+    data = to_plain(raw)
+    problems: list[Problem] = []
+    known = set(SECTIONS) | set(TOP_LEVEL_SCALARS)
+    for key, value in data.items():
+        if key not in known:
+            problems.append(Problem(str(key), "is not a known section", suggest(str(key), known),
+                                    category=STRUCTURE))
+        elif key in TOP_LEVEL_SCALARS and not isinstance(value, TOP_LEVEL_SCALARS[key]):
+            problems.append(Problem(key, f"has type {type(value).__name__}", f"set {key} to "
+                                    f"{'true or false' if key == 'dry_run' else 'a path'}",
+                                    value, STRUCTURE))
+
+    model = _model(data.get("model"), problems)
+    shared = build(MegatronConfig, data.get("megatron_training") or {}, "megatron_training",
+                   problems)
+    roles: dict[str, Any] = {}
+    for role, section in ROLE_SECTIONS.items():
+        values = check_partial(MegatronConfig, data.get(section) or {}, section, problems)
+        for key in RUN_WIDE_KEYS:
+            if key in values:
+                problems.append(Problem(f"{section}.{key}", "is shared by all roles",
+                                        f"set megatron_training.{key} instead", values[key],
+                                        STRUCTURE))
+        if not failed(shared):
+            roles[role] = dataclasses.replace(shared, **values)
+    rl = build(RLConfig, data.get("rl_config") or {}, "rl_config", problems)
+    gen = build(GenerateConfig, data.get("generate_config") or {}, "generate_config", problems)
+
+    models: dict[str, ModelSpec] = {}
+    if model is not None and not failed(shared):
+        shared_model = _role_model("megatron_training", shared.model, model, problems)
+        for role, section in ROLE_SECTIONS.items():
+            name = roles[role].model
+            spec = shared_model if name == shared.model else _role_model(section, name, model,
+                                                                          problems)
+            if spec is not None:
+                models[role] = spec
+    if problems:
+        raise ConfigError(problems)
+    return RunConfig(model=model, megatron_training=shared, actor_config=roles["actor"],
+                     ref_config=roles["ref"], reward_config=roles["reward"], rl_config=rl,
+                     generate_config=gen, models=models, run_dir=data.get("run_dir"),
+                     dry_run=bool(data.get("dry_run", False)), recipe=recipe)

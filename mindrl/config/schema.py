@@ -1,0 +1,229 @@
+"""The typed shape of a recipe: one dataclass per section, field names = recipe keys.
+
+Adding a recipe key means adding a field here (with its type and default); the parser
+then accepts, type-checks and spell-checks it without further code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Optional
+
+from mindrl.models.spec import ModelSpec
+
+DeviceKind = Literal["npu", "cuda", "cpu"]
+
+# megatron_training keys that describe the run, not a role: a role section may not
+# override them (one global batch, one dataset, one schedule length for everybody).
+RUN_WIDE_KEYS = ("global_batch_size", "train_iters", "data_path", "dataset_additional_keys",
+                 "seq_length", "save_interval")
+
+
+@dataclass(frozen=True)
+class MegatronConfig:
+    """megatron_training, and each role after its *_config overrides are applied."""
+
+    global_batch_size: int            # prompts per step (MindSpeed-RL convention)
+    seq_length: int                   # prompt + response tokens per sample
+    train_iters: int
+    model: Optional[str] = None       # a configs/model name; null = the composed `model`
+    tokenizer_name_or_path: Optional[str] = None
+    data_path: Optional[str] = None   # file, directory or indexed-dataset prefix
+    dataset_additional_keys: list[str] = field(default_factory=list)
+    save_interval: Optional[int] = None
+    seed: int = 1234
+    bf16: bool = False
+    fp16: bool = False
+    use_distributed_optimizer: bool = True
+    sequence_parallel: bool = False
+    distributed_backend: Optional[Literal["nccl", "hccl", "gloo"]] = None  # null: from device
+    tensor_model_parallel_size: int = 1
+    pipeline_model_parallel_size: int = 1
+    micro_batch_size: int = 1
+    lr: float = 1.0e-6
+    lr_decay_style: Literal["constant", "cosine", "linear"] = "constant"
+    min_lr: float = 0.0
+    weight_decay: float = 0.0
+    lr_warmup_fraction: float = 0.0
+    clip_grad: float = 1.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.95
+    adam_eps: float = 1.0e-8
+    load: Optional[str] = None        # mcore checkpoint to start from; null = random init
+    save: Optional[str] = None
+    no_load_optim: bool = False
+    no_load_rng: bool = False
+    no_save_optim: bool = False
+    no_save_rng: bool = False
+    log_interval: int = 1
+
+    @property
+    def model_parallel_size(self) -> int:
+        return self.tensor_model_parallel_size * self.pipeline_model_parallel_size
+
+    @property
+    def params_dtype(self) -> str:
+        return "bfloat16" if self.bf16 else "float16" if self.fp16 else "float32"
+
+
+@dataclass(frozen=True)
+class ResourceSpec:
+    """How many devices a role takes; exactly one of the three counts is set."""
+
+    num_npus: Optional[int] = None
+    num_gpus: Optional[int] = None
+    num_cpus: Optional[int] = None
+
+    def items(self) -> list[tuple[str, int]]:
+        return [(k, v) for k, v in (("num_npus", self.num_npus), ("num_gpus", self.num_gpus),
+                                    ("num_cpus", self.num_cpus)) if v is not None]
+
+    @property
+    def kind(self) -> str:
+        key = self.items()[0][0]
+        return {"num_npus": "npu", "num_gpus": "cuda", "num_cpus": "cpu"}[key]
+
+    @property
+    def count(self) -> int:
+        return self.items()[0][1]
+
+
+@dataclass(frozen=True)
+class RLConfig:
+    actor_resource: ResourceSpec
+    mini_batch_size: int              # prompts per policy update
+    adv_estimator: str = "group_norm"
+    kl_penalty: str = "low_var_kl"
+    kl_coef: float = 0.0              # 0 = no KL term, so no reference model is started
+    use_kl_loss: bool = True          # KL in the loss (GRPO) rather than in the reward
+    clip_ratio: float = 0.2
+    clip_ratio_low: Optional[float] = None    # null = clip_ratio
+    clip_ratio_high: Optional[float] = None   # null = clip_ratio
+    entropy_coeff: float = 0.0
+    loss_agg_mode: str = "token-mean"
+    n_samples_per_prompt: int = 8
+    epochs: int = 1
+    shuffle_mini_batch: bool = False
+    max_prompt_length: int = 1024
+    blocking: bool = True
+    gamma: float = 1.0
+    lam: float = 0.95
+    rule_reward: bool = True          # false = score with a reward model (reward role)
+    verifier_function: list[str] = field(default_factory=list)
+    verifier_weight: list[float] = field(default_factory=list)
+    verifier_parallel: int = 1
+    verifier_timeout: float = 30.0
+    reference_resource: Optional[ResourceSpec] = None
+    reward_resource: Optional[ResourceSpec] = None
+    colocate_actor_ref: bool = False
+    colocate_all_models: bool = False
+    actor_forward_micro_batch_size: Optional[int] = None  # null = micro_batch_size
+    ref_forward_micro_batch_size: Optional[int] = None
+    use_tensorboard: bool = True
+    use_wandb: bool = False
+    wandb_project: Optional[str] = None
+    wandb_exp_name: Optional[str] = None
+    wandb_mode: Literal["online", "offline"] = "offline"
+    save_freq: Optional[int] = None   # null = megatron_training.save_interval
+    save_limit: Optional[int] = None  # checkpoints kept; null = all
+    val_freq: Optional[int] = None
+
+    @property
+    def uses_reference(self) -> bool:
+        return self.kl_coef > 0
+
+    @property
+    def clip_low(self) -> float:
+        return self.clip_ratio if self.clip_ratio_low is None else self.clip_ratio_low
+
+    @property
+    def clip_high(self) -> float:
+        return self.clip_ratio if self.clip_ratio_high is None else self.clip_ratio_high
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    max_tokens: int = 1024
+    logprobs: int = 1
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    temperature: float = 1.0
+    detokenize: bool = False
+    seed: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class GenerateConfig:
+    """vLLM, which runs on the actor's devices between updates."""
+
+    infer_tensor_parallel_size: int = 1
+    infer_pipeline_parallel_size: int = 1
+    infer_expert_parallel_size: int = 1
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    max_model_len: int = 4096
+    dtype: Literal["bfloat16", "float16", "float32", "auto"] = "bfloat16"
+    gpu_memory_utilization: float = 0.5
+    kv_cache_memory_bytes: Optional[int] = None  # CPU build: set it (PLATFORM_NOTES)
+    block_size: Optional[int] = None
+    enforce_eager: bool = False
+    enable_prefix_caching: bool = False
+    trust_remote_code: bool = False
+    offload_train_optimizer: bool = False
+    offload_train_grad: bool = False
+    offload_train_param: bool = False
+    sampling_config: SamplingConfig = field(default_factory=SamplingConfig)
+
+    @property
+    def model_parallel_size(self) -> int:
+        return self.infer_tensor_parallel_size * self.infer_pipeline_parallel_size
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A validated recipe. Roles are already merged with megatron_training."""
+
+    model: ModelSpec
+    megatron_training: MegatronConfig
+    actor_config: MegatronConfig
+    ref_config: MegatronConfig
+    reward_config: MegatronConfig
+    rl_config: RLConfig
+    generate_config: GenerateConfig
+    models: dict[str, ModelSpec]      # role -> its architecture
+    run_dir: Optional[str] = None
+    dry_run: bool = False
+    recipe: Optional[str] = None      # name it was composed from, when known
+
+    @property
+    def active_roles(self) -> list[str]:
+        """Roles that get workers: the reference only with a KL term, reward only as a model."""
+        roles = ["actor"]
+        if self.rl_config.uses_reference:
+            roles.append("ref")
+        if not self.rl_config.rule_reward:
+            roles.append("reward")
+        return roles
+
+    def role(self, name: str) -> MegatronConfig:
+        return {"actor": self.actor_config, "ref": self.ref_config,
+                "reward": self.reward_config}[name]
+
+    def resource(self, name: str) -> Optional[ResourceSpec]:
+        """A role's devices; a colocated reference without its own entry shares the actor's."""
+        rl = self.rl_config
+        if name == "actor":
+            return rl.actor_resource
+        if name == "ref":
+            if rl.reference_resource is None and (rl.colocate_actor_ref
+                                                  or rl.colocate_all_models):
+                return rl.actor_resource
+            return rl.reference_resource
+        if rl.reward_resource is None and rl.colocate_all_models:
+            return rl.actor_resource
+        return rl.reward_resource
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.megatron_training.global_batch_size * self.rl_config.n_samples_per_prompt

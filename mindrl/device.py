@@ -1,0 +1,161 @@
+"""The one place that knows the accelerator: npu (torch_npu, hccl), cuda (nccl) or cpu (gloo).
+
+Everything else in MindRL asks this module for the device, the process-group backend,
+synchronisation, memory figures and RNG state. On CPU it also installs the Megatron-core
+compatibility layer (mindrl/megatron_cpu_compat.py), and only there.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+from typing import Optional
+
+import torch
+
+DEVICE_TYPES = ("npu", "cuda", "cpu")
+BACKENDS = {"npu": "hccl", "cuda": "nccl", "cpu": "gloo"}
+# The Ray resource name that stands for one device of each type.
+RAY_RESOURCE = {"npu": "NPU", "cuda": "GPU", "cpu": "CPU"}
+
+
+@functools.lru_cache(maxsize=None)
+def device_type() -> str:
+    """npu / cuda / cpu; MINDRL_DEVICE forces one (e.g. cpu on a GPU box for tests)."""
+    forced = os.environ.get("MINDRL_DEVICE")
+    if forced:
+        if forced not in DEVICE_TYPES:
+            raise ValueError(f"MINDRL_DEVICE={forced!r}: use one of {DEVICE_TYPES}")
+        return forced
+    if importlib.util.find_spec("torch_npu") is not None:
+        import torch_npu  # noqa: F401  (registers torch.npu)
+
+        if torch.npu.is_available():
+            return "npu"
+    if torch.cuda.is_available():
+        return "cuda"
+    return "cpu"
+
+
+def is_cpu() -> bool:
+    return device_type() == "cpu"
+
+
+def _accel():
+    """torch.cuda or torch.npu: same API surface for what we use."""
+    return getattr(torch, device_type())
+
+
+def device_count() -> int:
+    """Devices on this node; on CPU each core counts as one device (one rank per core)."""
+    if is_cpu():
+        return os.cpu_count() or 1
+    return _accel().device_count()
+
+
+def distributed_backend() -> str:
+    return BACKENDS[device_type()]
+
+
+def ray_resource_name() -> str:
+    return RAY_RESOURCE[device_type()]
+
+
+def current_device() -> torch.device:
+    if is_cpu():
+        return torch.device("cpu")
+    return torch.device(device_type(), _accel().current_device())
+
+
+def set_device(local_rank: int) -> torch.device:
+    """Bind this process to its device; on CPU there is nothing to bind."""
+    if not is_cpu():
+        _accel().set_device(local_rank)
+    return current_device()
+
+
+def synchronize() -> None:
+    if not is_cpu():
+        _accel().synchronize()
+
+
+def empty_cache() -> None:
+    if not is_cpu():
+        _accel().empty_cache()
+
+
+def memory_stats() -> dict:
+    """Allocated / reserved / peak bytes of the device; process RSS on CPU."""
+    if is_cpu():
+        import psutil
+
+        rss = psutil.Process().memory_info().rss
+        return {"allocated": rss, "reserved": rss, "peak": rss}
+    accel = _accel()
+    return {"allocated": accel.memory_allocated(), "reserved": accel.memory_reserved(),
+            "peak": accel.max_memory_allocated()}
+
+
+def manual_seed(seed: int) -> None:
+    torch.manual_seed(seed)
+    if not is_cpu():
+        _accel().manual_seed_all(seed)
+
+
+def get_rng_state() -> dict:
+    """Every RNG a training step draws from, for checkpoints."""
+    import random
+
+    import numpy as np
+
+    state = {"python": random.getstate(), "numpy": np.random.get_state(),
+             "torch": torch.get_rng_state()}
+    if not is_cpu():
+        state["device"] = _accel().get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    import random
+
+    import numpy as np
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "device" in state and not is_cpu():
+        _accel().set_rng_state(state["device"])
+
+
+def init_distributed(rank: int, world_size: int, master_addr: str = "127.0.0.1",
+                     master_port: Optional[int] = None, timeout_s: int = 600) -> None:
+    """Start torch.distributed with this device's backend and prepare Megatron for it."""
+    import datetime
+
+    import torch.distributed as dist
+
+    if master_port is not None:
+        os.environ["MASTER_PORT"] = str(master_port)
+    os.environ.setdefault("MASTER_ADDR", master_addr)
+    if not dist.is_initialized():
+        dist.init_process_group(backend=distributed_backend(), rank=rank, world_size=world_size,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+    prepare_megatron()
+
+
+def prepare_megatron() -> None:
+    """Make Megatron-core usable on this device: on CPU install the compatibility layer."""
+    if is_cpu():
+        from mindrl import megatron_cpu_compat
+
+        megatron_cpu_compat.install()
+
+
+def seed_model_parallel(seed: int) -> None:
+    """Megatron's TP-aware RNG tracker, with CPU generators on CPU."""
+    from megatron.core import tensor_parallel
+
+    prepare_megatron()
+    manual_seed(seed)
+    tensor_parallel.model_parallel_cuda_manual_seed(seed)

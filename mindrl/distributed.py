@@ -1,0 +1,51 @@
+"""Local multi-process launch (one rank per process, this device's backend).
+
+Used by tests, benchmarks and single-node tools; Ray workers use mindrl.device directly.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, List, Sequence
+
+import torch
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_entry(rank: int, fn: Callable, world_size: int, port: int, args: Sequence[Any],
+                result_dir: str) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    from mindrl import device
+
+    device.init_distributed(rank, world_size, master_port=port)
+    try:
+        result = fn(rank, world_size, *args)
+        torch.save(result, Path(result_dir) / f"rank{rank}.pt")
+    finally:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def spawn_local(fn: Callable, world_size: int, *args: Any) -> List[Any]:
+    """Run fn(rank, world_size, *args) in world_size spawned processes; return their results.
+
+    fn must be importable by name (module-level); results travel through torch.save files.
+    """
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory(prefix="mindrl-spawn-") as result_dir:
+        mp.start_processes(_rank_entry, args=(fn, world_size, free_port(), args, result_dir),
+                           nprocs=world_size, start_method="spawn", join=True)
+        return [torch.load(Path(result_dir) / f"rank{r}.pt", weights_only=False)
+                for r in range(world_size)]

@@ -1,0 +1,127 @@
+"""Megatron-core on a CPU-only torch: redirect the places where it still reaches for CUDA.
+
+Installed by mindrl.device.prepare_megatron() only when the device is CPU. The places
+(PLATFORM_NOTES): torch.cuda.current_device(), literal device="cuda" tensors (causal mask,
+optimizer scalars, grad clipping, schedule counters), the TP RNG tracker built on CUDA RNG
+state, `param.type() == 'torch.cuda.FloatTensor'` assertions, and torch.cuda.synchronize()
+in p2p communication.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+_installed = False
+_TENSOR_TYPE = torch.Tensor.type
+_TO_METHODS = {torch.Tensor.to, torch.Tensor.new_empty, torch.Tensor.new_zeros,
+               torch.Tensor.new_ones, torch.Tensor.new_full, torch.Tensor.new_tensor}
+
+
+def _is_cuda(device) -> bool:
+    if isinstance(device, torch.device):
+        return device.type == "cuda"
+    if isinstance(device, str):
+        return device.startswith("cuda")
+    return isinstance(device, int) and not isinstance(device, bool)
+
+
+class CudaToCpuMode(TorchFunctionMode):
+    """Rewrites cuda / integer device arguments to cpu, makes .cuda() a no-op, and lets
+    Megatron's fp32 type assertions see CPU tensors as the cuda types they check for."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.cuda:
+            return args[0]
+        if "device" in kwargs and _is_cuda(kwargs["device"]):
+            kwargs = {**kwargs, "device": "cpu"}
+        if func in _TO_METHODS and len(args) > 1 and _is_cuda(args[1]):
+            args = (args[0], "cpu", *args[2:])
+        if func is _TENSOR_TYPE and len(args) == 1 and not kwargs:
+            name = func(*args)
+            return name.replace("torch.", "torch.cuda.", 1) if ".cuda." not in name else name
+        return func(*args, **kwargs)
+
+
+class CpuRNGStatesTracker:
+    """Megatron's named RNG streams (data-parallel / tensor-parallel / expert) on the CPU
+    generator: `fork(name)` swaps the CPU RNG state in and out."""
+
+    def __init__(self, *args, **kwargs):
+        self.reset()
+
+    def is_initialized(self):
+        return self._is_initialized
+
+    def reset(self):
+        self._is_initialized = False
+        self.states_ = {}
+        self.seeds_ = set()
+
+    def get_states(self):
+        return dict(self.states_)
+
+    def set_states(self, states):
+        self._is_initialized = True
+        self.states_ = states
+
+    def add(self, name, seed):
+        self._is_initialized = True
+        if seed in self.seeds_ or name in self.states_:
+            raise RuntimeError(f"RNG stream {name!r} / seed {seed} already registered")
+        self.seeds_.add(seed)
+        saved = torch.get_rng_state()
+        torch.manual_seed(seed)
+        self.states_[name] = torch.get_rng_state()
+        torch.set_rng_state(saved)
+
+    @contextlib.contextmanager
+    def fork(self, name="model-parallel-rng"):
+        if name not in self.states_:
+            raise RuntimeError(f"RNG stream {name!r} is not registered")
+        saved = torch.get_rng_state()
+        torch.set_rng_state(self.states_[name])
+        try:
+            yield
+        finally:
+            self.states_[name] = torch.get_rng_state()
+            torch.set_rng_state(saved)
+
+
+def _noop(*args, **kwargs):
+    return None
+
+
+def install() -> None:
+    """Idempotent; safe to call from every entry point that touches Megatron on CPU."""
+    global _installed
+    if _installed:
+        return
+    import megatron.core.tensor_parallel.random as mrandom
+
+    torch.cuda.current_device = lambda: 0
+    torch.cuda.synchronize = _noop
+    torch.cuda.manual_seed = lambda seed: None
+    torch.cuda.manual_seed_all = lambda seed: None
+    torch.cuda.empty_cache = _noop
+    mrandom.CudaRNGStatesTracker = CpuRNGStatesTracker
+    mrandom._CUDA_RNG_STATE_TRACKER = CpuRNGStatesTracker()
+    mrandom._CUDA_RNG_STATE_TRACKER_INITIALIZED = True
+    mrandom.initialize_rng_tracker = _keep_cpu_tracker(mrandom.initialize_rng_tracker)
+    CudaToCpuMode().__enter__()
+    _installed = True
+
+
+def _keep_cpu_tracker(original):
+    """Megatron may re-create its tracker (force_reset); keep it a CPU one."""
+    import megatron.core.tensor_parallel.random as mrandom
+
+    def initialize_rng_tracker(*args, force_reset=False, **kwargs):
+        if force_reset or not isinstance(mrandom._CUDA_RNG_STATE_TRACKER, CpuRNGStatesTracker):
+            mrandom._CUDA_RNG_STATE_TRACKER = CpuRNGStatesTracker()
+            mrandom._CUDA_RNG_STATE_TRACKER_INITIALIZED = True
+
+    return initialize_rng_tracker

@@ -1,0 +1,121 @@
+"""ModelSpec -> Megatron TransformerConfig -> GPTModel (local layer spec, TP/PP aware).
+
+The local spec keeps Megatron-core free of Transformer Engine / Apex, so one builder serves
+CPU (gloo), CUDA and Ascend; fusions are switched off where the device has no kernels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from mindrl import device
+from mindrl.models.spec import ModelSpec
+
+DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
+          "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    tensor_model_parallel_size: int = 1
+    pipeline_model_parallel_size: int = 1
+    sequence_parallel: bool = False
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise ValueError(f"params dtype {name!r}: use one of {sorted(DTYPES)}") from None
+
+
+def transformer_config(spec: ModelSpec, parallel: Parallelism, params_dtype: str = "fp32",
+                       init_method_std: float = 0.02, **overrides):
+    """The TransformerConfig of a Qwen2 / Llama decoder: RMSNorm, SwiGLU, GQA, RoPE."""
+    from megatron.core.transformer import TransformerConfig
+
+    dtype = torch_dtype(params_dtype)
+    on_cpu = device.is_cpu()
+    values = dict(
+        num_layers=spec.num_layers,
+        hidden_size=spec.hidden_size,
+        ffn_hidden_size=spec.ffn_hidden_size,
+        num_attention_heads=spec.num_attention_heads,
+        num_query_groups=spec.num_query_groups,
+        kv_channels=spec.head_dim,
+        normalization="RMSNorm",
+        layernorm_epsilon=spec.norm_epsilon,
+        gated_linear_unit=True,
+        activation_func=F.silu,
+        add_bias_linear=False,
+        add_qkv_bias=spec.add_qkv_bias,
+        attention_dropout=0.0,
+        hidden_dropout=0.0,
+        init_method_std=init_method_std,
+        tensor_model_parallel_size=parallel.tensor_model_parallel_size,
+        pipeline_model_parallel_size=parallel.pipeline_model_parallel_size,
+        sequence_parallel=parallel.sequence_parallel and parallel.tensor_model_parallel_size > 1,
+        params_dtype=dtype,
+        pipeline_dtype=dtype,
+        bf16=dtype is torch.bfloat16,
+        fp16=dtype is torch.float16,
+        attention_softmax_in_fp32=True,
+        use_cpu_initialization=on_cpu,
+        perform_initialization=True,
+        # Kernels that exist only as CUDA fusions.
+        bias_activation_fusion=not on_cpu,
+        bias_dropout_fusion=not on_cpu,
+        masked_softmax_fusion=False,
+        apply_rope_fusion=False,
+        gradient_accumulation_fusion=False,
+        persist_layer_norm=False,
+        batch_p2p_sync=not on_cpu,
+    )
+    values.update(overrides)
+    return TransformerConfig(**values)
+
+
+def build_gpt_model(spec: ModelSpec, parallel: Parallelism, params_dtype: str = "fp32",
+                    pre_process: Optional[bool] = None, post_process: Optional[bool] = None,
+                    **config_overrides):
+    """One pipeline stage of the model for this rank (parallel_state must be initialised)."""
+    from megatron.core import parallel_state
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+    device.prepare_megatron()
+    config = transformer_config(spec, parallel, params_dtype, **config_overrides)
+    if pre_process is None:
+        pre_process = parallel_state.is_pipeline_first_stage()
+    if post_process is None:
+        post_process = parallel_state.is_pipeline_last_stage()
+    model = GPTModel(
+        config=config,
+        transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
+        vocab_size=spec.padded_vocab_size(parallel.tensor_model_parallel_size),
+        max_sequence_length=spec.max_position_embeddings,
+        pre_process=pre_process,
+        post_process=post_process,
+        parallel_output=True,
+        share_embeddings_and_output_weights=spec.tied_embeddings,
+        position_embedding_type="rope",
+        rotary_base=int(spec.rotary_base),
+    )
+    return model.to(device.current_device())
+
+
+def initialize_parallel(parallel: Parallelism, seed: int = 1234) -> None:
+    """parallel_state for this world (torch.distributed must be up), with seeded RNG streams."""
+    from megatron.core import parallel_state
+
+    if parallel_state.model_parallel_is_initialized():
+        parallel_state.destroy_model_parallel()
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=parallel.tensor_model_parallel_size,
+        pipeline_model_parallel_size=parallel.pipeline_model_parallel_size,
+    )
+    device.seed_model_parallel(seed)

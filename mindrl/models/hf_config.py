@@ -1,0 +1,124 @@
+"""ModelSpec <-> transformers config, the bridge between our yaml shapes and HF checkpoints.
+
+The tiny-model factory writes HF configs from specs; the checkpoint converter reads specs
+back from HF configs. Anything a spec cannot express (rope scaling, sliding windows, output
+or MLP biases) is refused here, so a conversion never silently drops part of a model.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Union
+
+from transformers import LlamaConfig, PretrainedConfig, Qwen2Config
+
+from mindrl.models.spec import ModelSpec
+
+SUPPORTED_MODEL_TYPES = ("qwen2", "llama")
+_ARCHITECTURE_CLASSES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}
+
+TokenIds = Optional[Union[int, list[int]]]
+
+
+def hf_config_from_spec(spec: ModelSpec, torch_dtype: str = "float32",
+                        bos_token_id: TokenIds = None, eos_token_id: TokenIds = None,
+                        pad_token_id: Optional[int] = None,
+                        initializer_range: float = 0.02) -> PretrainedConfig:
+    """A Qwen2Config or LlamaConfig with the spec's shape.
+
+    transformers 5 keeps the RoPE base in ``rope_parameters``; the dtype goes to ``dtype``.
+    """
+    common = dict(
+        vocab_size=spec.vocab_size,
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.ffn_hidden_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_query_groups,
+        head_dim=spec.head_dim,
+        hidden_act="silu",
+        max_position_embeddings=spec.max_position_embeddings,
+        rms_norm_eps=spec.norm_epsilon,
+        rope_parameters={"rope_type": "default", "rope_theta": float(spec.rotary_base)},
+        tie_word_embeddings=spec.tied_embeddings,
+        initializer_range=initializer_range,
+        bos_token_id=bos_token_id,
+        eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id,
+        dtype=torch_dtype,
+        architectures=[_ARCHITECTURE_CLASSES[spec.architecture]],
+    )
+    if spec.architecture == "qwen2":
+        if not spec.add_qkv_bias:
+            raise ValueError(f"model {spec.name}: HF Qwen2 always has a qkv bias; set "
+                             f"add_qkv_bias: true or use architecture 'llama'")
+        return Qwen2Config(use_sliding_window=False, max_window_layers=spec.num_layers, **common)
+    if spec.add_qkv_bias:
+        # HF Llama's attention_bias also adds an o_proj bias, which Megatron's qkv bias lacks.
+        raise ValueError(f"model {spec.name}: HF Llama has no qkv-only bias; set "
+                         f"add_qkv_bias: false or use architecture 'qwen2'")
+    return LlamaConfig(attention_bias=False, mlp_bias=False, pretraining_tp=1, **common)
+
+
+def _as_config(config: Union[PretrainedConfig, Mapping[str, Any]]) -> PretrainedConfig:
+    if isinstance(config, PretrainedConfig):
+        return config
+    values = dict(config)
+    model_type = values.pop("model_type", None)
+    if model_type == "qwen2":
+        return Qwen2Config(**values)
+    if model_type == "llama":
+        return LlamaConfig(**values)
+    raise ValueError(f"model_type {model_type!r} is not supported; "
+                     f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
+
+
+def _rope_theta(config: PretrainedConfig, name: str) -> float:
+    params = getattr(config, "rope_parameters", None) or {}
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type != "default":
+        raise ValueError(f"{name}: rope_type {rope_type!r} (RoPE scaling) is not supported; "
+                         f"only 'default' RoPE maps to a ModelSpec")
+    theta = params.get("rope_theta", getattr(config, "rope_theta", None))
+    if theta is None:
+        raise ValueError(f"{name}: config has no rope_theta")
+    return float(theta)
+
+
+def spec_from_hf_config(config: Union[PretrainedConfig, Mapping[str, Any]], name: str,
+                        make_vocab_size_divisible_by: int = 1) -> ModelSpec:
+    """The ModelSpec of an HF Qwen2/Llama config (object or config.json dict)."""
+    config = _as_config(config)
+    model_type = getattr(config, "model_type", None)
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ValueError(f"{name}: model_type {model_type!r} is not supported; "
+                         f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
+    if config.hidden_act != "silu":
+        raise ValueError(f"{name}: hidden_act {config.hidden_act!r} is not supported (need 'silu')")
+    if model_type == "qwen2":
+        if getattr(config, "use_sliding_window", False):
+            raise ValueError(f"{name}: sliding-window attention is not supported")
+        add_qkv_bias = True  # hard-wired in HF Qwen2 attention
+    else:
+        if getattr(config, "attention_bias", False) or getattr(config, "mlp_bias", False):
+            raise ValueError(f"{name}: Llama attention_bias/mlp_bias are not supported")
+        add_qkv_bias = False
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None)
+    kv_channels = head_dim if head_dim and head_dim * heads != config.hidden_size else None
+    return ModelSpec(
+        name=name,
+        architecture=model_type,
+        num_layers=config.num_hidden_layers,
+        hidden_size=config.hidden_size,
+        ffn_hidden_size=config.intermediate_size,
+        num_attention_heads=heads,
+        num_query_groups=config.num_key_value_heads or heads,
+        vocab_size=config.vocab_size,
+        untie_embeddings_and_output_weights=not config.tie_word_embeddings,
+        norm_epsilon=float(config.rms_norm_eps),
+        rotary_base=_rope_theta(config, name),
+        max_position_embeddings=config.max_position_embeddings,
+        add_qkv_bias=add_qkv_bias,
+        kv_channels=kv_channels,
+        make_vocab_size_divisible_by=make_vocab_size_divisible_by,
+    )

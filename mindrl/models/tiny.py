@@ -1,0 +1,102 @@
+"""Random-init HF checkpoints for any configs/model shape: the project's stand-in for hub weights.
+
+No PyPI package ships LLM weights and nothing may be downloaded, so tests, demos and the
+converter start from a directory written here: config.json, model.safetensors,
+generation_config.json and the tokenizer files, loadable by ``AutoModelForCausalLM`` /
+``AutoTokenizer`` / vLLM like a downloaded model.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Union
+
+import torch
+
+from mindrl.models.hf_config import hf_config_from_spec
+from mindrl.models.spec import load_model_spec
+from mindrl.paths import model_config_path
+from mindrl.models.tokenizers import build_tokenizer
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+INITIALIZER_RANGE = 0.02
+
+
+def init_weights_(model: torch.nn.Module, seed: int, std: float = INITIALIZER_RANGE) -> None:
+    """Seeded N(0, std) init of every parameter, independent of the global torch RNG.
+
+    Unlike HF's init, biases get N(0, std) and norm scales 1 + N(0, std): with zeros and ones
+    a converter that drops a bias or swaps two norms would still produce identical logits.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            noise = torch.randn(param.shape, generator=gen, dtype=torch.float32) * std
+            if "norm" in name.rsplit(".", 2)[-2]:
+                noise += 1.0
+            param.copy_(noise)
+
+
+def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
+    if out_dir.exists():
+        if not out_dir.is_dir():
+            raise FileExistsError(f"{out_dir} exists and is not a directory")
+        if any(out_dir.iterdir()) and not overwrite:
+            raise FileExistsError(f"{out_dir} is not empty; pass overwrite=True (--overwrite) "
+                                  f"to replace it")
+
+
+def _move_into_place(tmp: Path, out_dir: Path) -> None:
+    """Swap the finished temp dir in, so out_dir never holds half a checkpoint."""
+    old = None
+    if out_dir.exists():
+        old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+        os.rename(out_dir, old)
+    os.rename(tmp, out_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def make_tiny_model(model: str, tokenizer: str, out_dir: Union[str, Path], seed: int = 0,
+                    dtype: str = "float32", overwrite: bool = False) -> Path:
+    """Write a random-init HF checkpoint of configs/model/MODEL.yaml with a TOKENIZER-kind
+    tokenizer to OUT_DIR; the same seed gives bit-identical weights. Returns OUT_DIR."""
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype {dtype!r} is not supported; choose one of {', '.join(DTYPES)}")
+    out_dir = Path(out_dir).expanduser().resolve()
+    _check_out_dir(out_dir, overwrite)
+    spec = load_model_spec(model)
+    tok = build_tokenizer(tokenizer)
+    if len(tok) > spec.vocab_size:
+        raise ValueError(
+            f"tokenizer {tokenizer!r} has {len(tok)} tokens but model {model!r} has vocab_size "
+            f"{spec.vocab_size} ({model_config_path(model)}); pick a model whose vocab_size is "
+            f">= {len(tok)} (e.g. tiny-qwen2-qwen25vocab for qwen25) or raise vocab_size there")
+
+    eos_ids = [tok.eos_token_id, tok.pad_token_id]  # <|im_end|> ends a turn, <|endoftext|> a text
+    config = hf_config_from_spec(spec, torch_dtype="float32", bos_token_id=tok.pad_token_id,
+                                 eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                                 initializer_range=INITIALIZER_RANGE)
+    hf_model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    init_weights_(hf_model, seed)
+    hf_model.to(DTYPES[dtype])
+    hf_model.config.dtype = DTYPES[dtype]
+    hf_model.generation_config = GenerationConfig(
+        bos_token_id=tok.pad_token_id, eos_token_id=eos_ids, pad_token_id=tok.pad_token_id)
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.tmp-"))
+    try:
+        hf_model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        _check_out_dir(out_dir, overwrite)  # someone may have written there meanwhile
+        _move_into_place(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir

@@ -1,0 +1,61 @@
+"""The same full weights give the same logits at TP1, TP2 and PP2 (gloo), and equal transformers'."""
+
+import dataclasses
+
+import pytest
+import torch
+import transformers
+
+from mindrl.ckpt import mapping
+from mindrl.distributed import spawn_local
+from mindrl.models.spec import load_model_spec
+
+from parallel_logits_worker import logits_at_layouts
+
+
+def reference_hf_model(spec, seed=0):
+    """A transformers model of the spec's shape, built directly from transformers' classes."""
+    common = dict(vocab_size=spec.vocab_size, hidden_size=spec.hidden_size,
+                  intermediate_size=spec.ffn_hidden_size, num_hidden_layers=spec.num_layers,
+                  num_attention_heads=spec.num_attention_heads,
+                  num_key_value_heads=spec.num_query_groups, rms_norm_eps=spec.norm_epsilon,
+                  max_position_embeddings=spec.max_position_embeddings,
+                  tie_word_embeddings=spec.tied_embeddings, rope_theta=spec.rotary_base)
+    if spec.architecture == "qwen2":
+        config = transformers.Qwen2Config(**common)
+        cls = transformers.Qwen2ForCausalLM
+    else:
+        config = transformers.LlamaConfig(attention_bias=spec.add_qkv_bias, **common)
+        cls = transformers.LlamaForCausalLM
+    torch.manual_seed(seed)
+    model = cls(config).eval()
+    with torch.no_grad():  # non-zero biases and norms so that every tensor matters
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "norm" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+    return model
+
+
+@pytest.mark.parametrize("model_name,vocab,divisible", [
+    ("tiny-qwen2", 126, 4),    # tied embeddings, qkv bias, 2 query groups, padded vocab
+    ("tiny-llama", 128, 1),    # untied, no bias, 1 query group
+])
+def test_tp_pp_logits_match_each_other_and_transformers(model_name, vocab, divisible):
+    spec = dataclasses.replace(load_model_spec(model_name), vocab_size=vocab,
+                               make_vocab_size_divisible_by=divisible)
+    hf = reference_hf_model(spec)
+    tokens = torch.randint(0, vocab, (4, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = hf(tokens).logits
+    hf_sd = hf.state_dict()
+    full_by_tp = {tp: mapping.full_mcore_from_hf(hf_sd, spec, tp) for tp in (1, 2)}
+    layouts = [(1, 1), (2, 1), (1, 2)]
+    results = spawn_local(logits_at_layouts, 2, spec, full_by_tp, tokens, layouts)
+    logits = {k: v for r in results for k, v in r.items()}
+    assert set(logits) == set(layouts)
+    for layout in layouts[1:]:
+        diff = (logits[layout] - logits[(1, 1)]).abs().max().item()
+        assert diff <= 1e-6, f"{layout} vs TP1: {diff}"
+    diff_hf = (logits[(1, 1)] - expected).abs().max().item()
+    print(model_name, "max |TP1 - transformers| =", diff_hf)
+    assert diff_hf <= 1e-5, f"TP1 vs transformers: {diff_hf}"
