@@ -12,3 +12,10 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
+
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+# Shared test helpers (tests/hf_reference.py) importable from every test folder and from
+# spawned ranks, which inherit sys.path.
+sys.path.insert(0, str(Path(__file__).parent))

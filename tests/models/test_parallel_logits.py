@@ -4,36 +4,13 @@ import dataclasses
 
 import pytest
 import torch
-import transformers
 
 from mindrl.ckpt import mapping
 from mindrl.distributed import spawn_local
 from mindrl.models.spec import load_model_spec
 
+from hf_reference import reference_hf_model
 from parallel_logits_worker import logits_at_layouts
-
-
-def reference_hf_model(spec, seed=0):
-    """A transformers model of the spec's shape, built directly from transformers' classes."""
-    common = dict(vocab_size=spec.vocab_size, hidden_size=spec.hidden_size,
-                  intermediate_size=spec.ffn_hidden_size, num_hidden_layers=spec.num_layers,
-                  num_attention_heads=spec.num_attention_heads,
-                  num_key_value_heads=spec.num_query_groups, rms_norm_eps=spec.norm_epsilon,
-                  max_position_embeddings=spec.max_position_embeddings,
-                  tie_word_embeddings=spec.tied_embeddings, rope_theta=spec.rotary_base)
-    if spec.architecture == "qwen2":
-        config = transformers.Qwen2Config(**common)
-        cls = transformers.Qwen2ForCausalLM
-    else:
-        config = transformers.LlamaConfig(attention_bias=spec.add_qkv_bias, **common)
-        cls = transformers.LlamaForCausalLM
-    torch.manual_seed(seed)
-    model = cls(config).eval()
-    with torch.no_grad():  # non-zero biases and norms so that every tensor matters
-        for name, p in model.named_parameters():
-            if name.endswith("bias") or "norm" in name:
-                p.add_(torch.randn_like(p) * 0.1)
-    return model
 
 
 @pytest.mark.parametrize("model_name,vocab,divisible", [

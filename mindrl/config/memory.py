@@ -1,0 +1,50 @@
+"""Per-device memory arithmetic for the plan: parameters, gradients, Adam states, vLLM.
+
+Estimates, not measurements: activations, communication buffers and allocator slack are
+left out; the numbers are meant to tell 'fits' from 'does not fit by a factor of two'.
+"""
+
+from __future__ import annotations
+
+from mindrl.models.spec import ModelSpec
+
+GIB = 2 ** 30
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "auto": 2}
+
+
+def _layer_params(spec: ModelSpec) -> int:
+    h, d = spec.hidden_size, spec.head_dim
+    q, kv = spec.num_attention_heads * d, spec.num_query_groups * d
+    attn = h * (q + 2 * kv) + q * h + (q + 2 * kv if spec.add_qkv_bias else 0)
+    return attn + 3 * h * spec.ffn_hidden_size + 2 * h
+
+
+def params_per_device(spec: ModelSpec, tp: int, pp: int) -> int:
+    """Largest stage's share: layers / PP, then TP-split, plus the vocab-parallel embedding
+    on the first stage and the output layer (or tied embedding copy) on the last."""
+    layers = -(-spec.num_layers // pp)
+    h = spec.hidden_size
+    emb = spec.padded_vocab_size(tp) * h // tp
+    body = layers * _layer_params(spec) // tp
+    if pp == 1:
+        return body + emb + h + (0 if spec.tied_embeddings else emb)
+    # PP > 1: the last stage holds the output layer, or a copy of the tied embedding.
+    return max(body + emb, body + h + emb)
+
+
+def train_state_bytes(spec: ModelSpec, tp: int, pp: int, dp: int, params_dtype: str,
+                      distributed_optimizer: bool) -> dict[str, int]:
+    """Megatron mixed precision: bf16/fp16 params, fp32 main grads, fp32 master copy + Adam
+    m and v (the copy and moments sharded over DP by the distributed optimizer). fp32 runs
+    keep no master copy."""
+    n = params_per_device(spec, tp, pp)
+    b = DTYPE_BYTES[params_dtype]
+    mixed = b < 4
+    grad_b = 4 if params_dtype in ("bfloat16", "float32") else 2
+    opt_b = 12 if mixed else 8
+    shard = dp if distributed_optimizer and dp > 0 else 1
+    return {"params": n * b, "grads": n * grad_b, "optimizer": n * opt_b // shard}
+
+
+def inference_weight_bytes(spec: ModelSpec, tp: int, pp: int, dtype: str) -> int:
+    return spec.num_parameters() * DTYPE_BYTES[dtype] // (tp * pp)

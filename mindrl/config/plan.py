@@ -1,0 +1,216 @@
+"""Plan (dry-run) mode: what a validated recipe will do on a cluster, as data and as text.
+
+Pure functions of (RunConfig, ClusterResources): nothing is started, so a 7B recipe can be
+planned on a CPU box, with cluster and path problems shown as warnings.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional
+
+from mindrl.config.cluster import ClusterResources
+from mindrl.config.errors import Problem
+from mindrl.config.memory import GIB, inference_weight_bytes, train_state_bytes
+from mindrl.config.placement import (data_parallel_size, place_roles,
+                                     rollout_data_parallel_size)
+from mindrl.config.schema import RunConfig
+
+
+def _ratio(a: int, b: int) -> Optional[int]:
+    return a // b if b and a % b == 0 else None
+
+
+def batch_arithmetic(run: RunConfig) -> dict[str, Any]:
+    """Samples per step, mini batches per step, micro batches per mini batch."""
+    mt, rl = run.megatron_training, run.rl_config
+    n, gbs, mini = rl.n_samples_per_prompt, mt.global_batch_size, rl.mini_batch_size
+    dp = data_parallel_size(run, "actor")
+    micro = run.actor_config.micro_batch_size
+    mini_samples = mini * n
+    per_mini = _ratio(mini_samples, micro)
+    mini_batches = _ratio(gbs, mini)
+    fwd = rl.actor_forward_micro_batch_size or micro
+    return {
+        "prompts_per_step": gbs,
+        "n_samples_per_prompt": n,
+        "samples_per_step": gbs * n,
+        "mini_batch_prompts": mini,
+        "mini_batch_samples": mini_samples,
+        "mini_batches_per_step": mini_batches,
+        "epochs": rl.epochs,
+        "optimizer_steps_per_step": mini_batches * rl.epochs if mini_batches else None,
+        "micro_batch_size": micro,
+        "actor_dp": dp,
+        "micro_batches_per_mini_batch": per_mini,
+        "gradient_accumulation_steps": _ratio(mini_samples, micro * dp),
+        "samples_per_dp_rank_per_mini_batch": _ratio(mini_samples, dp),
+        "actor_forward_micro_batches_per_rank": _ratio(gbs * n, fwd * dp),
+        "max_tokens_per_sample": rl.max_prompt_length + run.generate_config.sampling_config.max_tokens,
+    }
+
+
+def _memory(run: RunConfig, cluster: ClusterResources,
+            placements: dict[str, Any]) -> dict[str, Any]:
+    """Bytes per device: each role's resident states, and the actor devices' two phases."""
+    gen = run.generate_config
+    raw: dict[str, dict[str, int]] = {}
+    for role in run.active_roles:
+        cfg, spec = run.role(role), run.models[role]
+        tp, pp = cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size
+        dp = data_parallel_size(run, role) or 1
+        states = train_state_bytes(spec, tp, pp, dp, cfg.params_dtype,
+                                   cfg.use_distributed_optimizer)
+        if role != "actor":  # forward only: no gradients or optimizer
+            states = {"params": states["params"]}
+        raw[role] = states | {"total": sum(states.values())}
+
+    itp, ipp = gen.infer_tensor_parallel_size, gen.infer_pipeline_parallel_size
+    vllm_weights = inference_weight_bytes(run.models["actor"], itp, ipp, gen.dtype)
+    if gen.kv_cache_memory_bytes is not None:
+        kv = gen.kv_cache_memory_bytes
+        kv_note = "generate_config.kv_cache_memory_bytes"
+    elif cluster.device_memory_gib:
+        kv = max(int(gen.gpu_memory_utilization * cluster.device_memory_gib * GIB)
+                 - vllm_weights, 0)
+        kv_note = f"gpu_memory_utilization={gen.gpu_memory_utilization} of device memory"
+    else:
+        kv, kv_note = None, (f"gpu_memory_utilization={gen.gpu_memory_utilization} of device "
+                             "memory minus weights (device memory unknown)")
+
+    colocated = sum(raw[r]["total"] for r in placements["actor"].shares_with)
+    actor = raw["actor"]
+    train_phase = actor["total"] + colocated
+    kept = {"params": not gen.offload_train_param, "grads": not gen.offload_train_grad,
+            "optimizer": not gen.offload_train_optimizer}
+    gen_phase = (vllm_weights + (kv or 0) + colocated
+                 + sum(v for k, v in actor.items() if k in kept and kept[k]))
+    return {
+        "roles": raw,
+        "rollout": {"weights": vllm_weights, "kv_cache": kv, "kv_cache_source": kv_note},
+        "actor_device_training_phase": train_phase,
+        "actor_device_generation_phase": gen_phase,
+        "device_memory": (int(cluster.device_memory_gib * GIB) if cluster.device_memory_gib
+                          else None),
+    }
+
+
+def make_plan(run: RunConfig, cluster: ClusterResources,
+              warnings: Iterable[Problem] = ()) -> dict[str, Any]:
+    """Placement, parallel layout, batch arithmetic and memory estimate as a plain dict."""
+    per_node = cluster.num_devices
+    placements = {p.role: p for p in place_roles(run)}
+    needed = max((d + 1 for p in placements.values() for d in p.devices), default=0)
+    fits = (needed <= cluster.total_devices
+            and run.resource("actor").kind == cluster.device_type)
+    roles = {}
+    for role, p in placements.items():
+        cfg = run.role(role)
+        roles[role] = {
+            "model": run.models[role].name,
+            "devices": list(p.devices),
+            "nodes": sorted({d // per_node for d in p.devices}) if fits else None,
+            "shares_with": list(p.shares_with),
+            "tp": cfg.tensor_model_parallel_size,
+            "pp": cfg.pipeline_model_parallel_size,
+            "dp": data_parallel_size(run, role),
+            "micro_batch_size": cfg.micro_batch_size,
+            "params_dtype": cfg.params_dtype,
+        }
+    gen = run.generate_config
+    idp = rollout_data_parallel_size(run)
+    rollout = {
+        "devices": list(placements["actor"].devices),
+        "tp": gen.infer_tensor_parallel_size,
+        "pp": gen.infer_pipeline_parallel_size,
+        "instances": idp,
+        "prompts_per_instance": _ratio(run.megatron_training.global_batch_size, idp),
+        "dtype": gen.dtype,
+        "max_tokens": gen.sampling_config.max_tokens,
+    }
+    memory = _memory(run, cluster, placements)
+    warnings = [str(w) for w in warnings]
+    peak = max(memory["actor_device_training_phase"], memory["actor_device_generation_phase"])
+    if memory["device_memory"] and peak > memory["device_memory"]:
+        warnings.append(f"estimated peak {_size(peak)} on an actor device exceeds its "
+                        f"{_size(memory['device_memory'])}: raise TP/PP, use the distributed "
+                        "optimizer, offload, or lower gpu_memory_utilization")
+    return {
+        "recipe": run.recipe,
+        "model": run.model.name,
+        "model_parameters": run.model.num_parameters(),
+        "cluster": {"device_type": cluster.device_type, "num_devices": cluster.num_devices,
+                    "num_nodes": cluster.num_nodes, "total": cluster.total_devices},
+        "devices_required": needed,
+        "device_kind_required": run.resource("actor").kind,
+        "roles": roles,
+        "rollout": rollout,
+        "batch": batch_arithmetic(run),
+        "fits_cluster": fits,
+        "memory_bytes": memory,
+        "warnings": warnings,
+    }
+
+
+def _size(n: Optional[int]) -> str:
+    if n is None:
+        return "?"
+    for unit, scale in (("GiB", GIB), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} B"
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n:,}"
+
+
+def _ranges(devices: list[int]) -> str:
+    if not devices:
+        return "-"
+    return f"{devices[0]}" if len(devices) == 1 else f"{devices[0]}-{devices[-1]}"
+
+
+def format_plan(plan: dict[str, Any]) -> str:
+    """The plan as the text a person reads before launching."""
+    c, b, m = plan["cluster"], plan["batch"], plan["memory_bytes"]
+    lines = [f"plan for recipe {plan['recipe'] or '<unnamed>'}: model {plan['model']} "
+             f"({_count(plan['model_parameters'])} parameters)",
+             f"cluster: {c['num_nodes']} node(s) x {c['num_devices']} {c['device_type']} = "
+             f"{c['total']} device(s); recipe needs {plan['devices_required']} "
+             f"{plan['device_kind_required']} device(s)",
+             "", "placement:"]
+    for role, r in plan["roles"].items():
+        share = f", shared with {', '.join(r['shares_with'])}" if r["shares_with"] else ""
+        nodes = (f"nodes {','.join(map(str, r['nodes']))}" if r["nodes"] is not None
+                 else "does not fit this cluster")
+        lines.append(f"  {role:<7} devices {_ranges(r['devices'])} ({nodes}{share}): "
+                     f"TP={r['tp']} PP={r['pp']} "
+                     f"DP={r['dp']} micro_batch={r['micro_batch_size']} {r['params_dtype']} "
+                     f"[{r['model']}]")
+    ro = plan["rollout"]
+    lines.append(f"  rollout devices {_ranges(ro['devices'])} (on the actor's): vLLM TP="
+                 f"{ro['tp']} PP={ro['pp']} x {ro['instances']} instance(s), "
+                 f"{ro['prompts_per_instance']} prompts each, {ro['dtype']}")
+    lines += ["", "batch per step:",
+              f"  prompts {b['prompts_per_step']} x samples {b['n_samples_per_prompt']} = "
+              f"{b['samples_per_step']} samples (<= {b['max_tokens_per_sample']} tokens each)",
+              f"  mini batches per step: {b['mini_batches_per_step']} of "
+              f"{b['mini_batch_prompts']} prompts = {b['mini_batch_samples']} samples; "
+              f"epochs {b['epochs']} -> {b['optimizer_steps_per_step']} optimizer step(s)",
+              f"  micro batches per mini batch: {b['micro_batches_per_mini_batch']} of "
+              f"{b['micro_batch_size']} samples over DP {b['actor_dp']} -> gradient "
+              f"accumulation steps {b['gradient_accumulation_steps']} per DP rank",
+              "", "memory per device (estimate; activations and buffers not included):"]
+    for role, mem in m["roles"].items():
+        parts = ", ".join(f"{k} {_size(v)}" for k, v in mem.items() if k != "total")
+        lines.append(f"  {role:<7} {parts}; total {_size(mem['total'])}")
+    r = m["rollout"]
+    lines.append(f"  vLLM    weights {_size(r['weights'])}; KV cache {_size(r['kv_cache'])} "
+                 f"({r['kv_cache_source']})")
+    lines.append(f"  actor devices: training phase {_size(m['actor_device_training_phase'])}, "
+                 f"generation phase {_size(m['actor_device_generation_phase'])}"
+                 + (f" of {_size(m['device_memory'])}" if m["device_memory"] else ""))
+    if plan["warnings"]:
+        lines += ["", f"warnings ({len(plan['warnings'])}; fatal outside plan mode):"]
+        lines += [f"  - {w}" for w in plan["warnings"]]
+    return "\n".join(lines)

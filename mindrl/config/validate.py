@@ -1,0 +1,405 @@
+"""Does a recipe make sense, and does it fit this cluster? Checked once, before any worker.
+
+Every problem names its dotted key, the value and the fix. Problems that depend on the
+machine (cluster size, device kind, paths) carry a category so that plan mode can report
+them as warnings while still refusing recipes that are wrong everywhere.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+from typing import Any, Iterable, Optional
+
+from mindrl.config import names
+from mindrl.config.cluster import RESOURCE_KEY, ClusterResources, local_cluster
+from mindrl.config.errors import (CLUSTER, MACHINE_DEPENDENT, PATHS, STRUCTURE, ConfigError,
+                                  Problem)
+from mindrl.config.parse import parse
+from mindrl.config.placement import (data_parallel_size, place_roles,
+                                     rollout_data_parallel_size)
+from mindrl.config.schema import ResourceSpec, RunConfig
+from mindrl.config.structure import suggest
+
+BACKEND_FOR_DEVICE = {"npu": "hccl", "cuda": "nccl", "cpu": "gloo"}
+
+
+def _role_key(run: RunConfig, role: str, key: str) -> str:
+    """Where a role's value came from: its own section if it overrides, else the shared one."""
+    value = getattr(run.role(role), key)
+    if value == getattr(run.megatron_training, key):
+        return f"megatron_training.{key}"
+    return f"{names.ROLE_SECTIONS[role]}.{key}"
+
+
+def _common_divisors(*values: int) -> list[int]:
+    g = math.gcd(*values)
+    return [d for d in range(1, g + 1) if g % d == 0]
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def check_positive(run: RunConfig) -> list[Problem]:
+    """Sizes and counts below 1 make every later division meaningless."""
+    mt, rl, gen = run.megatron_training, run.rl_config, run.generate_config
+    items: list[tuple[str, Any]] = [
+        ("megatron_training.global_batch_size", mt.global_batch_size),
+        ("megatron_training.seq_length", mt.seq_length),
+        ("megatron_training.train_iters", mt.train_iters),
+        ("rl_config.mini_batch_size", rl.mini_batch_size),
+        ("rl_config.n_samples_per_prompt", rl.n_samples_per_prompt),
+        ("rl_config.epochs", rl.epochs),
+        ("rl_config.max_prompt_length", rl.max_prompt_length),
+        ("rl_config.verifier_parallel", rl.verifier_parallel),
+        ("generate_config.infer_tensor_parallel_size", gen.infer_tensor_parallel_size),
+        ("generate_config.infer_pipeline_parallel_size", gen.infer_pipeline_parallel_size),
+        ("generate_config.infer_expert_parallel_size", gen.infer_expert_parallel_size),
+        ("generate_config.max_num_seqs", gen.max_num_seqs),
+        ("generate_config.max_num_batched_tokens", gen.max_num_batched_tokens),
+        ("generate_config.max_model_len", gen.max_model_len),
+        ("generate_config.sampling_config.max_tokens", gen.sampling_config.max_tokens),
+    ]
+    for opt in ("actor_forward_micro_batch_size", "ref_forward_micro_batch_size",
+                "save_freq", "save_limit", "val_freq"):
+        if getattr(rl, opt) is not None:
+            items.append((f"rl_config.{opt}", getattr(rl, opt)))
+    for role in run.active_roles:
+        for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                    "micro_batch_size"):
+            items.append((_role_key(run, role, key), getattr(run.role(role), key)))
+    seen: set[str] = set()
+    out = []
+    for key, value in items:
+        if key not in seen and value < 1:
+            out.append(Problem(key, "must be at least 1", f"set {key} to a positive integer",
+                               value))
+        seen.add(key)
+    return out
+
+
+def check_parallelism(run: RunConfig) -> list[Problem]:
+    """Megatron splits heads, query groups and the MLP by TP, and layers by PP; vLLM too."""
+    out: list[Problem] = []
+    reported: set[str] = set()
+    for role in run.active_roles:
+        cfg, spec = run.role(role), run.models[role]
+        tp_key = _role_key(run, role, "tensor_model_parallel_size")
+        pp_key = _role_key(run, role, "pipeline_model_parallel_size")
+        tp, pp = cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size
+        if tp >= 1 and tp_key not in reported:
+            for what, n in (("num_attention_heads", spec.num_attention_heads),
+                            ("num_query_groups", spec.num_query_groups),
+                            ("ffn_hidden_size", spec.ffn_hidden_size)):
+                if n % tp:
+                    ok = _common_divisors(spec.num_attention_heads, spec.num_query_groups,
+                                          spec.ffn_hidden_size)
+                    out.append(Problem(tp_key, f"does not divide {spec.name} {what}={n} "
+                                       f"({role})", f"use a TP size in {ok}", tp))
+                    reported.add(tp_key)
+                    break
+        if pp >= 1 and pp_key not in reported and spec.num_layers % pp:
+            out.append(Problem(pp_key, f"does not divide {spec.name} num_layers="
+                               f"{spec.num_layers} ({role})",
+                               f"use a PP size in {_divisors(spec.num_layers)}", pp))
+            reported.add(pp_key)
+
+    gen, spec = run.generate_config, run.models["actor"]
+    itp, ipp = gen.infer_tensor_parallel_size, gen.infer_pipeline_parallel_size
+    key = "generate_config.infer_tensor_parallel_size"
+    if itp >= 1:
+        for what, n in (("num_attention_heads", spec.num_attention_heads),
+                        ("num_query_groups", spec.num_query_groups)):
+            if n % itp:
+                ok = _common_divisors(spec.num_attention_heads, spec.num_query_groups)
+                out.append(Problem(key, f"does not divide {spec.name} {what}={n}",
+                                   f"use an inference TP size in {ok}", itp))
+                break
+        ttp = run.actor_config.tensor_model_parallel_size
+        if ttp >= 1 and itp % ttp and ttp % itp:
+            out.append(Problem(key, f"and the actor's training TP={ttp} do not divide one "
+                               "another, so weights cannot be resharded by whole slices",
+                               f"use an inference TP that divides or is a multiple of {ttp}",
+                               itp))
+    if ipp >= 1 and spec.num_layers % ipp:
+        out.append(Problem("generate_config.infer_pipeline_parallel_size",
+                           f"does not divide {spec.name} num_layers={spec.num_layers}",
+                           f"use one of {_divisors(spec.num_layers)}", ipp))
+    return out
+
+
+def _resource_problem(key: str, res: Optional[ResourceSpec]) -> Optional[Problem]:
+    if res is None:
+        return None
+    set_keys = [k for k, _ in res.items()]
+    if len(set_keys) != 1:
+        return Problem(key, f"sets {set_keys or 'no device count'}",
+                       "give exactly one of num_npus, num_gpus, num_cpus",
+                       category=STRUCTURE)
+    if res.count < 1:
+        return Problem(f"{key}.{set_keys[0]}", "must be at least 1",
+                       "give the role at least one device", res.count)
+    return None
+
+
+def check_resources(run: RunConfig, cluster: ClusterResources) -> list[Problem]:
+    """Counts are positive, of this cluster's kind, split into TP x PP, and fit the cluster."""
+    out: list[Problem] = []
+    rl = run.rl_config
+    if rl.colocate_actor_ref and rl.colocate_all_models:
+        out.append(Problem("rl_config.colocate_actor_ref", "is redundant with "
+                           "colocate_all_models=true", "set only one of the two", True))
+    for role in run.active_roles:
+        key = f"rl_config.{names.ROLE_RESOURCES[role]}"
+        res = run.resource(role)
+        if res is None:
+            why = ("kl_coef > 0 needs a reference model" if role == "ref"
+                   else "rule_reward=false needs a reward model")
+            out.append(Problem(key, f"is missing ({why})", f"add {key}: {{"
+                               f"{cluster.resource_key}: N}} or colocate the role",
+                               category=STRUCTURE))
+            continue
+        problem = _resource_problem(key, res)
+        if problem:
+            out.append(problem)
+            continue
+        rkey = f"{key}.{res.items()[0][0]}"
+        if res.kind != cluster.device_type:
+            out.append(Problem(rkey, f"asks for {res.kind} devices but the cluster has "
+                               f"{cluster.device_type} ({cluster.describe()})",
+                               f"use {key}.{cluster.resource_key}", res.count, CLUSTER))
+        mp = run.role(role).model_parallel_size
+        if mp >= 1 and res.count % mp:
+            cfg = run.role(role)
+            out.append(Problem(rkey, f"is not a multiple of TP x PP = "
+                               f"{cfg.tensor_model_parallel_size} x "
+                               f"{cfg.pipeline_model_parallel_size} ({role})",
+                               f"use a multiple of {mp} devices", res.count))
+    if any(p.category != CLUSTER for p in out):
+        return out
+    imp = run.generate_config.model_parallel_size
+    actor = run.resource("actor")
+    if imp >= 1 and actor.count % imp:
+        out.append(Problem("generate_config.infer_tensor_parallel_size",
+                           f"x infer_pipeline_parallel_size = {imp} does not divide the "
+                           f"actor's {actor.count} devices (vLLM runs on them)",
+                           f"use an inference TP x PP dividing {actor.count}",
+                           run.generate_config.infer_tensor_parallel_size))
+    kinds = {run.resource(r).kind for r in run.active_roles}
+    if len(kinds) > 1:
+        out.append(Problem("rl_config.actor_resource", f"roles ask for mixed device kinds "
+                           f"{sorted(kinds)}", "give every role the same kind of device"))
+        return out
+    for placed in place_roles(run):
+        if placed.devices and max(placed.devices) >= cluster.total_devices:
+            key = f"rl_config.{names.ROLE_RESOURCES[placed.role]}"
+            res = run.resource(placed.role)
+            need = max(p.devices[-1] for p in place_roles(run) if p.devices) + 1
+            out.append(Problem(f"{key}.{res.items()[0][0]}", f"brings the run to {need} "
+                               f"devices but the cluster has {cluster.total_devices} "
+                               f"({cluster.describe()})", "lower the resource counts, "
+                               "colocate roles (rl_config.colocate_actor_ref) or add nodes",
+                               res.count, CLUSTER))
+            break
+    return out
+
+
+def check_batches(run: RunConfig) -> list[Problem]:
+    """Prompts split into mini batches, each into micro batches on every DP rank."""
+    out: list[Problem] = []
+    mt, rl, gen = run.megatron_training, run.rl_config, run.generate_config
+    gbs, n, mini = mt.global_batch_size, rl.n_samples_per_prompt, rl.mini_batch_size
+    if gbs % mini:
+        out.append(Problem("rl_config.mini_batch_size", f"does not divide "
+                           f"megatron_training.global_batch_size={gbs} (both count prompts)",
+                           f"use one of {_divisors(gbs)}", mini))
+        return out
+    samples, mini_samples = gbs * n, mini * n
+    dp = data_parallel_size(run, "actor")
+    if dp:
+        micro = run.actor_config.micro_batch_size
+        if mini_samples % (micro * dp):
+            key = _role_key(run, "actor", "micro_batch_size")
+            out.append(Problem(key, f"x actor DP {dp} = {micro * dp} does not divide a mini "
+                               f"batch of {mini} prompts x {n} samples = {mini_samples}",
+                               (f"use a micro batch size in {_divisors(mini_samples // dp)}"
+                                if mini_samples % dp == 0 else
+                                f"make rl_config.mini_batch_size x n a multiple of DP {dp}"),
+                               micro))
+        fwd = rl.actor_forward_micro_batch_size or micro
+        if samples % (fwd * dp):
+            out.append(Problem("rl_config.actor_forward_micro_batch_size", f"x actor DP {dp} "
+                               f"does not divide the {samples} samples of a step",
+                               f"use a divisor of {samples // dp if samples % dp == 0 else samples}",
+                               fwd))
+    for role, fwd_key in (("ref", "ref_forward_micro_batch_size"), ("reward", None)):
+        if role not in run.active_roles:
+            continue
+        rdp = data_parallel_size(run, role)
+        fwd = (getattr(rl, fwd_key) if fwd_key else None) or run.role(role).micro_batch_size
+        if rdp and samples % (fwd * rdp):
+            key = (f"rl_config.{fwd_key}" if fwd_key and getattr(rl, fwd_key)
+                   else _role_key(run, role, "micro_batch_size"))
+            out.append(Problem(key, f"x {role} DP {rdp} does not divide the {samples} "
+                               "samples of a step", "use a smaller forward micro batch",
+                               fwd))
+    idp = rollout_data_parallel_size(run)
+    if idp and gbs % idp:
+        out.append(Problem("megatron_training.global_batch_size", f"is not a multiple of the "
+                           f"{idp} vLLM instances (a prompt's samples stay on one instance)",
+                           f"use a multiple of {idp}", gbs))
+    need = rl.max_prompt_length + gen.sampling_config.max_tokens
+    if need > mt.seq_length:
+        out.append(Problem("megatron_training.seq_length", f"is shorter than max_prompt_length "
+                           f"+ max_tokens = {need}", f"set it to at least {need}",
+                           mt.seq_length))
+    if need > gen.max_model_len:
+        out.append(Problem("generate_config.max_model_len", f"is shorter than "
+                           f"max_prompt_length + max_tokens = {need}",
+                           f"set it to at least {need}", gen.max_model_len))
+    if mt.seq_length > run.model.max_position_embeddings:
+        out.append(Problem("megatron_training.seq_length", f"exceeds {run.model.name} "
+                           f"max_position_embeddings={run.model.max_position_embeddings}",
+                           "shorten the sequences", mt.seq_length))
+    return out
+
+
+def check_algorithm(run: RunConfig, cluster: ClusterResources) -> list[Problem]:
+    """Names resolve to registered pieces; numbers are in range; dtype flags agree."""
+    out: list[Problem] = []
+    rl, gen = run.rl_config, run.generate_config
+    for key, value, known in (("adv_estimator", rl.adv_estimator, names.ADV_ESTIMATORS),
+                              ("kl_penalty", rl.kl_penalty, names.KL_PENALTIES),
+                              ("loss_agg_mode", rl.loss_agg_mode, names.LOSS_AGG_MODES)):
+        if value not in known:
+            out.append(Problem(f"rl_config.{key}", "is not a known name",
+                               suggest(value, known), value))
+    for i, name in enumerate(rl.verifier_function):
+        if name not in names.KNOWN_VERIFIERS:
+            out.append(Problem(f"rl_config.verifier_function[{i}]", "is not a known verifier",
+                               suggest(name, names.KNOWN_VERIFIERS), name))
+    if len(rl.verifier_weight) != len(rl.verifier_function):
+        out.append(Problem("rl_config.verifier_weight", f"has {len(rl.verifier_weight)} "
+                           f"weight(s) for {len(rl.verifier_function)} verifier(s)",
+                           "give one weight per entry of rl_config.verifier_function",
+                           rl.verifier_weight))
+    if rl.rule_reward and not rl.verifier_function:
+        out.append(Problem("rl_config.verifier_function", "is empty while rule_reward=true",
+                           f"list verifiers from {list(names.KNOWN_VERIFIERS)}", []))
+    for key in ("clip_ratio", "clip_ratio_low", "clip_ratio_high", "verifier_timeout"):
+        value = getattr(rl, key)
+        if value is not None and value <= 0:
+            out.append(Problem(f"rl_config.{key}", "must be positive", "use e.g. 0.2", value))
+    for key in ("kl_coef", "entropy_coeff"):
+        if getattr(rl, key) < 0:
+            out.append(Problem(f"rl_config.{key}", "must not be negative", "use 0 to disable",
+                               getattr(rl, key)))
+    if rl.use_wandb and not rl.wandb_project:
+        out.append(Problem("rl_config.wandb_project", "is required when use_wandb=true",
+                           "name a wandb project", rl.wandb_project))
+    if not 0 < gen.gpu_memory_utilization <= 1:
+        out.append(Problem("generate_config.gpu_memory_utilization", "must be in (0, 1]",
+                           "use e.g. 0.5 when training shares the devices",
+                           gen.gpu_memory_utilization))
+    for role in run.active_roles:
+        cfg = run.role(role)
+        if cfg.bf16 and cfg.fp16:
+            out.append(Problem(_role_key(run, role, "fp16"), "and bf16 are both true",
+                               "choose one params dtype", True))
+        backend = cfg.distributed_backend
+        want = BACKEND_FOR_DEVICE[cluster.device_type]
+        if backend is not None and backend != want:
+            out.append(Problem(_role_key(run, role, "distributed_backend"), f"does not suit "
+                               f"{cluster.device_type} devices", f"use {want} or leave it "
+                               "null to follow the device", backend, CLUSTER))
+    return _dedupe(out)
+
+
+def _path_exists(path: str) -> bool:
+    """A file, a directory, or an indexed-dataset prefix (PREFIX*.bin/.idx/.jsonl ...)."""
+    return os.path.exists(path) or bool(glob.glob(glob.escape(path) + "*"))
+
+
+def check_paths(run: RunConfig) -> list[Problem]:
+    """Tokenizer, data and checkpoints to load exist; kept apart because shipped GPU recipes
+    name cluster paths that do not exist on a laptop."""
+    out = []
+    data = run.megatron_training.data_path
+    if data is None:
+        out.append(Problem("megatron_training.data_path", "is not set",
+                           "point it at the preprocessed prompts", None, PATHS))
+    elif not _path_exists(data):
+        out.append(Problem("megatron_training.data_path", "does not exist",
+                           "run the data preprocessing (examples/data) or fix the path",
+                           data, PATHS))
+    for role in run.active_roles:
+        cfg = run.role(role)
+        tok = cfg.tokenizer_name_or_path
+        if tok is None:
+            out.append(Problem(_role_key(run, role, "tokenizer_name_or_path"), "is not set",
+                               "point it at a tokenizer directory", None, PATHS))
+        elif not os.path.exists(tok):
+            out.append(Problem(_role_key(run, role, "tokenizer_name_or_path"), "does not "
+                               "exist", "point it at a local tokenizer directory", tok, PATHS))
+        if cfg.load is not None and not os.path.exists(cfg.load):
+            out.append(Problem(_role_key(run, role, "load"), "does not exist",
+                               "convert the HF checkpoint (examples/ckpt) or set load: null "
+                               "for a random start", cfg.load, PATHS))
+    return _dedupe(out)
+
+
+def _dedupe(problems: Iterable[Problem]) -> list[Problem]:
+    seen, out = set(), []
+    for p in problems:
+        if (p.key, p.message) not in seen:
+            seen.add((p.key, p.message))
+            out.append(p)
+    return out
+
+
+def find_problems(run: RunConfig, cluster: ClusterResources, *,
+                  paths: bool = False) -> list[Problem]:
+    """Every consistency, cluster and (optionally) path problem of a parsed recipe."""
+    out = check_positive(run)
+    if out:  # zero sizes would make the divisibility checks misleading
+        return out
+    out += check_parallelism(run)
+    out += check_resources(run, cluster)
+    out += check_batches(run)
+    out += check_algorithm(run, cluster)
+    if paths:
+        out += check_paths(run)
+    return _dedupe(out)
+
+
+def check(raw: Any, cluster: Optional[ClusterResources] = None, *, check_paths: bool = False,
+          recipe: Optional[str] = None) -> tuple[RunConfig, list[Problem]]:
+    """Parse (raising ConfigError on shape problems) and list the remaining problems."""
+    run = parse(raw, recipe=recipe)
+    return run, find_problems(run, cluster or local_cluster(), paths=check_paths)
+
+
+def validate(raw: Any, cluster: Optional[ClusterResources] = None, *,
+             check_paths: bool = False, recipe: Optional[str] = None) -> RunConfig:
+    """The typed recipe, or one ConfigError listing every problem."""
+    run, _ = validate_lenient(raw, cluster, check_paths=check_paths, recipe=recipe,
+                              warn_only=())
+    return run
+
+
+def validate_lenient(raw: Any, cluster: Optional[ClusterResources] = None, *,
+                     check_paths: bool = True, recipe: Optional[str] = None,
+                     warn_only: Iterable[str] = MACHINE_DEPENDENT
+                     ) -> tuple[RunConfig, list[Problem]]:
+    """RunConfig plus the problems demoted to warnings (categories in warn_only: by default
+    cluster and path problems, for plan mode); any other problem raises one ConfigError."""
+    run, problems = check(raw, cluster, check_paths=check_paths, recipe=recipe)
+    warn_only = set(warn_only)
+    fatal = [p for p in problems if p.category not in warn_only]
+    if fatal:
+        raise ConfigError(fatal)
+    return run, [p for p in problems if p.category in warn_only]
+
+

@@ -1,0 +1,1 @@
+"""Engines: Megatron (train / logprobs), vLLM (rollout), resharding between them."""

@@ -1,0 +1,315 @@
+"""The Megatron actor / reference engine: logprobs, GRPO updates, offload, checkpoints.
+
+One instance lives in each rank of a role (TP x PP x DP processes). Batches are dicts of
+tensors following DESIGN.md's data contract; every rank of the role receives the same
+batch, and each DP rank works on its own slice of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+import torch
+
+from mindrl import device
+from mindrl.algorithms import aggregate_loss, kl_loss, masked_mean, ppo_clip_loss
+from mindrl.engines import sequences, vocab_parallel
+from mindrl.models.builder import Parallelism, build_gpt_model, transformer_config
+from mindrl.models.forward import _position_ids
+from mindrl.models.spec import ModelSpec
+
+Batch = Dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """The actor's objective (rl_config keys)."""
+
+    clip_ratio: float = 0.2
+    clip_ratio_low: Optional[float] = None
+    clip_ratio_high: Optional[float] = None
+    clip_ratio_c: Optional[float] = None
+    loss_agg_mode: str = "token-mean"
+    entropy_coeff: float = 0.0
+    use_kl_loss: bool = False
+    kl_coef: float = 0.0
+    kl_penalty: str = "low_var_kl"
+    temperature: float = 1.0
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 1e-6
+    min_lr: float = 0.0
+    lr_decay_style: str = "constant"
+    lr_warmup_fraction: float = 0.0
+    weight_decay: float = 0.0
+    clip_grad: float = 1.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.95
+    adam_eps: float = 1e-8
+    train_iters: int = 1           # updates over the run (for the lr schedule)
+    use_distributed_optimizer: bool = True
+
+
+def _minibatch_weight(mask: torch.Tensor, agg_mode: str) -> torch.Tensor:
+    """What the mini-batch loss is a mean over: valid tokens, or sequences with tokens."""
+    if agg_mode == "token-mean":
+        return mask.sum()
+    return (mask.sum(-1) > 0).sum()
+
+
+class MegatronEngine:
+    """A policy (or frozen reference) held in Megatron TP/PP shards on this rank."""
+
+    def __init__(self, spec: ModelSpec, parallel: Parallelism, params_dtype: str = "float32",
+                 micro_batch_size: int = 1, optim: Optional[OptimConfig] = None,
+                 loss: Optional[LossConfig] = None, pad_id: int = 0, seed: int = 1234):
+        from megatron.core import parallel_state as ps
+
+        self.spec, self.parallel, self.pad_id = spec, parallel, pad_id
+        self.micro_batch_size = micro_batch_size
+        self.loss_cfg = loss or LossConfig()
+        self.ps = ps
+        module = build_gpt_model(spec, parallel, params_dtype)
+        self.optimizer = self.scheduler = None
+        if optim is None:
+            self.model = module
+            for p in module.parameters():
+                p.requires_grad_(False)
+        else:
+            self._setup_training(module, optim, params_dtype)
+        self.iteration = 0
+
+    # ------------------------------------------------------------------ setup
+
+    def _setup_training(self, module, optim: OptimConfig, params_dtype: str) -> None:
+        from megatron.core.distributed import (DistributedDataParallel,
+                                               DistributedDataParallelConfig,
+                                               finalize_model_grads)
+        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+        from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+        config = module.config
+        ddp_config = DistributedDataParallelConfig(
+            grad_reduce_in_fp32=True, overlap_grad_reduce=False,
+            use_distributed_optimizer=optim.use_distributed_optimizer)
+        self.model = DistributedDataParallel(config=config, ddp_config=ddp_config, module=module)
+        opt_config = OptimizerConfig(
+            optimizer="adam", lr=optim.lr, min_lr=optim.min_lr, weight_decay=optim.weight_decay,
+            adam_beta1=optim.adam_beta1, adam_beta2=optim.adam_beta2, adam_eps=optim.adam_eps,
+            clip_grad=optim.clip_grad, bf16=config.bf16, fp16=config.fp16,
+            params_dtype=config.params_dtype,
+            use_distributed_optimizer=optim.use_distributed_optimizer)
+        self.optimizer = get_megatron_optimizer(opt_config, [self.model])
+        warmup = int(optim.lr_warmup_fraction * optim.train_iters)
+        self.scheduler = OptimizerParamScheduler(
+            self.optimizer, init_lr=0.0 if warmup else optim.lr, max_lr=optim.lr,
+            min_lr=optim.min_lr, lr_warmup_steps=warmup,
+            lr_decay_steps=max(optim.train_iters, 1), lr_decay_style=optim.lr_decay_style,
+            start_wd=optim.weight_decay, end_wd=optim.weight_decay, wd_incr_steps=1,
+            wd_incr_style="constant")
+        config.finalize_model_grads_func = finalize_model_grads
+        config.no_sync_func = self.model.no_sync
+        config.grad_scale_func = self.optimizer.scale_loss
+
+    @property
+    def module(self):
+        """The GPTModel stage (unwrapped)."""
+        return getattr(self.model, "module", self.model)
+
+    # ------------------------------------------------------------------ data split
+
+    def _dp_slice(self, batch: Batch) -> Batch:
+        rank, size = self.ps.get_data_parallel_rank(), self.ps.get_data_parallel_world_size()
+        n = next(iter(batch.values())).shape[0]
+        if n % size:
+            raise ValueError(f"batch of {n} samples does not split over DP={size}")
+        per = n // size
+        return {k: v[rank * per:(rank + 1) * per] for k, v in batch.items()}
+
+    def _micro_batches(self, batch: Batch, packed: sequences.PackedSequences,
+                       micro_batch_size: int) -> List[dict]:
+        positions = packed.response_positions()
+        n = packed.tokens.shape[0]
+        if n % micro_batch_size:
+            raise ValueError(f"{n} samples per DP rank do not split into micro batches of "
+                             f"{micro_batch_size}")
+        out = []
+        for start in range(0, n, micro_batch_size):
+            sl = slice(start, start + micro_batch_size)
+            out.append({"tokens": packed.tokens[sl], "positions": positions[sl],
+                        **{k: v[sl] for k, v in batch.items()}})
+        return out
+
+    def _pack(self, batch: Batch) -> sequences.PackedSequences:
+        tp = self.parallel.tensor_model_parallel_size if self.parallel.sequence_parallel else 1
+        return sequences.pack(batch["prompt_ids"], batch["prompt_mask"], batch["response_ids"],
+                              pad_id=self.pad_id, multiple_of=tp)
+
+    def _token_stats(self, output: torch.Tensor, micro: dict, with_entropy: bool):
+        """Response-aligned log-probs (and entropy) [mb, R] from vocab-parallel logits."""
+        targets = sequences.next_token_targets(micro["tokens"], self.pad_id)
+        logp = vocab_parallel.token_log_probs(output, targets, self.spec.vocab_size,
+                                              self.loss_cfg.temperature)
+        logp = torch.gather(logp, 1, micro["positions"])
+        ent = None
+        if with_entropy:
+            ent = vocab_parallel.entropy(output, self.spec.vocab_size, self.loss_cfg.temperature)
+            ent = torch.gather(ent, 1, micro["positions"])
+        return logp, ent
+
+    # ------------------------------------------------------------------ passes
+
+    def _run_schedule(self, micro_batches: List[dict], seq_length: int, forward_only: bool,
+                      loss_fn):
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        data = iter(micro_batches)
+
+        def forward_step(data_iterator, stage):
+            micro = next(data_iterator)
+            out = stage(micro["tokens"], _position_ids(micro["tokens"]), None)
+
+            def on_output(output, non_loss_data=False):
+                return loss_fn(output, micro)
+
+            return out, on_output
+
+        return get_forward_backward_func()(
+            forward_step_func=forward_step, data_iterator=data, model=[self.model],
+            num_microbatches=len(micro_batches), seq_length=seq_length,
+            micro_batch_size=micro_batches[0]["tokens"].shape[0], forward_only=forward_only,
+            collect_non_loss_data=forward_only)
+
+    def compute_log_probs(self, batch: Batch, micro_batch_size: Optional[int] = None,
+                          with_entropy: bool = False) -> Dict[str, torch.Tensor]:
+        """log p(response_ids[:, t]) [B, R] for the whole batch, identical on every rank."""
+        self.model.eval()
+        local = self._dp_slice(batch)
+        packed = self._pack(local)
+        micro = self._micro_batches(local, packed, micro_batch_size or self.micro_batch_size)
+
+        def collect(output, m):
+            logp, ent = self._token_stats(output, m, with_entropy)
+            return {"log_probs": logp, **({"entropy": ent} if ent is not None else {})}
+
+        with torch.no_grad():
+            outputs = self._run_schedule(micro, packed.tokens.shape[1], True, collect)
+        result = self._from_last_stage(outputs, local, with_entropy)
+        return self._gather_dp(result)
+
+    def _from_last_stage(self, outputs, local: Batch, with_entropy: bool) -> Dict[str, torch.Tensor]:
+        """Broadcast the last pipeline stage's results to every stage of this pipeline."""
+        keys = ["log_probs"] + (["entropy"] if with_entropy else [])
+        shape = local["response_ids"].shape
+        result = {k: (torch.cat([o[k] for o in outputs]) if outputs else
+                      torch.zeros(shape, dtype=torch.float32)) for k in keys}
+        if self.ps.get_pipeline_model_parallel_world_size() > 1:
+            src = self.ps.get_pipeline_model_parallel_last_rank()
+            for k in keys:
+                result[k] = result[k].contiguous()
+                torch.distributed.broadcast(result[k], src,
+                                            group=self.ps.get_pipeline_model_parallel_group())
+        return result
+
+    def _gather_dp(self, result: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        size = self.ps.get_data_parallel_world_size()
+        if size == 1:
+            return result
+        group = self.ps.get_data_parallel_group()
+        out = {}
+        for k, v in result.items():
+            parts = [torch.empty_like(v) for _ in range(size)]
+            torch.distributed.all_gather(parts, v.contiguous(), group=group)
+            out[k] = torch.cat(parts)
+        return out
+
+    # ------------------------------------------------------------------ update
+
+    def _policy_loss(self, output, micro, mb_weight: torch.Tensor, num_micro: int):
+        cfg = self.loss_cfg
+        mask = micro["response_mask"].float()
+        logp, ent = self._token_stats(output, micro, cfg.entropy_coeff > 0)
+        old = micro.get("old_log_probs", logp.detach())
+        pg, stats = ppo_clip_loss(logp, old, micro["advantages"], mask, clip_ratio=cfg.clip_ratio,
+                                  clip_ratio_low=cfg.clip_ratio_low,
+                                  clip_ratio_high=cfg.clip_ratio_high,
+                                  clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode)
+        loss = pg
+        kl = torch.zeros(())
+        if cfg.use_kl_loss and cfg.kl_coef > 0:
+            kl = kl_loss(logp, micro["ref_log_probs"], mask, cfg.kl_penalty, cfg.loss_agg_mode)
+            loss = loss + cfg.kl_coef * kl
+        entropy = torch.zeros(())
+        if ent is not None:
+            entropy = aggregate_loss(ent, mask, cfg.loss_agg_mode)
+            loss = loss - cfg.entropy_coeff * entropy
+        # Each micro batch's mean, re-weighted so the sum over micro batches (the schedule
+        # divides by their number) and the DP average (DDP) is the mean over the mini batch.
+        share = _minibatch_weight(mask, cfg.loss_agg_mode) / mb_weight.clamp(min=1)
+        scale = share * num_micro * self.ps.get_data_parallel_world_size()
+        metrics = {"actor/pg_loss": pg.detach() * share, "actor/kl_loss": kl.detach() * share,
+                   "actor/entropy": entropy.detach() * share,
+                   "actor/pg_clipfrac": stats["pg_clipfrac"] * share,
+                   "actor/ppo_kl": stats["ppo_kl"] * share}
+        return loss * scale, metrics
+
+    def update(self, batch: Batch, mini_batch_size: int, shuffle: bool = False,
+               seed: int = 0) -> Dict[str, float]:
+        """One pass over the batch in mini batches (samples); one optimizer step per mini batch.
+
+        Needs response_mask, advantages, and old_log_probs (absent: on-policy, ratio = 1) and
+        ref_log_probs when the KL loss is on.
+        """
+        if self.optimizer is None:
+            raise RuntimeError("this engine was built without an optimizer (reference role)")
+        n = batch["response_ids"].shape[0]
+        if n % mini_batch_size:
+            raise ValueError(f"batch of {n} samples does not split into mini batches of "
+                             f"{mini_batch_size}")
+        order = torch.arange(n)
+        if shuffle:
+            order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+        history: List[Dict[str, float]] = []
+        for start in range(0, n, mini_batch_size):
+            idx = order[start:start + mini_batch_size]
+            history.append(self._train_mini_batch({k: v[idx] for k, v in batch.items()}))
+        return {k: sum(h[k] for h in history) / len(history) for k in history[0]}
+
+    def forward_backward(self, mini: Batch) -> list:
+        """Gradients of the mini batch's loss into the grad buffers (no optimizer step)."""
+        self.model.train()
+        mb_weight = _minibatch_weight(mini["response_mask"].float(), self.loss_cfg.loss_agg_mode)
+        local = self._dp_slice(mini)
+        packed = self._pack(local)
+        micro = self._micro_batches(local, packed, self.micro_batch_size)
+        self.model.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        return self._run_schedule(
+            micro, packed.tokens.shape[1], False,
+            lambda out, m: self._policy_loss(out, m, mb_weight, len(micro)))
+
+    def _train_mini_batch(self, mini: Batch) -> Dict[str, float]:
+        losses = self.forward_backward(mini)
+        ok, grad_norm, _ = self.optimizer.step()
+        if ok:
+            self.scheduler.step(increment=1)
+        self.iteration += 1
+        return self._reduce_metrics(losses, grad_norm)
+
+    def _reduce_metrics(self, losses: list, grad_norm) -> Dict[str, float]:
+        keys = ["actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/pg_clipfrac",
+                "actor/ppo_kl"]
+        vec = torch.zeros(len(keys))
+        for item in losses or []:
+            vec += torch.stack([item[k].float().reshape(()) for k in keys])
+        if self.ps.get_pipeline_model_parallel_world_size() > 1:
+            torch.distributed.all_reduce(vec, group=self.ps.get_pipeline_model_parallel_group())
+        if self.ps.get_data_parallel_world_size() > 1:
+            torch.distributed.all_reduce(vec, group=self.ps.get_data_parallel_group())
+        out = dict(zip(keys, vec.tolist()))
+        out["actor/grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
+        out["actor/lr"] = self.optimizer.param_groups[0]["lr"]
+        return out

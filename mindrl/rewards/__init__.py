@@ -1,0 +1,25 @@
+"""Rule rewards for R1-Zero-style RL: named verifiers, weighted, scored in a killable pool.
+
+Importing the package registers the built-in verifiers: base_acc, acc, strict_format, format,
+countdown, arith.
+"""
+
+from . import arith, countdown, format_verifiers, math_verifiers  # noqa: F401  (registration)
+from .overlong import overlong_penalty
+from .pool import ERROR, OK, TIMEOUT, Outcome, VerifierPool
+from .registry import VERIFIERS, get_verifier, register_verifier
+from .rule_reward import OverlongConfig, RuleReward
+
+__all__ = [
+    "VERIFIERS",
+    "register_verifier",
+    "get_verifier",
+    "RuleReward",
+    "OverlongConfig",
+    "VerifierPool",
+    "Outcome",
+    "OK",
+    "ERROR",
+    "TIMEOUT",
+    "overlong_penalty",
+]

@@ -1,0 +1,335 @@
+"""A process pool that runs verifier jobs with a hard per-job timeout and never hangs.
+
+Why not concurrent.futures / multiprocessing.Pool: neither can kill the one worker stuck in a
+sympy simplification (a pool's timeout abandons the result but the worker stays busy forever),
+and a worker that dies breaks a ProcessPoolExecutor for good. Here each worker has its own pipe,
+so the parent always knows which job a worker is on:
+
+- jobs go out in chunks (few messages for many samples); a worker replies once per job;
+- a job's clock starts when its worker can start it: at dispatch, or at the previous job's reply;
+- past the deadline the worker is SIGKILLed, that one job scores 0 as a timeout, the rest of its
+  chunk is requeued and a fresh worker is started; a worker that dies is handled the same way,
+  as an error. Each kill settles one job, so a batch always finishes.
+
+Workers are started with "forkserver" (default) or "spawn", never plain fork: the trainer may
+hold threads. With forkserver, math-verify/sympy are imported once in the server, so replacing a
+killed worker costs a fork instead of seconds of imports.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import math
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
+import traceback
+import weakref
+from collections import deque
+from multiprocessing.connection import wait as wait_ready
+from typing import Deque, List, NamedTuple, Optional, Sequence, Tuple
+
+logger = logging.getLogger(__name__)
+
+OK, ERROR, TIMEOUT = "ok", "error", "timeout"
+
+# (verifier name, completion, label, extra kwargs)
+Job = Tuple[str, str, object, dict]
+
+
+class Outcome(NamedTuple):
+    value: float  # 0.0 unless status == OK
+    status: str  # OK | ERROR | TIMEOUT
+    detail: str = ""
+
+
+# ----------------------------------------------------------------------------- worker side
+
+
+def _worker_main(conn, imports: Tuple[str, ...], memory_limit_mb: Optional[int]) -> None:
+    """Worker entry point: import verifiers once, then score job chunks until told to stop."""
+    os.environ["OMP_NUM_THREADS"] = "1"
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle
+    try:
+        _die_with_parent()
+        if memory_limit_mb:
+            import resource
+
+            limit = memory_limit_mb * 2**20
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        import math_verify  # noqa: F401  (the slow import, paid once per worker)
+
+        # Its "timeout is disabled" warning is expected here: this pool is the timeout.
+        logging.getLogger("math_verify").setLevel(logging.ERROR)
+
+        import mindrl.rewards  # noqa: F401  (registers the built-in verifiers)
+
+        for name in imports:
+            importlib.import_module(name)
+        from mindrl.rewards.registry import get_verifier
+    except BaseException:
+        conn.send(("fatal", traceback.format_exc()))
+        return
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            chunk = conn.recv()
+        except (EOFError, OSError):
+            return
+        if chunk is None:
+            return
+        for job_id, name, completion, label, extra in chunk:
+            conn.send(_run_job(get_verifier, job_id, name, completion, label, extra))
+
+
+def _run_job(get_verifier, job_id, name, completion, label, extra):
+    try:
+        value = float(get_verifier(name)(completion, label, **(extra or {})))
+        if not math.isfinite(value):
+            raise ValueError(f"verifier returned non-finite score {value}")
+        return job_id, OK, value, ""
+    except Exception as exc:  # noqa: BLE001 - any verifier failure is a 0 score, not a crash
+        # str(exc) of an arbitrary exception can itself be huge or slow: keep the type and a
+        # short message only.
+        msg = exc.args[0] if exc.args and isinstance(exc.args[0], str) else ""
+        return job_id, ERROR, 0.0, f"{type(exc).__name__}: {msg[:200]}"
+
+
+def _die_with_parent() -> None:
+    """Make a worker exit when the trainer dies, even if it is stuck in a C-level computation.
+
+    PR_SET_PDEATHSIG (Linux) fires when the process that created us exits: the trainer (spawn)
+    or the forkserver, which itself exits with the trainer. Elsewhere, a thread polls the ppid.
+    """
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) == 0:  # 1 = PR_SET_PDEATHSIG
+            if os.getppid() != parent:  # parent died before prctl took effect
+                os._exit(0)
+            return
+    except (OSError, AttributeError):
+        pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
+
+
+# ----------------------------------------------------------------------------- parent side
+
+
+class _Worker:
+    __slots__ = ("proc", "conn", "ready", "jobs", "deadline", "started")
+
+    def __init__(self, proc, conn) -> None:
+        self.proc = proc
+        self.conn = conn
+        self.ready = False
+        self.jobs: Deque[int] = deque()  # job ids sent and not answered yet, in order
+        self.deadline: Optional[float] = None  # for jobs[0]
+        self.started = time.monotonic()
+
+
+class _Batch:
+    __slots__ = ("jobs", "results", "pending", "remaining")
+
+    def __init__(self, jobs: Sequence[Job]) -> None:
+        self.jobs = jobs
+        self.results: List[Optional[Outcome]] = [None] * len(jobs)
+        self.pending: Deque[int] = deque(range(len(jobs)))
+        self.remaining = len(jobs)
+
+    def settle(self, job_id: int, outcome: Outcome) -> None:
+        self.results[job_id] = outcome
+        self.remaining -= 1
+
+
+class VerifierPool:
+    """`map(jobs) -> outcomes`, one Outcome per (verifier, completion, label, extra) job.
+
+    Args:
+        num_workers: worker processes (each single-threaded).
+        timeout: seconds one job may run before its worker is killed.
+        worker_imports: extra module names each worker imports at start, e.g. modules that
+            register custom verifiers (the built-in ones are always imported).
+        mp_context: "forkserver" (cheap respawns) or "spawn".
+        max_chunk: most jobs sent to a worker at once (fewer messages vs. load balance).
+        startup_timeout: seconds a worker may take to import before the pool gives up.
+        memory_limit_mb: optional RLIMIT_AS per worker: a runaway allocation becomes a
+            MemoryError (scored as an error) instead of swapping the machine.
+    """
+
+    def __init__(
+        self,
+        num_workers: int = 2,
+        timeout: float = 10.0,
+        worker_imports: Sequence[str] = (),
+        mp_context: str = "forkserver",
+        max_chunk: int = 16,
+        startup_timeout: float = 120.0,
+        memory_limit_mb: Optional[int] = None,
+    ) -> None:
+        if num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        if mp_context not in ("forkserver", "spawn"):
+            raise ValueError(f"mp_context must be 'forkserver' or 'spawn' (fork is unsafe), got {mp_context!r}")
+        self.num_workers = num_workers
+        self.timeout = float(timeout)
+        self.max_chunk = max(1, int(max_chunk))
+        self.startup_timeout = float(startup_timeout)
+        self.restarts = 0  # workers replaced after a timeout or crash, for monitoring
+        self._imports = tuple(worker_imports)
+        self._memory_limit_mb = memory_limit_mb
+        self._ctx = mp.get_context(mp_context)
+        if mp_context == "forkserver":
+            # Takes effect only if this process has not started its forkserver yet.
+            self._ctx.set_forkserver_preload(["__main__", "mindrl.rewards", *self._imports])
+        self._lock = threading.Lock()
+        self._workers: List[_Worker] = []
+        self._finalizer = weakref.finalize(self, _shutdown, self._workers)
+        for _ in range(num_workers):
+            self._workers.append(self._spawn())
+
+    # -- public
+
+    def map(self, jobs: Sequence[Job]) -> List[Outcome]:
+        """Run all jobs; returns one Outcome per job, in order. Never raises for a bad job."""
+        with self._lock:
+            if not self._finalizer.alive:
+                raise RuntimeError("VerifierPool is closed")
+            batch = _Batch(jobs)
+            while batch.remaining:
+                self._dispatch(batch)
+                self._wait()
+                for i in range(len(self._workers)):
+                    self._collect(i, batch)
+                self._enforce_deadlines(batch)
+            return batch.results  # type: ignore[return-value]
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def __enter__(self) -> "VerifierPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- internals
+
+    def _spawn(self) -> _Worker:
+        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
+        proc = self._ctx.Process(
+            target=_worker_main,
+            args=(child_conn, self._imports, self._memory_limit_mb),
+            name="mindrl-verifier",
+            daemon=True,
+        )
+        proc.start()
+        child_conn.close()  # so the parent sees EOF when the worker dies
+        return _Worker(proc, parent_conn)
+
+    def _dispatch(self, batch: _Batch) -> None:
+        for i, w in enumerate(self._workers):
+            if not batch.pending:
+                return
+            if not w.ready or w.jobs:
+                continue
+            size = min(self.max_chunk, math.ceil(len(batch.pending) / (2 * self.num_workers)))
+            w.jobs = deque(batch.pending.popleft() for _ in range(max(1, size)))
+            w.deadline = time.monotonic() + self.timeout
+            try:
+                w.conn.send([(j, *batch.jobs[j]) for j in w.jobs])
+            except (OSError, EOFError):
+                self._replace(i, batch, ERROR, "worker died before receiving jobs")
+
+    def _wait(self) -> None:
+        now = time.monotonic()
+        deadlines = [w.deadline for w in self._workers if w.jobs and w.deadline is not None]
+        deadlines += [w.started + self.startup_timeout for w in self._workers if not w.ready]
+        timeout = max(0.0, min(deadlines) - now) if deadlines else None
+        handles = [w.conn for w in self._workers] + [w.proc.sentinel for w in self._workers]
+        wait_ready(handles, timeout)
+
+    def _collect(self, i: int, batch: _Batch) -> None:
+        """Take every reply worker i has sent; replace it if it died."""
+        w = self._workers[i]
+        # Read exit status first: everything a dead worker wrote is then already in the pipe.
+        dead = w.proc.exitcode is not None
+        try:
+            while w.conn.poll():
+                msg = w.conn.recv()
+                if msg[0] == "ready":
+                    w.ready = True
+                elif msg[0] == "fatal":
+                    self.close()
+                    raise RuntimeError(f"verifier worker failed to start:\n{msg[1]}")
+                else:
+                    job_id, status, value, detail = msg
+                    if not w.jobs or w.jobs[0] != job_id:  # cannot happen with one pipe per worker
+                        raise RuntimeError(f"verifier worker replied out of order: {job_id}")
+                    w.jobs.popleft()
+                    batch.settle(job_id, Outcome(value, status, detail))
+                    w.deadline = time.monotonic() + self.timeout if w.jobs else None
+        except (EOFError, OSError):
+            dead = True  # after every reply it sent has been read
+        if dead:
+            if not w.ready:
+                self.close()
+                raise RuntimeError(
+                    f"verifier worker exited with code {w.proc.exitcode} before it was ready"
+                )
+            self._replace(i, batch, ERROR, f"worker process died (exit code {w.proc.exitcode})")
+
+    def _enforce_deadlines(self, batch: _Batch) -> None:
+        now = time.monotonic()
+        for i, w in enumerate(self._workers):
+            if w.jobs and w.deadline is not None and now >= w.deadline:
+                self._replace(i, batch, TIMEOUT, f"exceeded {self.timeout:g}s")
+            elif not w.ready and now - w.started > self.startup_timeout:
+                self.close()
+                raise RuntimeError(f"verifier worker not ready after {self.startup_timeout:g}s")
+
+    def _replace(self, i: int, batch: _Batch, status: str, detail: str) -> None:
+        """Kill worker i, settle its current job as failed, requeue the rest, start a new one."""
+        w = self._workers[i]
+        _kill(w)
+        if w.jobs:
+            batch.settle(w.jobs.popleft(), Outcome(0.0, status, detail))
+            batch.pending.extendleft(reversed(w.jobs))
+        self.restarts += 1
+        logger.warning("verifier worker %d replaced: %s", w.proc.pid, detail)
+        self._workers[i] = self._spawn()
+
+
+def _kill(w: _Worker) -> None:
+    if w.proc.exitcode is None:
+        w.proc.kill()
+    w.proc.join(timeout=5)
+    w.conn.close()
+
+
+def _shutdown(workers: List[_Worker]) -> None:
+    """Ask idle workers to exit, kill whatever is left (a worker may be mid-job)."""
+    for w in workers:
+        try:
+            if not w.jobs:
+                w.conn.send(None)
+        except (OSError, EOFError):
+            pass
+    deadline = time.monotonic() + 1.0
+    for w in workers:
+        w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
+        _kill(w)
+    workers.clear()

@@ -1,0 +1,45 @@
+"""cli/train_grpo.py from a foreign working directory: plan, refusal, and exit codes."""
+
+import os
+import subprocess
+import sys
+
+from mindrl.paths import REPO_ROOT
+
+CLI = str(REPO_ROOT / "cli" / "train_grpo.py")
+
+
+def run_cli(cwd, *args, env=None):
+    full_env = dict(os.environ, HYDRA_FULL_ERROR="0", **(env or {}))
+    full_env.pop("PYTHONPATH", None)  # the CLI must find mindrl by itself
+    return subprocess.run([sys.executable, CLI, *args], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_dry_run_of_7b_recipe_from_another_cwd(tmp_path):
+    proc = run_cli(tmp_path, "--config-name", "r1_zero_qwen25_7b", "+dry_run=true")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "plan for recipe r1_zero_qwen25_7b" in out
+    assert "actor   devices 0-15" in out and "TP=4 PP=2 DP=2" in out
+    assert "gradient accumulation steps 32" in out
+    assert "warnings" in out and "num_npus" in out  # the CPU box is not the NPU cluster
+    assert list(tmp_path.iterdir()) == []  # Hydra wrote nothing into the cwd
+
+
+def test_default_recipe_validates_then_refuses_to_pretend(tmp_path):
+    work = tmp_path / "work"
+    (work / "data" / "arith").mkdir(parents=True)
+    (work / "data" / "arith" / "arith.jsonl").write_text("{}\n")
+    (work / "models" / "tiny-qwen2-hf").mkdir(parents=True)
+    (work / "models" / "tiny-qwen2-mcore").mkdir(parents=True)
+    proc = run_cli(tmp_path, env={"MINDRL_WORK_DIR": str(work)})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "not in this build" in proc.stderr and "nothing was trained" in proc.stderr
+
+
+def test_invalid_recipe_exits_1_naming_the_key(tmp_path):
+    proc = run_cli(tmp_path, "+rl_config.n_sample_per_prompt=4", "+dry_run=true")
+    assert proc.returncode == 1
+    assert "rl_config.n_sample_per_prompt" in proc.stderr
+    assert "n_samples_per_prompt" in proc.stderr

@@ -1,0 +1,74 @@
+"""Plan mode numbers: placement, TP/PP/DP, batch arithmetic, memory."""
+
+from mindrl.config import (ClusterResources, compose_recipe, format_plan, load_recipe,
+                           make_plan, validate_lenient)
+from mindrl.config.errors import CLUSTER, PATHS
+from mindrl.config.memory import params_per_device, train_state_bytes
+from mindrl.models.spec import load_model_spec
+
+
+def test_tiny_batch_arithmetic_and_placement(cpu2):
+    plan = make_plan(load_recipe("grpo_tiny_cpu", cluster=cpu2), cpu2)
+    b = plan["batch"]
+    assert b["samples_per_step"] == 16 * 8 == 128
+    assert b["mini_batches_per_step"] == 2 and b["mini_batch_samples"] == 64
+    assert b["micro_batches_per_mini_batch"] == 4 and b["gradient_accumulation_steps"] == 4
+    assert b["optimizer_steps_per_step"] == 2
+    assert plan["roles"]["actor"]["devices"] == [0] and plan["roles"]["ref"]["devices"] == [1]
+    assert plan["rollout"]["devices"] == [0] and plan["rollout"]["instances"] == 1
+    assert plan["devices_required"] == 2 and plan["fits_cluster"]
+
+
+def test_7b_plan_on_its_cluster(recipe_clusters):
+    cluster = recipe_clusters["r1_zero_qwen25_7b"]
+    plan = make_plan(load_recipe("r1_zero_qwen25_7b", cluster=cluster), cluster)
+    actor = plan["roles"]["actor"]
+    assert (actor["tp"], actor["pp"], actor["dp"]) == (4, 2, 2)
+    assert actor["devices"] == list(range(16)) and actor["nodes"] == [0, 1]
+    assert actor["shares_with"] == ["ref"]
+    assert plan["rollout"]["instances"] == 4 and plan["rollout"]["prompts_per_instance"] == 8
+    b = plan["batch"]
+    # 16 prompts x 8 samples per mini batch = 128 samples; micro 2 -> 64; over DP 2 -> 32
+    assert b["micro_batches_per_mini_batch"] == 64 and b["gradient_accumulation_steps"] == 32
+    mem = plan["memory_bytes"]["roles"]["actor"]
+    # bf16 params (2 B), fp32 main grads (4 B), fp32 copy + Adam m, v (12 B) over DP 2
+    assert mem["grads"] == 2 * mem["params"] and mem["optimizer"] == 3 * mem["params"]
+    assert 1.5 * 2**30 < mem["params"] < 2.0 * 2**30  # ~7.6e9 / 8 shards x 2 B
+    assert not plan["warnings"]
+
+
+def test_memory_counts_match_the_model_at_tp1_pp1():
+    spec = load_model_spec("tiny-qwen2")
+    assert params_per_device(spec, 1, 1) == spec.num_parameters()
+    # TP halves the sharded matrices: two shards hold at least the whole minus replicas
+    assert params_per_device(spec, 2, 1) < spec.num_parameters()
+    fp32 = train_state_bytes(spec, 1, 1, 1, "float32", True)
+    assert fp32["grads"] == fp32["params"] and fp32["optimizer"] == 2 * fp32["params"]
+
+
+def test_colocate_all_models_puts_every_role_on_the_same_devices(cpu2):
+    run = load_recipe("grpo_tiny_cpu", ["rl_config.rule_reward=false",
+                                        "+rl_config.reward_resource.num_cpus=1",
+                                        "rl_config.colocate_all_models=true"], cluster=cpu2)
+    plan = make_plan(run, cpu2)
+    assert {r: p["devices"] for r, p in plan["roles"].items()} == {
+        "actor": [0], "ref": [0], "reward": [0]}
+    assert plan["devices_required"] == 1
+
+
+def test_7b_is_planned_on_a_cpu_box_with_warnings(cpu2):
+    run, warnings = validate_lenient(compose_recipe("r1_zero_qwen25_7b"), cpu2,
+                                     recipe="r1_zero_qwen25_7b")
+    assert CLUSTER in {w.category for w in warnings} <= {CLUSTER, PATHS}
+    plan = make_plan(run, cpu2, warnings)
+    assert not plan["fits_cluster"] and plan["roles"]["actor"]["nodes"] is None
+    text = format_plan(plan)
+    assert "TP=4 PP=2 DP=2" in text and "gradient accumulation steps 32" in text
+    assert "rl_config.actor_resource.num_npus" in text and "warnings" in text
+
+
+def test_memory_warning_when_the_plan_does_not_fit():
+    small = ClusterResources("npu", 8, 2, device_memory_gib=8)
+    run = load_recipe("r1_zero_qwen25_7b", cluster=small)
+    plan = make_plan(run, small)
+    assert any("exceeds" in w for w in plan["warnings"])

@@ -1,0 +1,65 @@
+"""Rank bodies for the Megatron engine tests (run under mindrl.distributed.spawn_local)."""
+
+import torch
+
+from mindrl.ckpt import mapping
+from mindrl.engines.megatron_engine import LossConfig, MegatronEngine, OptimConfig
+from mindrl.models.builder import Parallelism, initialize_parallel
+
+
+def _engine(spec, full_by_tp, tp, pp, train, loss=None, mbs=2, distributed_optimizer=True):
+    from megatron.core import parallel_state as ps
+
+    parallel = Parallelism(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+    initialize_parallel(parallel)
+    engine = MegatronEngine(spec, parallel, micro_batch_size=mbs, loss=loss,
+                            optim=OptimConfig(lr=1e-3, clip_grad=0.0,
+                                                  use_distributed_optimizer=distributed_optimizer)
+                            if train else None)
+    local = mapping.stage_state_dict(full_by_tp[tp], spec, ps.get_tensor_model_parallel_rank(),
+                                     tp, ps.get_pipeline_model_parallel_rank(), pp)
+    engine.module.load_state_dict(local, strict=False)
+    if train:  # DDP / the optimizer keep their own fp32 copies: refresh them from the params
+        engine.optimizer.reload_model_params()
+    return engine
+
+
+def log_probs_at_layouts(rank, world, spec, full_by_tp, batch, layouts, temperature):
+    from megatron.core import parallel_state as ps
+
+    out = {}
+    for tp, pp in layouts:
+        engine = _engine(spec, full_by_tp, tp, pp, False, LossConfig(temperature=temperature))
+        res = engine.compute_log_probs(batch, with_entropy=True)
+        if rank == 0:
+            out[(tp, pp)] = res
+        ps.destroy_model_parallel()
+    return out
+
+
+def full_gradients(rank, world, spec, full_by_tp, batch, tp, pp, loss_cfg):
+    """{mcore full name: gradient} gathered over TP and PP on rank 0."""
+    from megatron.core import parallel_state as ps
+
+    # The distributed optimizer reduce-scatters: each DP rank's buffer holds only its shard.
+    engine = _engine(spec, full_by_tp, tp, pp, True, loss_cfg, distributed_optimizer=False)
+    engine.forward_backward(batch)
+    pp_rank, tp_size = ps.get_pipeline_model_parallel_rank(), tp
+    layers = mapping.stage_layers(spec.num_layers, pp_rank, pp)
+    local = {}
+    for name, p in engine.module.named_parameters():
+        rule, layer = mapping.rule_for(name, spec)
+        g = p.main_grad.detach().clone()
+        parts = [torch.empty_like(g) for _ in range(tp_size)]
+        torch.distributed.all_gather(parts, g, group=ps.get_tensor_model_parallel_group())
+        full_name = rule.mcore_name(layers[layer] if layer is not None else None)
+        if full_name == mapping.OUTPUT.mcore and spec.tied_embeddings:
+            continue  # the last stage's copy of the tied embedding: its grad is folded in
+        local[full_name] = mapping.gather(rule, parts)
+    gathered = [None] * world
+    torch.distributed.all_gather_object(gathered, local)
+    merged = {}
+    for part in gathered:
+        merged.update(part)
+    ps.destroy_model_parallel()
+    return merged if rank == 0 else None
