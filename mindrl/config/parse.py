@@ -17,7 +17,7 @@ from mindrl.config.errors import STRUCTURE, ConfigError, Problem
 from mindrl.config.names import ROLE_SECTIONS
 from mindrl.config.schema import (RUN_WIDE_KEYS, GenerateConfig, MegatronConfig, RLConfig,
                                   RunConfig)
-from mindrl.config.structure import build, check_partial, failed, suggest
+from mindrl.config.structure import build, check_partial, failed, field_types, suggest
 from mindrl.models.spec import ModelSpec, load_model_spec
 
 SECTIONS = ("model", "megatron_training", "actor_config", "ref_config", "reward_config",
@@ -32,7 +32,6 @@ SECTION_TYPES = {"megatron_training": MegatronConfig, "actor_config": MegatronCo
 
 def key_hint(dotted: str) -> str:
     """For a dotted key the recipe lacks: a spelling suggestion, or that it is a valid key."""
-    from mindrl.config.structure import field_types
     parts = dotted.split(".")
     if parts[0] not in SECTION_TYPES:
         return suggest(parts[0], set(SECTIONS) | set(TOP_LEVEL_SCALARS))

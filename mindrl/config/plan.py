@@ -45,7 +45,8 @@ def batch_arithmetic(run: RunConfig) -> dict[str, Any]:
         "gradient_accumulation_steps": _ratio(mini_samples, micro * dp),
         "samples_per_dp_rank_per_mini_batch": _ratio(mini_samples, dp),
         "actor_forward_micro_batches_per_rank": _ratio(gbs * n, fwd * dp),
-        "max_tokens_per_sample": rl.max_prompt_length + run.generate_config.sampling_config.max_tokens,
+        "max_tokens_per_sample": (rl.max_prompt_length
+                                  + run.generate_config.sampling_config.max_tokens),
     }
 
 

@@ -13,7 +13,7 @@ import os
 from typing import Any, Iterable, Optional
 
 from mindrl.config import names
-from mindrl.config.cluster import RESOURCE_KEY, ClusterResources, local_cluster
+from mindrl.config.cluster import ClusterResources, local_cluster
 from mindrl.config.errors import (CLUSTER, MACHINE_DEPENDENT, PATHS, STRUCTURE, ConfigError,
                                   Problem)
 from mindrl.config.parse import parse
@@ -147,10 +147,6 @@ def _resource_problem(key: str, res: Optional[ResourceSpec]) -> Optional[Problem
 def check_resources(run: RunConfig, cluster: ClusterResources) -> list[Problem]:
     """Counts are positive, of this cluster's kind, split into TP x PP, and fit the cluster."""
     out: list[Problem] = []
-    rl = run.rl_config
-    if rl.colocate_actor_ref and rl.colocate_all_models:
-        out.append(Problem("rl_config.colocate_actor_ref", "is redundant with "
-                           "colocate_all_models=true", "set only one of the two", True))
     for role in run.active_roles:
         key = f"rl_config.{names.ROLE_RESOURCES[role]}"
         res = run.resource(role)
@@ -232,8 +228,7 @@ def check_batches(run: RunConfig) -> list[Problem]:
         if samples % (fwd * dp):
             out.append(Problem("rl_config.actor_forward_micro_batch_size", f"x actor DP {dp} "
                                f"does not divide the {samples} samples of a step",
-                               f"use a divisor of {samples // dp if samples % dp == 0 else samples}",
-                               fwd))
+                               "use a smaller forward micro batch", fwd))
     for role, fwd_key in (("ref", "ref_forward_micro_batch_size"), ("reward", None)):
         if role not in run.active_roles:
             continue

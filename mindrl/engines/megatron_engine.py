@@ -313,3 +313,59 @@ class MegatronEngine:
         out["actor/grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
         out["actor/lr"] = self.optimizer.param_groups[0]["lr"]
         return out
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def save_checkpoint(self, save_dir, iteration: int, extra: Optional[dict] = None,
+                        save_optim: bool = True, save_rng: bool = True):
+        """Collective over the role's ranks; atomic (see megatron_checkpoint)."""
+        from mindrl.engines import megatron_checkpoint
+
+        return megatron_checkpoint.save(self.module, self.optimizer, self.scheduler, save_dir,
+                                        iteration, {"engine_iteration": self.iteration,
+                                                    **(extra or {})},
+                                        save_optim=save_optim, save_rng=save_rng)
+
+    def load_checkpoint(self, ckpt_dir, load_optim: bool = True, load_rng: bool = True) -> dict:
+        from mindrl.engines import megatron_checkpoint
+
+        meta = megatron_checkpoint.load(self.module, self.optimizer, self.scheduler, ckpt_dir,
+                                        load_optim=load_optim, load_rng=load_rng)
+        self.iteration = meta["extra"].get("engine_iteration", self.iteration)
+        if self.optimizer is not None and not load_optim:
+            self.optimizer.reload_model_params()
+        return meta
+
+    # ------------------------------------------------------------------ offload
+
+    def _offload_groups(self) -> Dict[str, list]:
+        from mindrl.engines.offload import optimizer_state_tensors
+
+        params = [p for p in self.module.parameters()]
+        for buf in getattr(self.model, "buffers", []):
+            params.append(buf.param_data)
+        grads = [getattr(p, "main_grad", None) for p in self.module.parameters()]
+        grads += [buf.grad_data for buf in getattr(self.model, "buffers", [])]
+        optim = optimizer_state_tensors(self.optimizer) if self.optimizer is not None else []
+        # fp32 main params can be views of the params: keep each storage in one group only.
+        taken = {t.untyped_storage().data_ptr() for t in params + grads if t is not None}
+        optim = [t for t in optim if t.untyped_storage().data_ptr() not in taken]
+        return {"param": params, "grad": grads, "optimizer": optim}
+
+    def offload(self, param: bool = True, grad: bool = True, optimizer: bool = True) -> int:
+        """Free the device memory of the chosen groups (host copies kept); bytes freed."""
+        from mindrl.engines.offload import StorageOffloader
+
+        if getattr(self, "_offloader", None) is not None and self._offloader.offloaded:
+            raise RuntimeError("engine is already offloaded; call onload() first")
+        self._offloader = StorageOffloader()
+        groups = self._offload_groups()
+        chosen = [t for name, flag in (("param", param), ("grad", grad), ("optimizer", optimizer))
+                  if flag for t in groups[name]]
+        freed = self._offloader.offload(chosen)
+        device.empty_cache()
+        return freed
+
+    def onload(self) -> int:
+        offloader = getattr(self, "_offloader", None)
+        return offloader.onload() if offloader is not None else 0

@@ -99,22 +99,33 @@ def _run_job(get_verifier, job_id, name, completion, label, extra):
 
 
 def _die_with_parent() -> None:
-    """Make a worker exit when the trainer dies, even if it is stuck in a C-level computation.
+    """Make a worker exit when the trainer dies (SIGKILL included), so no hung worker outlives it.
 
-    PR_SET_PDEATHSIG (Linux) fires when the process that created us exits: the trainer (spawn)
-    or the forkserver, which itself exits with the trainer. Elsewhere, a thread polls the ppid.
+    Forkserver children: PR_SET_PDEATHSIG (Linux) kills us when the single-threaded forkserver
+    exits, which it does once every holder of its "alive" pipe is gone. Each forked child
+    inherits a copy of that pipe, so we close ours: otherwise a stuck worker would keep the
+    forkserver, and so itself, alive. This works even while a C-level computation holds the GIL.
+    Spawn children: the parent is the trainer, where PDEATHSIG would fire when the *thread* that
+    started us exits, so a thread polls the parent pid instead (it needs the GIL, which a long
+    big-integer operation can hold: prefer forkserver).
     """
-    parent = os.getppid()
-    try:
-        import ctypes
+    from multiprocessing import forkserver
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) == 0:  # 1 = PR_SET_PDEATHSIG
-            if os.getppid() != parent:  # parent died before prctl took effect
-                os._exit(0)
-            return
-    except (OSError, AttributeError):
-        pass
+    parent = os.getppid()
+    server = getattr(forkserver, "_forkserver", None)  # private, hence the defensive getattr
+    alive_fd = getattr(server, "_forkserver_alive_fd", None)
+    if isinstance(alive_fd, int):  # set only in a child of the forkserver
+        os.close(alive_fd)
+        server._forkserver_alive_fd = None
+        try:
+            import ctypes
+
+            if ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0) == 0:  # PR_SET_PDEATHSIG
+                if os.getppid() != parent:  # the forkserver died before prctl took effect
+                    os._exit(0)
+                return
+        except (OSError, AttributeError):
+            pass
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -183,7 +194,9 @@ class VerifierPool:
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
         if mp_context not in ("forkserver", "spawn"):
-            raise ValueError(f"mp_context must be 'forkserver' or 'spawn' (fork is unsafe), got {mp_context!r}")
+            raise ValueError(
+                f"mp_context must be 'forkserver' or 'spawn' (fork is unsafe), got {mp_context!r}"
+            )
         self.num_workers = num_workers
         self.timeout = float(timeout)
         self.max_chunk = max(1, int(max_chunk))
@@ -194,7 +207,8 @@ class VerifierPool:
         self._ctx = mp.get_context(mp_context)
         if mp_context == "forkserver":
             # Takes effect only if this process has not started its forkserver yet.
-            self._ctx.set_forkserver_preload(["__main__", "mindrl.rewards", *self._imports])
+            preload = ["__main__", "math_verify", "mindrl.rewards", *self._imports]
+            self._ctx.set_forkserver_preload(preload)
         self._lock = threading.Lock()
         self._workers: List[_Worker] = []
         self._finalizer = weakref.finalize(self, _shutdown, self._workers)
@@ -209,12 +223,22 @@ class VerifierPool:
             if not self._finalizer.alive:
                 raise RuntimeError("VerifierPool is closed")
             batch = _Batch(jobs)
-            while batch.remaining:
-                self._dispatch(batch)
-                self._wait()
-                for i in range(len(self._workers)):
-                    self._collect(i, batch)
-                self._enforce_deadlines(batch)
+            try:
+                while batch.remaining:
+                    self._dispatch(batch)
+                    self._wait()
+                    for i in range(len(self._workers)):
+                        self._collect(i, batch)
+                    self._enforce_deadlines(batch)
+            except BaseException:
+                # Interrupted (Ctrl-C, an unpicklable job, ...): workers still busy with this
+                # batch would answer into the next one, so replace them.
+                if self._finalizer.alive:
+                    for i, w in enumerate(self._workers):
+                        if w.jobs:
+                            _kill(w)
+                            self._workers[i] = self._spawn()
+                raise
             return batch.results  # type: ignore[return-value]
 
     def close(self) -> None:

@@ -59,7 +59,9 @@ class RuleReward:
         for name in names:
             get_verifier(name)  # fail at start-up, not on the first batch
         if overlong is not None:  # validates its settings
-            overlong_penalty([], overlong.max_response_length, overlong.overlong_buffer_len, overlong.penalty_factor)
+            overlong_penalty(
+                [], overlong.max_response_length, overlong.overlong_buffer_len, overlong.penalty_factor
+            )
         self.names = names
         self.weights = weights
         self.overlong = overlong

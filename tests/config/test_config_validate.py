@@ -76,8 +76,8 @@ def test_infer_tp_must_divide_heads(cpu8):
 
 def test_pp_must_divide_layers(cpu8):
     err = rejected(["megatron_training.pipeline_model_parallel_size=3",
-                    "rl_config.actor_resource.num_cpus=3", "rl_config.reference_resource.num_cpus=3"],
-                   cpu8)
+                    "rl_config.actor_resource.num_cpus=3",
+                    "rl_config.reference_resource.num_cpus=3"], cpu8)
     assert_names(err, "megatron_training.pipeline_model_parallel_size", "num_layers=2")
 
 
@@ -145,8 +145,8 @@ def test_micro_batch_must_divide_mini_batch():
 
 def test_micro_batch_times_dp(cpu8):
     # 4 CPUs at TP1 -> DP 4; 4 x 32 = 128 does not divide 64
-    err = rejected(["rl_config.actor_resource.num_cpus=4", "megatron_training.micro_batch_size=32"],
-                   cpu8)
+    err = rejected(["rl_config.actor_resource.num_cpus=4",
+                    "megatron_training.micro_batch_size=32"], cpu8)
     assert_names(err, "megatron_training.micro_batch_size", "DP 4")
 
 

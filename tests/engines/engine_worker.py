@@ -63,3 +63,63 @@ def full_gradients(rank, world, spec, full_by_tp, batch, tp, pp, loss_cfg):
         merged.update(part)
     ps.destroy_model_parallel()
     return merged if rank == 0 else None
+
+
+def _step_losses(engine, batches):
+    return [engine.update(b, mini_batch_size=b["response_ids"].shape[0]) for b in batches]
+
+
+def _snapshot(engine):
+    from mindrl.engines.offload import optimizer_state_tensors
+
+    params = {n: p.detach().clone() for n, p in engine.module.named_parameters()}
+    optim = [t.detach().clone() for t in optimizer_state_tensors(engine.optimizer)]
+    return params, optim
+
+
+def checkpoint_resume(rank, world, spec, full_by_tp, batches, tp, pp, save_dir):
+    """Uninterrupted 3 steps vs (1 step, save, fresh engine, load, 2 steps)."""
+    from megatron.core import parallel_state as ps
+
+    engine = _engine(spec, full_by_tp, tp, pp, True)
+    straight = _step_losses(engine, batches)
+    ps.destroy_model_parallel()
+
+    engine = _engine(spec, full_by_tp, tp, pp, True)
+    first = _step_losses(engine, batches[:1])
+    engine.save_checkpoint(save_dir, 1)
+    saved_params, saved_optim = _snapshot(engine)
+    ps.destroy_model_parallel()
+
+    from mindrl.engines.megatron_checkpoint import iteration_dir, latest_iteration
+
+    fresh = _engine(spec, full_by_tp, tp, pp, True)
+    _step_losses(fresh, batches[2:3])  # disturb: different weights and optimizer state
+    fresh.load_checkpoint(iteration_dir(save_dir, latest_iteration(save_dir)))
+    loaded_params, loaded_optim = _snapshot(fresh)
+    params_equal = all(torch.equal(saved_params[n], loaded_params[n]) for n in saved_params)
+    optim_equal = (len(saved_optim) == len(loaded_optim)
+                   and all(torch.equal(a, b) for a, b in zip(saved_optim, loaded_optim)))
+    resumed = first + _step_losses(fresh, batches[1:])
+    ps.destroy_model_parallel()
+    return {"straight": straight, "resumed": resumed, "params_equal": params_equal,
+            "optim_equal": optim_equal}
+
+
+def offload_roundtrip(rank, world, spec, full_by_tp, batches, tp, pp):
+    """Training with an offload/onload between steps equals training without."""
+    from megatron.core import parallel_state as ps
+
+    engine = _engine(spec, full_by_tp, tp, pp, True)
+    straight = _step_losses(engine, batches)
+    ps.destroy_model_parallel()
+
+    engine = _engine(spec, full_by_tp, tp, pp, True)
+    out, freed, emptied = [], [], []
+    for b in batches:
+        out += _step_losses(engine, [b])
+        freed.append(engine.offload())
+        emptied.append(all(p.untyped_storage().nbytes() == 0 for p in engine.module.parameters()))
+        engine.onload()
+    ps.destroy_model_parallel()
+    return {"straight": straight, "offloaded": out, "freed": freed, "emptied": emptied}

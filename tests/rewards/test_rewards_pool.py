@@ -89,7 +89,7 @@ def test_hang_is_killed_and_crash_and_raise_are_contained(pool, tmp_path):
     restarts = pool.restarts
     start = time.monotonic()
     out = pool.map(jobs)
-    assert time.monotonic() - start < TIMEOUT_S + 4
+    assert time.monotonic() - start < 2 * TIMEOUT_S + 8  # generous: shared, loaded CI cores
     assert [o.status for o in out] == [OK, TIMEOUT, OK, ERROR, ERROR, ERROR, OK]
     assert [o.value for o in out] == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
     assert "RuntimeError: verifier bug" in out[4].detail
@@ -116,8 +116,12 @@ def test_rule_reward_counts_timeouts_and_errors():
 
 
 def test_spawn_context_and_memory_limit():
-    with VerifierPool(num_workers=1, timeout=10, worker_imports=HELPERS, mp_context="spawn", memory_limit_mb=1024) as p:
-        out = p.map([("test_alloc", "", "", {"mb": 4096}), ("test_alloc", "", "", {"mb": 1}), ("test_exit", "", "", {})])
+    with VerifierPool(
+        num_workers=1, timeout=10, worker_imports=HELPERS, mp_context="spawn", memory_limit_mb=1024
+    ) as p:
+        out = p.map(
+            [("test_alloc", "", "", {"mb": 4096}), ("test_alloc", "", "", {"mb": 1}), ("test_exit", "", "", {})]
+        )
         assert [o.status for o in out] == [ERROR, OK, ERROR]
         assert "MemoryError" in out[0].detail and out[1].value == 2**20
         assert p.map([("arith", " 7\n", "7", {})])[0].value == 1.0  # respawned after the exit
@@ -159,3 +163,19 @@ def test_worker_start_failure_raises_instead_of_hanging():
         pool.map([("arith", "7", "7", {})])
     with pytest.raises(RuntimeError, match="closed"):
         pool.map([])
+
+
+def test_many_cheap_jobs_reuse_workers(pool):
+    restarts = pool.restarts
+    start = time.monotonic()
+    out = pool.map([("arith", str(i % 10), str(i % 10), {}) for i in range(2000)])
+    assert [o.value for o in out] == [1.0] * 2000
+    assert time.monotonic() - start < 5.0  # about 25 us per job when idle
+    assert pool.restarts == restarts
+
+
+def test_interrupted_map_leaves_pool_consistent(pool):
+    jobs = [("arith", "7", "7", {})] * 20 + [("arith", "7", "7", {"unpicklable": lambda: 0})]
+    with pytest.raises(Exception):
+        pool.map(jobs * 2)
+    assert [o.value for o in pool.map([("arith", "7", "7", {}), ("arith", "6", "7", {})])] == [1.0, 0.0]

@@ -1,0 +1,495 @@
+"""HF <-> Megatron-core checkpoint conversion, streamed layer by layer.
+
+Both directions first *plan*: every input file, tensor name, shape and flag is checked and
+the output directory is vetted before anything is written; a bad input is a
+``ConversionError`` that names the file, tensor or flag. Then they run in one process (a gloo
+world of 1, TP1 PP1) and write into a staging directory renamed into place at the end.
+
+HF -> mcore builds the Megatron model without initialising it, fills it one layer at a time
+from safetensors reads (one layer's HF tensors in memory), and saves one torch_dist
+checkpoint (mcore_io) that loads at any TP/PP; --target-tensor/pipeline-parallel-size are
+checked against the model and recorded, not baked into files. mcore -> HF reads the
+checkpoint one layer at a time into fresh buffers and streams safetensors shards. Names and
+layouts come from mapping.py only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+
+from mindrl.ckpt import hf_io, mapping, mcore_io
+from mindrl.ckpt.staging import SaveDirError, check_save_dir, staged_dir
+from mindrl.models.spec import ModelSpec
+
+PARAMS_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_DTYPE_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+HF_DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+# --model-type-hf -> config.json model_types it may convert. MindSpeed's guide converts Qwen2.5
+# with "llama2" + --add-qkv-bias (a Llama-layout decoder with qkv bias), so llama2 accepts qwen2.
+MODEL_TYPE_HF = {
+    "qwen2": ("qwen2",),
+    "llama2": ("llama", "qwen2"),
+    "llama3": ("llama",),
+    "llama": ("llama",),
+}
+# HF tensors that are derived, not weights: ignored on the way in.
+IGNORED_HF_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+class ConversionError(ValueError):
+    """Bad input or inconsistent flags; nothing was written."""
+
+
+# ------------------------------------------------------------------ shared checks
+
+def params_dtype_name(name: Optional[str]) -> Optional[str]:
+    if name is None:
+        return None
+    key = _DTYPE_ALIASES.get(name, name)
+    if key not in PARAMS_DTYPES:
+        raise ConversionError(f"--params-dtype {name!r}: use one of {sorted(PARAMS_DTYPES)}")
+    return key
+
+
+def _dtype_key(dtype: torch.dtype, where: str) -> str:
+    for key, value in PARAMS_DTYPES.items():
+        if value == dtype:
+            return key
+    raise ConversionError(f"{where}: dtype {dtype} is not a parameter dtype "
+                          f"({', '.join(PARAMS_DTYPES)})")
+
+
+def check_model_type_hf(model_type_hf: Optional[str], architecture: str, source: str) -> None:
+    if model_type_hf is None:
+        return
+    if model_type_hf not in MODEL_TYPE_HF:
+        raise ConversionError(f"--model-type-hf {model_type_hf!r} is not supported; "
+                              f"supported: {', '.join(MODEL_TYPE_HF)}")
+    if architecture not in MODEL_TYPE_HF[model_type_hf]:
+        right = [k for k, v in MODEL_TYPE_HF.items() if architecture in v]
+        raise ConversionError(f"--model-type-hf {model_type_hf} does not match {source} "
+                              f"(model_type {architecture!r}); use --model-type-hf "
+                              f"{' or '.join(right)}")
+
+
+def check_qkv_bias(add_qkv_bias: Optional[bool], spec: ModelSpec, source: str) -> None:
+    if add_qkv_bias is None or add_qkv_bias == spec.add_qkv_bias:
+        return
+    if spec.add_qkv_bias:
+        raise ConversionError(f"{source} has qkv biases ({spec.architecture}) but "
+                              f"--add-qkv-bias is not set; add --add-qkv-bias")
+    raise ConversionError(f"--add-qkv-bias is set but {source} has no qkv biases "
+                          f"({spec.architecture}); drop --add-qkv-bias")
+
+
+def check_parallel_sizes(spec: ModelSpec, tp: int, pp: int) -> None:
+    """Megatron's own divisibility rules, checked before any work."""
+    if tp < 1 or pp < 1:
+        raise ConversionError(f"parallel sizes must be >= 1 (TP={tp}, PP={pp})")
+    for what, value in (("num_attention_heads", spec.num_attention_heads),
+                        ("num_query_groups (num_key_value_heads)", spec.num_query_groups),
+                        ("ffn_hidden_size (intermediate_size)", spec.ffn_hidden_size)):
+        if value % tp:
+            raise ConversionError(f"--target-tensor-parallel-size {tp} does not divide "
+                                  f"{what}={value} of {spec.name}")
+    if spec.num_layers % pp:
+        raise ConversionError(f"--target-pipeline-parallel-size {pp} does not divide "
+                              f"num_layers={spec.num_layers} of {spec.name}")
+
+
+def _steps(spec: ModelSpec) -> List[Tuple[str, List[Tuple[mapping.TensorRule, Optional[int]]]]]:
+    """iter_rules grouped into the units streamed at once: embedding, each layer, the end."""
+    steps = []
+    for _, group in itertools.groupby(mapping.iter_rules(spec), key=lambda rl: rl[1]):
+        group = list(group)
+        layer = group[0][1]
+        if layer is not None:
+            label = f"layer {layer}"
+        else:
+            label = "embedding" if group[0][0] is mapping.EMBEDDING else "final norm/output"
+
+        steps.append((label, group))
+    return steps
+
+
+def _tokenizer_source(tokenizer_model: Optional[str], default: Optional[Path]) -> Optional[Path]:
+    """--tokenizer-model may name a tokenizer file (guide: .../tokenizer.json) or its folder."""
+    if tokenizer_model is None:
+        if default is not None and any((default / n).is_file() for n in hf_io.TOKENIZER_FILES):
+            return default
+        return None
+    path = Path(tokenizer_model).expanduser().resolve()
+    if not path.exists():
+        raise ConversionError(f"--tokenizer-model {path} does not exist")
+    folder = path if path.is_dir() else path.parent
+    if not any((folder / n).is_file() for n in hf_io.TOKENIZER_FILES):
+        raise ConversionError(f"--tokenizer-model {path}: no tokenizer files there "
+                              f"(expected one of {', '.join(hf_io.TOKENIZER_FILES)})")
+    return folder
+
+
+def _check_tokenizer_fits(folder: Optional[Path], spec: ModelSpec) -> None:
+    if folder is None or not (folder / "tokenizer.json").is_file():
+        return
+    from tokenizers import Tokenizer
+
+    size = Tokenizer.from_file(str(folder / "tokenizer.json")).get_vocab_size(True)
+    if size > spec.vocab_size:
+        raise ConversionError(f"tokenizer {folder / 'tokenizer.json'} has {size} tokens but the "
+                              f"model has vocab_size {spec.vocab_size}")
+
+
+@contextlib.contextmanager
+def single_process_megatron() -> Iterator[None]:
+    """torch.distributed (world of 1, unless one is already up) + parallel_state TP1 PP1."""
+    import torch.distributed as dist
+
+    from mindrl import device
+    from mindrl.distributed import free_port
+    from mindrl.models.builder import Parallelism, initialize_parallel
+
+    created = False
+    if dist.is_initialized():
+        if dist.get_world_size() != 1:
+            raise ConversionError(f"the converter runs in one process; torch.distributed is up "
+                                  f"with world size {dist.get_world_size()}")
+    else:
+        device.init_distributed(0, 1, master_port=free_port())
+        created = True
+    try:
+        initialize_parallel(Parallelism())
+        yield
+    finally:
+        from megatron.core import parallel_state
+
+        parallel_state.destroy_model_parallel()
+        if created:
+            dist.destroy_process_group()
+
+
+def _progress(total: int, desc: str, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="step", disable=not enabled, dynamic_ncols=True)
+
+
+# ------------------------------------------------------------------ HF -> mcore
+
+@dataclass
+class HFToMcorePlan:
+    load_dir: Path
+    save_dir: Path
+    spec: ModelSpec
+    params_dtype: str
+    tp: int
+    pp: int
+    weights: hf_io.HFWeights
+    tokenizer_dir: Optional[Path]
+    overwrite: bool
+    notes: List[str] = field(default_factory=list)
+
+
+def _read_hf_config(load_dir: Path) -> dict:
+    path = load_dir / "config.json"
+    if not path.is_file():
+        raise ConversionError(f"{path} is missing: the HF config decides the model shape")
+    try:
+        return json.loads(path.read_text())
+    except ValueError as e:
+        raise ConversionError(f"{path}: not valid JSON ({e})") from e
+
+
+def _spec_from_config(config: dict, name: str, source: Path, divisible_by: int) -> ModelSpec:
+    from mindrl.models.hf_config import spec_from_hf_config
+
+    try:
+        return spec_from_hf_config(config, name, make_vocab_size_divisible_by=divisible_by)
+    except (ValueError, TypeError, AttributeError) as e:
+        raise ConversionError(f"{source}: {e}") from e
+
+
+def _check_hf_tensors(weights: hf_io.HFWeights, spec: ModelSpec, notes: List[str]) -> None:
+    """Every tensor the config implies exists with its shape; nothing else would be dropped."""
+    expected = set()
+    for rule, layer in mapping.iter_rules(spec):
+        for name, shape in zip(rule.hf_names(layer), mapping.expected_hf_shapes(rule, spec)):
+            expected.add(name)
+            if name not in weights:
+                raise ConversionError(f"{weights.directory}: tensor {name!r} (shape "
+                                      f"{tuple(shape)}) is missing from the weights")
+            if weights.shape(name) != tuple(shape):
+                raise ConversionError(
+                    f"{weights.file_of(name)}: tensor {name!r} has shape "
+                    f"{weights.shape(name)} but config.json implies {tuple(shape)}")
+            if not weights.dtype(name).is_floating_point:
+                raise ConversionError(f"{weights.file_of(name)}: tensor {name!r} has dtype "
+                                      f"{weights.dtype(name)}, expected floating point")
+    for name in weights.names():
+        if name in expected or name.endswith(IGNORED_HF_SUFFIXES):
+            continue
+        tied_head = mapping.OUTPUT.hf[0]
+        if name == tied_head and spec.tied_embeddings:
+            embed = mapping.EMBEDDING.hf[0]
+            if not torch.equal(weights.get(name), weights.get(embed)):
+                raise ConversionError(f"{weights.file_of(name)}: config.json ties embeddings "
+                                      f"but {name!r} differs from {embed!r}")
+            notes.append(f"{name} equals {embed} (tied); not stored twice")
+            continue
+        raise ConversionError(f"{weights.file_of(name)}: unexpected tensor {name!r}: not part "
+                              f"of a {spec.architecture} model with this config.json (it "
+                              f"would be dropped)")
+
+
+def plan_hf_to_mcore(load_dir, save_dir, *, tp: int = 1, pp: int = 1,
+                     params_dtype: Optional[str] = None, model_type_hf: Optional[str] = None,
+                     add_qkv_bias: Optional[bool] = None, tokenizer_model: Optional[str] = None,
+                     make_vocab_size_divisible_by: int = 1, overwrite: bool = False
+                     ) -> HFToMcorePlan:
+    """Check everything about an HF -> mcore conversion; writes nothing.
+
+    add_qkv_bias / model_type_hf None means "do not check" (library use); the CLI passes both.
+    params_dtype None keeps the dtype of the HF weights.
+    """
+    load_dir = Path(load_dir).expanduser().resolve()
+    save_dir = Path(save_dir).expanduser().resolve()
+    if not load_dir.is_dir():
+        raise ConversionError(f"--load-dir {load_dir} is not a directory")
+    config = _read_hf_config(load_dir)
+    if config.get("model_type") is None:
+        raise ConversionError(f"{load_dir / 'config.json'} has no model_type")
+    check_model_type_hf(model_type_hf, config["model_type"], str(load_dir / "config.json"))
+    spec = _spec_from_config(config, load_dir.name, load_dir / "config.json",
+                             make_vocab_size_divisible_by)
+    check_qkv_bias(add_qkv_bias, spec, str(load_dir))
+    check_parallel_sizes(spec, tp, pp)
+    dtype = params_dtype_name(params_dtype)
+    try:
+        check_save_dir(save_dir, overwrite, load_dir)
+    except SaveDirError as e:
+        raise ConversionError(str(e)) from None
+    tokenizer_dir = _tokenizer_source(tokenizer_model, load_dir)
+    _check_tokenizer_fits(tokenizer_dir, spec)
+    try:
+        weights = hf_io.HFWeights.open(load_dir)
+    except hf_io.HFCheckpointError as e:
+        raise ConversionError(str(e)) from None
+    notes: List[str] = []
+    try:
+        _check_hf_tensors(weights, spec, notes)
+        if dtype is None:
+            embed = mapping.EMBEDDING.hf[0]
+            dtype = _dtype_key(weights.dtype(embed), str(weights.file_of(embed)))
+    except BaseException:
+        weights.close()
+        raise
+    return HFToMcorePlan(load_dir, save_dir, spec, dtype, tp, pp, weights, tokenizer_dir,
+                         overwrite, notes)
+
+
+def run_hf_to_mcore(plan: HFToMcorePlan, progress: bool = True) -> Path:
+    """Execute a checked plan; returns the checkpoint root (== plan.save_dir)."""
+    from mindrl.models.builder import Parallelism, build_gpt_model
+
+    spec, dtype = plan.spec, PARAMS_DTYPES[plan.params_dtype]
+
+    def hf_assets(folder: Path) -> None:
+        hf_io.copy_files(plan.load_dir, folder, hf_io.CONFIG_FILES)
+        if plan.tokenizer_dir is not None:
+            hf_io.copy_files(plan.tokenizer_dir, folder, hf_io.TOKENIZER_FILES)
+
+    extra = {"source": {"hf_dir": str(plan.load_dir)},
+             "validated_layouts": [{"tensor_model_parallel_size": plan.tp,
+                                    "pipeline_model_parallel_size": plan.pp}]}
+    try:
+        with single_process_megatron(), staged_dir(plan.save_dir, plan.overwrite) as tmp:
+            model = build_gpt_model(spec, Parallelism(), plan.params_dtype,
+                                    perform_initialization=False)
+            params = dict(model.named_parameters())
+            padded = spec.padded_vocab_size(1)
+            filled = set()
+            steps = _steps(spec)
+            with _progress(len(steps), "hf->mcore", progress) as bar, torch.no_grad():
+                for label, group in steps:
+                    bar.set_postfix_str(label)
+                    for rule, layer in group:
+                        parts = [plan.weights.get(n).to(dtype) for n in rule.hf_names(layer)]
+                        full = mapping.hf_to_mcore(rule, parts, spec, padded)
+                        del parts
+                        name = rule.mcore_name(layer)
+                        params[name].copy_(full)
+                        filled.add(name)
+                    bar.update()
+            unfilled = sorted(set(params) - filled)
+            if unfilled:
+                raise RuntimeError(f"mapping left Megatron parameters unfilled: {unfilled}")
+            mcore_io.save_mcore_checkpoint(model, tmp, spec, plan.params_dtype,
+                                           hf_assets=hf_assets, release_params=True,
+                                           extra_info=extra)
+            del model, params
+    finally:
+        plan.weights.close()
+    return plan.save_dir
+
+
+def hf_to_mcore(load_dir, save_dir, progress: bool = True, **options) -> Path:
+    """Plan (all checks) then convert; see plan_hf_to_mcore for the options."""
+    return run_hf_to_mcore(plan_hf_to_mcore(load_dir, save_dir, **options), progress)
+
+
+# ------------------------------------------------------------------ mcore -> HF
+
+@dataclass
+class McoreToHFPlan:
+    ckpt_dir: Path
+    save_dir: Path
+    spec: ModelSpec
+    saved_dtype: str
+    params_dtype: str
+    config_text: str
+    generation_config: Optional[Path]
+    tokenizer_dir: Path
+    max_shard_bytes: int
+    overwrite: bool
+
+
+def _hf_config_text(ckpt: Path, spec: ModelSpec, out_dtype: str) -> str:
+    """The checkpoint's own HF config (byte for byte when the dtype is unchanged), checked
+    against the spec; a config generated from the spec when the checkpoint has none."""
+    path = ckpt / mcore_io.HF_ASSETS / "config.json"
+    hf_dtype = HF_DTYPE_NAMES[out_dtype]
+    if not path.is_file():
+        from mindrl.models.hf_config import hf_config_from_spec
+
+        config = hf_config_from_spec(spec, torch_dtype=hf_dtype)
+        return config.to_json_string(use_diff=False)
+    text = path.read_text()
+    config = json.loads(text)
+    again = _spec_from_config(config, spec.name, path, spec.make_vocab_size_divisible_by)
+    if again != spec:
+        diff = {k: (v, getattr(spec, k)) for k, v in again.to_dict().items()
+                if getattr(spec, k) != v}
+        raise ConversionError(f"{path} disagrees with {ckpt / mcore_io.MODEL_INFO}: "
+                              f"{diff} (config, checkpoint)")
+    keys = [k for k in ("dtype", "torch_dtype") if k in config]
+    if all(config[k] == hf_dtype for k in keys) and keys:
+        return text
+    for k in keys or ["dtype"]:
+        config[k] = hf_dtype
+    return json.dumps(config, indent=2, sort_keys=True) + "\n"
+
+
+def plan_mcore_to_hf(load_dir, save_dir, *, params_dtype: Optional[str] = None,
+                     model_type_hf: Optional[str] = None, add_qkv_bias: Optional[bool] = None,
+                     tokenizer_model: Optional[str] = None, max_shard_size: str = "5GB",
+                     tp: int = 1, pp: int = 1, overwrite: bool = False) -> McoreToHFPlan:
+    """Check everything about an mcore -> HF conversion; writes nothing."""
+    if (tp, pp) != (1, 1):
+        raise ConversionError(f"HF output is one unsharded model: use "
+                              f"--target-tensor-parallel-size 1 --target-pipeline-parallel-size "
+                              f"1 (got TP={tp}, PP={pp})")
+    save_dir = Path(save_dir).expanduser().resolve()
+    try:
+        ckpt = mcore_io.resolve_checkpoint_dir(load_dir)
+        info = mcore_io.read_model_info(ckpt)
+        mcore_io.check_checkpoint_files(ckpt)
+        check_save_dir(save_dir, overwrite, Path(load_dir))
+    except (mcore_io.McoreCheckpointError, SaveDirError) as e:
+        raise ConversionError(str(e)) from None
+    spec = info.spec
+    check_model_type_hf(model_type_hf, spec.architecture, str(ckpt / mcore_io.MODEL_INFO))
+    check_qkv_bias(add_qkv_bias, spec, str(ckpt))
+    saved_dtype = params_dtype_name(info.params_dtype)
+    out_dtype = params_dtype_name(params_dtype) or saved_dtype
+    try:
+        max_bytes = hf_io.parse_size(max_shard_size)
+    except ValueError as e:
+        raise ConversionError(f"--max-shard-size: {e}") from None
+    tokenizer_dir = _tokenizer_source(tokenizer_model, ckpt / mcore_io.HF_ASSETS)
+    if tokenizer_dir is None:
+        raise ConversionError(f"{ckpt} carries no tokenizer: pass --tokenizer-model (a "
+                              f"tokenizer.json or its folder)")
+    _check_tokenizer_fits(tokenizer_dir, spec)
+    generation = ckpt / mcore_io.HF_ASSETS / "generation_config.json"
+    return McoreToHFPlan(ckpt, save_dir, spec, saved_dtype, out_dtype,
+                         _hf_config_text(ckpt, spec, out_dtype),
+                         generation if generation.is_file() else None, tokenizer_dir,
+                         max_bytes, overwrite)
+
+
+def _check_saved_tensors(sharded: Dict, saved: Dict[str, Tuple], ckpt: Path) -> None:
+    """Each tensor the model needs is in the checkpoint with its global shape (vocab rows may
+    differ by padding)."""
+    from megatron.core.dist_checkpointing.mapping import ShardedTensor, ShardedTensorFactory
+
+    for name, sh in sharded.items():
+        if isinstance(sh, ShardedTensorFactory):
+            sh = sh.build()[0]
+        if not isinstance(sh, ShardedTensor):
+            continue
+        if sh.key not in saved:
+            raise ConversionError(f"{ckpt}: tensor {sh.key!r} (for {name}) is not in the "
+                                  f"checkpoint")
+        shape, _ = saved[sh.key]
+        want = tuple(sh.global_shape)
+        if sh.key in mcore_io.VOCAB_KEYS:
+            ok = shape[1:] == want[1:] and shape[0] >= 1
+        else:
+            ok = shape == want
+        if not ok:
+            raise ConversionError(f"{ckpt}: tensor {sh.key!r} has shape {shape} but "
+                                  f"{mcore_io.MODEL_INFO} implies {want}")
+
+
+def run_mcore_to_hf(plan: McoreToHFPlan, progress: bool = True) -> Path:
+    from mindrl.models.builder import Parallelism, build_gpt_model
+
+    spec, out_dtype = plan.spec, PARAMS_DTYPES[plan.params_dtype]
+    entries = [(name, tuple(shape), out_dtype)
+               for rule, layer in mapping.iter_rules(spec)
+               for name, shape in zip(rule.hf_names(layer),
+                                      mapping.expected_hf_shapes(rule, spec))]
+    with single_process_megatron():
+        # Built only for its sharded-state-dict layout: never initialised, never filled.
+        model = build_gpt_model(spec, Parallelism(), plan.saved_dtype,
+                                perform_initialization=False)
+        sharded = mcore_io.model_sharded_state_dict(model)
+        saved = mcore_io.check_checkpoint_files(plan.ckpt_dir)
+        _check_saved_tensors(sharded, saved, plan.ckpt_dir)
+        with staged_dir(plan.save_dir, plan.overwrite) as tmp:
+            (tmp / "config.json").write_text(plan.config_text)
+            if plan.generation_config is not None:
+                hf_io.copy_files(plan.generation_config.parent, tmp, ["generation_config.json"])
+            hf_io.copy_files(plan.tokenizer_dir, tmp, hf_io.TOKENIZER_FILES)
+            writer = hf_io.ShardedSafetensorsWriter(tmp, entries, plan.max_shard_bytes)
+            steps = _steps(spec)
+            try:
+                with _progress(len(steps), "mcore->hf", progress) as bar:
+                    for label, group in steps:
+                        bar.set_postfix_str(label)
+                        names = [rule.mcore_name(layer) for rule, layer in group]
+                        tensors = mcore_io.load_tensors({n: sharded[n] for n in names},
+                                                        plan.ckpt_dir, saved)
+                        for rule, layer in group:
+                            full = tensors.pop(rule.mcore_name(layer))
+                            for hf_name, t in mapping.mcore_to_hf(rule, full, spec,
+                                                                  layer).items():
+                                writer.write(hf_name, t.to(out_dtype))
+                        bar.update()
+                writer.finish()
+            except BaseException:
+                writer.abort()
+                raise
+    return plan.save_dir
+
+
+def mcore_to_hf(load_dir, save_dir, progress: bool = True, **options) -> Path:
+    """Plan (all checks) then convert; see plan_mcore_to_hf for the options."""
+    return run_mcore_to_hf(plan_mcore_to_hf(load_dir, save_dir, **options), progress)

@@ -1,0 +1,325 @@
+"""HF checkpoint files: read weights tensor by tensor, write sharded safetensors as a stream.
+
+Reading: names, shapes and dtypes come from the safetensors headers alone, so a checkpoint
+is validated (missing or truncated shards, index/file disagreement) before any tensor is
+read; tensors are then read one at a time. ``pytorch_model*.bin`` files are accepted but
+only loaded with ``weights_only=True`` (and memory-mapped).
+
+Writing: safetensors needs every tensor's shape and offset in the header, which a converter
+knows from the model spec before it has any tensor. ``ShardedSafetensorsWriter`` therefore
+plans the shards up front, writes each header first and then appends tensors as they are
+produced, so the output is streamed with one tensor in memory, not one shard.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+import torch
+
+SAFE_INDEX = "model.safetensors.index.json"
+SAFE_SINGLE = "model.safetensors"
+BIN_INDEX = "pytorch_model.bin.index.json"
+BIN_SINGLE = "pytorch_model.bin"
+
+# Small files that travel with the weights: config and tokenizer.
+CONFIG_FILES = ("config.json", "generation_config.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json",
+                   "chat_template.jinja", "chat_template.json")
+
+SAFETENSORS_DTYPES: Dict[str, torch.dtype] = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
+    "U8": torch.uint8, "BOOL": torch.bool,
+}
+DTYPE_TO_SAFETENSORS = {v: k for k, v in SAFETENSORS_DTYPES.items()}
+
+
+class HFCheckpointError(ValueError):
+    """An HF checkpoint directory that cannot be read as it claims to be."""
+
+
+Shape = Tuple[int, ...]
+
+
+class HFWeights:
+    """The weights of one HF checkpoint directory: headers up front, tensors on demand."""
+
+    def __init__(self, directory: Path, files: Dict[str, Path],
+                 info: Dict[str, Tuple[Shape, torch.dtype]], handles: Dict[Path, object]):
+        self.directory = directory
+        self._files = files
+        self._info = info
+        self._handles = handles
+
+    # -------------------------------------------------------------- opening
+
+    @classmethod
+    def open(cls, directory) -> "HFWeights":
+        directory = Path(directory).expanduser().resolve()
+        if not directory.is_dir():
+            raise HFCheckpointError(f"--load-dir {directory} is not a directory")
+        for index_name, single, opener in ((SAFE_INDEX, SAFE_SINGLE, _open_safetensors),
+                                           (BIN_INDEX, BIN_SINGLE, _open_torch_file)):
+            index = directory / index_name
+            if index.is_file():
+                shard_of = _read_index(index)
+                return cls._from_files(directory, shard_of, opener, index)
+            if (directory / single).is_file():
+                return cls._from_files(directory, None, opener, directory / single)
+        found = sorted(p.name for p in directory.iterdir()
+                       if p.suffix in (".safetensors", ".bin", ".pt", ".pth"))
+        hint = f" (found {', '.join(found)} but no index naming them)" if found else ""
+        raise HFCheckpointError(
+            f"{directory}: no HF weights: expected {SAFE_SINGLE} or {SAFE_INDEX} "
+            f"(or {BIN_SINGLE} / {BIN_INDEX}){hint}")
+
+    @classmethod
+    def _from_files(cls, directory: Path, shard_of: Optional[Dict[str, str]], opener,
+                    source: Path) -> "HFWeights":
+        if shard_of is None:
+            file_names = [source.name]
+        else:
+            file_names = sorted(set(shard_of.values()))
+            missing = [f for f in file_names if not (directory / f).is_file()]
+            if missing:
+                raise HFCheckpointError(
+                    f"{directory}: missing shard file(s) {', '.join(missing)} listed in "
+                    f"{source.name}")
+        files: Dict[str, Path] = {}
+        info: Dict[str, Tuple[Shape, torch.dtype]] = {}
+        handles: Dict[Path, object] = {}
+        for name in file_names:
+            path = directory / name
+            handle, header = opener(path)
+            handles[path] = handle
+            for tensor, (shape, dtype) in header.items():
+                if tensor in files:
+                    raise HFCheckpointError(f"tensor {tensor!r} is stored twice: in "
+                                            f"{files[tensor].name} and {name}")
+                files[tensor] = path
+                info[tensor] = (shape, dtype)
+        if shard_of is not None:
+            for tensor, name in shard_of.items():
+                if files.get(tensor) != directory / name:
+                    where = f"it is in {files[tensor].name}" if tensor in files else \
+                        "no shard holds it"
+                    raise HFCheckpointError(
+                        f"{directory / name}: tensor {tensor!r} is listed there by "
+                        f"{source.name} but {where} (partial or mismatched shards?)")
+        return cls(directory, files, info, handles)
+
+    # -------------------------------------------------------------- queries
+
+    def names(self) -> List[str]:
+        return list(self._info)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._info
+
+    def shape(self, name: str) -> Shape:
+        return self._info[name][0]
+
+    def dtype(self, name: str) -> torch.dtype:
+        return self._info[name][1]
+
+    def file_of(self, name: str) -> Path:
+        return self._files[name]
+
+    def get(self, name: str) -> torch.Tensor:
+        """One tensor, read now (the only call that touches tensor data)."""
+        path = self._files[name]
+        handle = self._handles[path]
+        try:
+            if isinstance(handle, dict):
+                return handle[name]
+            return handle.get_tensor(name)
+        except Exception as e:  # a corrupt file that passed the header check
+            raise HFCheckpointError(f"{path}: cannot read tensor {name!r}: {e}") from e
+
+    def close(self) -> None:
+        for handle in self._handles.values():
+            if hasattr(handle, "__exit__"):
+                handle.__exit__(None, None, None)
+        self._handles.clear()
+
+    def __enter__(self) -> "HFWeights":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _read_index(index: Path) -> Dict[str, str]:
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise HFCheckpointError(f"{index}: not a valid weight index ({e})") from e
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise HFCheckpointError(f"{index}: empty or malformed weight_map")
+    return weight_map
+
+
+def _open_safetensors(path: Path):
+    from safetensors import safe_open
+
+    try:
+        handle = safe_open(str(path), framework="pt")
+        handle.__enter__()
+        header = {}
+        for name in handle.keys():
+            piece = handle.get_slice(name)
+            dtype = piece.get_dtype()
+            if dtype not in SAFETENSORS_DTYPES:
+                raise HFCheckpointError(f"{path}: tensor {name!r} has unsupported dtype {dtype}")
+            header[name] = (tuple(piece.get_shape()), SAFETENSORS_DTYPES[dtype])
+    except HFCheckpointError:
+        raise
+    except Exception as e:
+        raise HFCheckpointError(f"{path}: not a readable safetensors file (truncated or "
+                                f"partially written?): {e}") from e
+    return handle, header
+
+
+def _open_torch_file(path: Path):
+    """Torch pickles only with weights_only=True; memory-mapped so nothing is read yet."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as e:
+        raise HFCheckpointError(f"{path}: cannot load with torch.load(weights_only=True): "
+                                f"{e}") from e
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor)
+                                              for v in state.values()):
+        raise HFCheckpointError(f"{path}: expected a dict of tensors")
+    return state, {k: (tuple(v.shape), v.dtype) for k, v in state.items()}
+
+
+# ------------------------------------------------------------------ streaming writer
+
+def _shard_name(i: int, n: int) -> str:
+    return f"model-{i + 1:05d}-of-{n:05d}.safetensors"
+
+
+def plan_shards(entries: Sequence[Tuple[str, Shape, torch.dtype]],
+                max_shard_bytes: int) -> List[List[Tuple[str, Shape, torch.dtype]]]:
+    """Greedy split in write order; a tensor larger than the limit gets a shard of its own."""
+    shards: List[list] = [[]]
+    size = 0
+    for entry in entries:
+        nbytes = _nbytes(entry[1], entry[2])
+        if shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(entry)
+        size += nbytes
+    return shards
+
+
+def _nbytes(shape: Shape, dtype: torch.dtype) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n * torch.empty((), dtype=dtype).element_size()
+
+
+def _header_bytes(entries: Sequence[Tuple[str, Shape, torch.dtype]]) -> bytes:
+    header: Dict[str, object] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, shape, dtype in entries:
+        end = offset + _nbytes(shape, dtype)
+        header[name] = {"dtype": DTYPE_TO_SAFETENSORS[dtype], "shape": list(shape),
+                        "data_offsets": [offset, end]}
+        offset = end
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # tensor data starts 8-byte aligned
+    return len(raw).to_bytes(8, "little") + raw
+
+
+class ShardedSafetensorsWriter:
+    """Write planned tensors, in plan order, into model-XXXXX-of-YYYYY.safetensors + index."""
+
+    def __init__(self, out_dir: Path, entries: Sequence[Tuple[str, Shape, torch.dtype]],
+                 max_shard_bytes: int):
+        self.out_dir = Path(out_dir)
+        self.shards = plan_shards(list(entries), max_shard_bytes)
+        self._order = [(i, e) for i, shard in enumerate(self.shards) for e in shard]
+        self._next = 0
+        self._file = None
+        self._shard = -1
+
+    def write(self, name: str, tensor: torch.Tensor) -> None:
+        if self._next >= len(self._order):
+            raise RuntimeError(f"unplanned tensor {name!r}: every planned tensor is written")
+        shard, (want, shape, dtype) = self._order[self._next]
+        if name != want or tuple(tensor.shape) != shape or tensor.dtype != dtype:
+            raise RuntimeError(f"writer expected {want} {shape} {dtype}, got {name} "
+                               f"{tuple(tensor.shape)} {tensor.dtype}")
+        if shard != self._shard:
+            self._close_file()
+            self._shard = shard
+            self._file = open(self.out_dir / _shard_name(shard, len(self.shards)), "wb")
+            self._file.write(_header_bytes(self.shards[shard]))
+        if tensor.numel():
+            flat = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+            self._file.write(memoryview(flat.numpy()))
+        self._next += 1
+
+    def _close_file(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            self._file = None
+
+    def finish(self) -> List[Path]:
+        """Close the last shard and write the index; every planned tensor must be written."""
+        if self._next != len(self._order):
+            missing = self._order[self._next][1][0]
+            raise RuntimeError(f"conversion ended before tensor {missing!r} was written")
+        self._close_file()
+        n = len(self.shards)
+        weight_map = {name: _shard_name(i, n) for i, shard in enumerate(self.shards)
+                      for name, _, _ in shard}
+        total = sum(_nbytes(s, d) for _, (_, s, d) in self._order)
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        (self.out_dir / SAFE_INDEX).write_text(json.dumps(index, indent=2) + "\n")
+        return [self.out_dir / _shard_name(i, n) for i in range(n)] + [self.out_dir / SAFE_INDEX]
+
+    def abort(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+# ------------------------------------------------------------------ small files
+
+def copy_files(src_dir: Path, dst_dir: Path, names: Iterable[str]) -> List[str]:
+    """Copy those of ``names`` that exist in src_dir, byte for byte; return the copied names."""
+    copied = []
+    for name in names:
+        src = Path(src_dir) / name
+        if src.is_file():
+            shutil.copyfile(src, Path(dst_dir) / name)
+            copied.append(name)
+    return copied
+
+
+def parse_size(text: str) -> int:
+    """'5GB', '500MB', '2GiB' or a byte count -> bytes."""
+    units = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10,
+             "MIB": 2**20, "GIB": 2**30}
+    s = str(text).strip().upper()
+    digits = s.rstrip("KMGIB")
+    unit = s[len(digits):]
+    try:
+        value = float(digits) * units[unit]
+    except (ValueError, KeyError):
+        raise ValueError(f"size {text!r}: use e.g. 5GB, 500MB, 2GiB or a byte count") from None
+    if value <= 0:
+        raise ValueError(f"size {text!r} must be positive")
+    return int(value)

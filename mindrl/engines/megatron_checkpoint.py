@@ -1,0 +1,181 @@
+"""Training checkpoints of a Megatron engine through dist_checkpointing (torch_dist).
+
+Layout (Megatron-LM's, so MindSpeed users recognise it):
+    <save>/iter_0000010/               one complete checkpoint (model, optimizer, rng, meta)
+    <save>/latest_checkpointed_iteration.txt   "10": written last, only after the rename
+A checkpoint is written into <save>/.tmp_iter_0000010 and renamed into place, so `latest`
+only ever names a complete checkpoint and a crash leaves the previous one loadable.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import torch
+
+from mindrl import device
+
+LATEST = "latest_checkpointed_iteration.txt"
+# The distributed optimizer format that loads on CPU/gloo (PLATFORM_NOTES).
+OPTIM_METADATA = {"distrib_optim_sharding_type": "dp_reshardable"}
+
+
+def iteration_dir(save_dir, iteration: int) -> Path:
+    return Path(save_dir) / f"iter_{iteration:07d}"
+
+
+def latest_iteration(save_dir) -> Optional[int]:
+    """The iteration the marker names, or None when there is no complete checkpoint."""
+    marker = Path(save_dir) / LATEST
+    if not marker.is_file():
+        return None
+    text = marker.read_text().strip()
+    if text == "release":
+        return 0
+    iteration = int(text)
+    return iteration if iteration_dir(save_dir, iteration).is_dir() else None
+
+
+def _is_rank0() -> bool:
+    return not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0
+
+
+def _barrier() -> None:
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _rng_object(ps):
+    from megatron.core import tensor_parallel
+    from megatron.core.dist_checkpointing.mapping import ShardedObject
+
+    state = {"rng": device.get_rng_state(),
+             "tracker": tensor_parallel.get_cuda_rng_tracker().get_states()}
+    pp, tp = ps.get_pipeline_model_parallel_rank(), ps.get_tensor_model_parallel_rank()
+    return ShardedObject("rng_state", state,
+                         (ps.get_pipeline_model_parallel_world_size(),
+                          ps.get_tensor_model_parallel_world_size()),
+                         (pp, tp), replica_id=ps.get_data_parallel_rank())
+
+
+def ensure_optimizer_state(optimizer) -> None:
+    """Give a fresh torch Adam its (zero) state, `step` included: Megatron's distributed
+    optimizer reads one common step from the state before it can describe what to load."""
+    for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
+        inner = getattr(opt, "optimizer", opt)
+        for group in inner.param_groups:
+            for p in group["params"]:
+                state = inner.state[p]
+                if not state:
+                    state["exp_avg"] = torch.zeros_like(p.data)
+                    state["exp_avg_sq"] = torch.zeros_like(p.data)
+                    state["step"] = torch.zeros((), dtype=torch.float32)
+
+
+def _saved_adam_step(loaded_optim) -> Optional[float]:
+    """The common Adam step stored in the checkpoint's param groups (or common_step)."""
+    if isinstance(loaded_optim, dict):
+        for group in loaded_optim.get("param_groups", []):
+            if group.get("step") is not None:
+                return float(group["step"])
+        common = loaded_optim.get("state", {}).get("common_step") if isinstance(
+            loaded_optim.get("state"), dict) else None
+        if common is not None:
+            return float(common)
+        values = loaded_optim.values()
+    elif isinstance(loaded_optim, (list, tuple)):
+        values = loaded_optim
+    else:
+        return None
+    for value in values:
+        step = _saved_adam_step(value)
+        if step is not None:
+            return step
+    return None
+
+
+def _restore_adam_steps(optimizer, step: Optional[float]) -> None:
+    """One `step` tensor per param, holding the saved value. Megatron's distributed optimizer
+    (torch Adam path) hands every param one shared tensor, which Adam then increments once per
+    param, and its parameter-state load can leave the counter at 0."""
+    if step is None:
+        return
+    for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
+        inner = getattr(opt, "optimizer", opt)
+        for state in inner.state.values():
+            if "step" in state:
+                state["step"] = torch.tensor(step, dtype=torch.float32)
+
+
+def sharded_state(module, optimizer, ps, with_optim: bool, with_rng: bool,
+                  is_loading: bool) -> Dict[str, Any]:
+    state: Dict[str, Any] = {"model": module.sharded_state_dict()}
+    if with_optim and optimizer is not None:
+        state["optimizer"] = optimizer.sharded_state_dict(state["model"], is_loading=is_loading,
+                                                          metadata=OPTIM_METADATA)
+    if with_rng:
+        state["rng_state"] = _rng_object(ps)
+    return state
+
+
+def save(module, optimizer, scheduler, save_dir, iteration: int, extra: Dict[str, Any],
+         save_optim: bool = True, save_rng: bool = True) -> Path:
+    """Collective: every rank of the role calls it."""
+    from megatron.core import dist_checkpointing
+    from megatron.core import parallel_state as ps
+
+    final = iteration_dir(save_dir, iteration)
+    tmp = final.with_name(".tmp_" + final.name)
+    if _is_rank0():
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    _barrier()
+    state = sharded_state(module, optimizer, ps, save_optim, save_rng, is_loading=False)
+    state["iteration"] = iteration
+    state["extra"] = extra
+    if scheduler is not None:
+        state["scheduler"] = scheduler.state_dict()
+    dist_checkpointing.save(state, str(tmp))
+    _barrier()
+    if _is_rank0():
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _write_atomically(Path(save_dir) / LATEST, str(iteration))
+    _barrier()
+    return final
+
+
+def load(module, optimizer, scheduler, ckpt_dir, load_optim: bool = True,
+         load_rng: bool = True) -> Dict[str, Any]:
+    """Restore model (+ optimizer, rng, scheduler) in place; returns iteration and extra."""
+    from megatron.core import dist_checkpointing
+    from megatron.core import parallel_state as ps
+
+    if load_optim and optimizer is not None:
+        ensure_optimizer_state(optimizer)
+    request = sharded_state(module, optimizer, ps, load_optim, load_rng, is_loading=True)
+    loaded = dist_checkpointing.load(request, str(ckpt_dir))
+    module.load_state_dict(loaded["model"], strict=False)
+    if load_optim and optimizer is not None:
+        # fp32: the optimizer's main params are views of the model params (PLATFORM_NOTES).
+        with torch.no_grad():
+            optimizer.load_state_dict(loaded["optimizer"])
+        _restore_adam_steps(optimizer, _saved_adam_step(loaded["optimizer"]))
+        if scheduler is not None and "scheduler" in loaded:
+            scheduler.load_state_dict(loaded["scheduler"])
+    if load_rng and "rng_state" in loaded:
+        from megatron.core import tensor_parallel
+
+        device.set_rng_state(loaded["rng_state"]["rng"])
+        tensor_parallel.get_cuda_rng_tracker().set_states(loaded["rng_state"]["tracker"])
+    return {"iteration": loaded.get("iteration", 0), "extra": loaded.get("extra", {})}
