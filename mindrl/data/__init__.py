@@ -1,0 +1,1 @@
+"""Prompt datasets: task generators, templates, preprocessing, prompt loading."""
