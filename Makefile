@@ -36,8 +36,10 @@ endif
 test: setup
 	$(PY) -m pytest tests -q -p no:cacheprovider
 
+# Until the GRPO driver lands this runs every real piece that exists (cli/demo_stack.py);
+# then it becomes `$(PY) cli/train_grpo.py` (the embedded grpo_tiny_cpu recipe).
 demo: setup
-	$(PY) cli/train_grpo.py
+	$(PY) cli/demo_stack.py
 
 clean-venv:
 	rm -rf $(VENV)

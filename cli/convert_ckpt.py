@@ -86,7 +86,8 @@ def check_flags(args) -> None:
 
 
 def main(argv=None) -> int:
-    warnings.filterwarnings("ignore", category=UserWarning, module=r"megatron\..*")
+    for category in (UserWarning, FutureWarning):  # Apex/TE fallbacks, DCP API renames
+        warnings.filterwarnings("ignore", category=category, module=r"megatron\..*")
     parser = build_parser()
     args = parser.parse_args(argv)
 
@@ -112,7 +113,8 @@ def main(argv=None) -> int:
             plan = converter.plan_mcore_to_hf(
                 args.load_dir, args.save_dir, params_dtype=args.params_dtype,
                 model_type_hf=args.model_type_hf, add_qkv_bias=args.add_qkv_bias,
-                tokenizer_model=args.tokenizer_model, max_shard_size=args.max_shard_size or "5GB",
+                tokenizer_model=args.tokenizer_model,
+                max_shard_size=args.max_shard_size or "5GB",
                 tp=args.target_tensor_parallel_size, pp=args.target_pipeline_parallel_size,
                 overwrite=args.overwrite)
             out = converter.run_mcore_to_hf(plan, progress=not args.no_progress)

@@ -40,8 +40,6 @@ MODEL_TYPE_HF = {
     "llama3": ("llama",),
     "llama": ("llama",),
 }
-# HF tensors that are derived, not weights: ignored on the way in.
-IGNORED_HF_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
 class ConversionError(ValueError):
@@ -233,7 +231,7 @@ def _check_hf_tensors(weights: hf_io.HFWeights, spec: ModelSpec, notes: List[str
                 raise ConversionError(f"{weights.file_of(name)}: tensor {name!r} has dtype "
                                       f"{weights.dtype(name)}, expected floating point")
     for name in weights.names():
-        if name in expected or name.endswith(IGNORED_HF_SUFFIXES):
+        if name in expected or mapping.is_derived_hf_tensor(name):
             continue
         tied_head = mapping.OUTPUT.hf[0]
         if name == tied_head and spec.tied_embeddings:

@@ -191,8 +191,10 @@ def _open_torch_file(path: Path):
     try:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as e:
+        lines = str(e).splitlines()
+        reason = next((ln for ln in lines if "Unsupported global" in ln), lines[0] if lines else "")
         raise HFCheckpointError(f"{path}: cannot load with torch.load(weights_only=True): "
-                                f"{e}") from e
+                                f"{reason.strip()}") from e
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor)
                                               for v in state.values()):
         raise HFCheckpointError(f"{path}: expected a dict of tensors")

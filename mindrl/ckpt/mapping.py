@@ -114,6 +114,15 @@ def hf_tensor_names(spec: ModelSpec) -> List[str]:
     return [name for rule, layer in iter_rules(spec) for name in rule.hf_names(layer)]
 
 
+# HF tensors that are derived buffers, not weights (older Llama checkpoints store RoPE's
+# inv_freq); a converter may skip them without losing anything.
+DERIVED_HF_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+def is_derived_hf_tensor(name: str) -> bool:
+    return name.endswith(DERIVED_HF_SUFFIXES)
+
+
 # ---------------------------------------------------------------- fusion (HF <-> full mcore)
 
 def _qkv_dims(spec: ModelSpec) -> Tuple[int, int, int]:

@@ -30,7 +30,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 
@@ -217,12 +217,13 @@ def _finish_rows(state: Dict, fixes: List[RowFix]) -> None:
 
 def save_mcore_checkpoint(model, root, spec: ModelSpec, params_dtype: str,
                           iteration: Optional[int] = None,
-                          hf_assets: Optional[Callable[[Path], None]] = None,
+                          hf_assets: Union[None, str, Path, Callable[[Path], None]] = None,
                           release_params: bool = False, extra_info: Optional[Dict] = None
                           ) -> Path:
     """Save ``model`` (this rank's stage, any TP/PP; all ranks call) under ``root``.
 
-    hf_assets(dir) fills the checkpoint's hf/ folder (rank 0). release_params=True lets the
+    hf_assets: an HF model folder whose config and tokenizer files go to the checkpoint's hf/
+    folder, or a callable that fills it (rank 0). release_params=True lets the
     save consume the model: tensors Megatron would copy all at once (views, e.g. the gate and
     up halves of linear_fc1) are copied one at a time and the parameter they came from is
     freed, so a converter never holds the model twice. The model is unusable afterwards.
@@ -247,7 +248,12 @@ def save_mcore_checkpoint(model, root, spec: ModelSpec, params_dtype: str,
         (ckpt / MODEL_INFO).write_text(info.to_json())
         if hf_assets is not None:
             (ckpt / HF_ASSETS).mkdir(exist_ok=True)
-            hf_assets(ckpt / HF_ASSETS)
+            if callable(hf_assets):
+                hf_assets(ckpt / HF_ASSETS)
+            else:
+                from mindrl.ckpt.hf_io import CONFIG_FILES, TOKENIZER_FILES, copy_files
+
+                copy_files(Path(hf_assets), ckpt / HF_ASSETS, CONFIG_FILES + TOKENIZER_FILES)
         tmp = root / f".{TRACKER}.tmp"
         tmp.write_text(RELEASE if iteration is None else str(iteration))
         os.replace(tmp, root / TRACKER)
