@@ -5,8 +5,8 @@
   python cli/train_grpo.py --config-name r1_zero_qwen25_7b +dry_run=true
   python cli/train_grpo.py --config-name grpo_tiny_cpu rl_config.kl_coef=0 +dry_run=true
 
-Exit codes: 0 plan printed; 1 invalid recipe (every problem is listed with its key);
-2 recipe valid but the training driver is not in this build.
+Exit codes: 0 trained (or plan printed); 1 invalid recipe (every problem is listed with its
+key); 3 a worker died or training failed.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from mindrl.config import (ConfigError, format_plan, local_cluster, make_plan,  
 from mindrl.config.compose import DEFAULT_RECIPE, recipe_dir  # noqa: E402
 
 EXIT_INVALID = 1
-EXIT_NO_DRIVER = 2
+EXIT_FAILED = 3
 
 
 def run(cfg: DictConfig, recipe: str) -> int:
@@ -35,14 +35,29 @@ def run(cfg: DictConfig, recipe: str) -> int:
             run_cfg, warnings = validate_lenient(cfg, cluster, recipe=recipe)
             print(format_plan(make_plan(run_cfg, cluster, warnings)))
             return 0
-        validate(cfg, cluster, check_paths=True, recipe=recipe)
+        # Shapes and batches first; then make what `prepare` asks for; then the paths.
+        run_cfg = validate(cfg, cluster, check_paths=False, recipe=recipe)
+        from mindrl.trainer.prepare import prepare_artifacts
+
+        for line in prepare_artifacts(run_cfg):
+            print(f"prepared {line}")
+        run_cfg = validate(cfg, cluster, check_paths=True, recipe=recipe)
     except ConfigError as e:
         print(f"invalid recipe {recipe}: {e}", file=sys.stderr)
         return EXIT_INVALID
-    print(f"recipe {recipe} is valid for {cluster.describe()}, but the GRPO training driver "
-          "is not in this build yet: nothing was trained. Use +dry_run=true to see the plan.",
-          file=sys.stderr)
-    return EXIT_NO_DRIVER
+    from mindrl.trainer.launch import train
+    from mindrl.workers.worker_group import WorkerDied
+
+    try:
+        train(run_cfg)
+    except WorkerDied as e:
+        print(f"training stopped: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("interrupted: Ray shut down; the last complete checkpoint is intact",
+              file=sys.stderr)
+        return 130
+    return 0
 
 
 @hydra.main(version_base="1.3", config_path=str(recipe_dir()), config_name=DEFAULT_RECIPE)

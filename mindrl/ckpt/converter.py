@@ -296,7 +296,7 @@ def run_hf_to_mcore(plan: HFToMcorePlan, progress: bool = True) -> Path:
     """Execute a checked plan; returns the checkpoint root (== plan.save_dir)."""
     from mindrl.models.builder import Parallelism, build_gpt_model
 
-    spec, dtype = plan.spec, PARAMS_DTYPES[plan.params_dtype]
+    spec = plan.spec
 
     def hf_assets(folder: Path) -> None:
         hf_io.copy_files(plan.load_dir, folder, hf_io.CONFIG_FILES)
@@ -308,21 +308,25 @@ def run_hf_to_mcore(plan: HFToMcorePlan, progress: bool = True) -> Path:
                                     "pipeline_model_parallel_size": plan.pp}]}
     try:
         with single_process_megatron(), staged_dir(plan.save_dir, plan.overwrite) as tmp:
+            mcore_io.warm_up_writer()  # overlaps with the fill below
             model = build_gpt_model(spec, Parallelism(), plan.params_dtype,
                                     perform_initialization=False)
             params = dict(model.named_parameters())
-            padded = spec.padded_vocab_size(1)
             filled = set()
             steps = _steps(spec)
             with _progress(len(steps), "hf->mcore", progress) as bar, torch.no_grad():
                 for label, group in steps:
                     bar.set_postfix_str(label)
                     for rule, layer in group:
-                        parts = [plan.weights.get(n).to(dtype) for n in rule.hf_names(layer)]
-                        full = mapping.hf_to_mcore(rule, parts, spec, padded)
-                        del parts
                         name = rule.mcore_name(layer)
-                        params[name].copy_(full)
+                        full = params[name]  # at TP1 PP1 the parameter is the full tensor
+                        # HF bytes go straight into the parameter's memory where the layout
+                        # allows: one read, no temporaries.
+                        views = mapping.mcore_part_views(rule, full, spec)
+                        for hf_name, view in zip(rule.hf_names(layer), views):
+                            plan.weights.read_into(hf_name, view)
+                        if rule.vocab:
+                            full[spec.vocab_size:].zero_()
                         filled.add(name)
                     bar.update()
             unfilled = sorted(set(params) - filled)
@@ -330,7 +334,7 @@ def run_hf_to_mcore(plan: HFToMcorePlan, progress: bool = True) -> Path:
                 raise RuntimeError(f"mapping left Megatron parameters unfilled: {unfilled}")
             mcore_io.save_mcore_checkpoint(model, tmp, spec, plan.params_dtype,
                                            hf_assets=hf_assets, release_params=True,
-                                           extra_info=extra)
+                                           extra_info=extra, checksums=False)
             del model, params
     finally:
         plan.weights.close()

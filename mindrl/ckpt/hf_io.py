@@ -132,20 +132,29 @@ class HFWeights:
         return self._files[name]
 
     def get(self, name: str) -> torch.Tensor:
-        """One tensor, read now (the only call that touches tensor data)."""
+        """One tensor, read now into fresh memory (the only call that touches tensor data)."""
         path = self._files[name]
         handle = self._handles[path]
-        try:
-            if isinstance(handle, dict):
-                return handle[name]
-            return handle.get_tensor(name)
-        except Exception as e:  # a corrupt file that passed the header check
-            raise HFCheckpointError(f"{path}: cannot read tensor {name!r}: {e}") from e
+        if isinstance(handle, dict):  # a memory-mapped torch file
+            return handle[name]
+        return handle.read(name, *self._info[name])
+
+    def read_into(self, name: str, out: torch.Tensor) -> None:
+        """Fill ``out`` with one tensor. A contiguous ``out`` of the stored dtype and shape is
+        read into directly (no temporary); anything else goes through one and is cast."""
+        path = self._files[name]
+        handle = self._handles[path]
+        shape, dtype = self._info[name]
+        if (isinstance(handle, _SafetensorsFile) and out.is_contiguous() and
+                out.dtype == dtype and tuple(out.shape) == shape):
+            handle.read_into(name, out)
+        else:
+            out.copy_(self.get(name).reshape(out.shape))
 
     def close(self) -> None:
         for handle in self._handles.values():
-            if hasattr(handle, "__exit__"):
-                handle.__exit__(None, None, None)
+            if hasattr(handle, "close"):
+                handle.close()
         self._handles.clear()
 
     def __enter__(self) -> "HFWeights":
@@ -165,25 +174,75 @@ def _read_index(index: Path) -> Dict[str, str]:
     return weight_map
 
 
+class _SafetensorsFile:
+    """Reads tensors with pread into fresh tensors.
+
+    safetensors' own reader (safe_open) validates the file and gives names, shapes and
+    dtypes; data is then read with plain preads at the header's offsets rather than through
+    safe_open's memory map, whose pages would stay resident and count as a second copy of
+    the model for as long as the file is open.
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._fd = os.open(path, os.O_RDONLY)
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(n))
+        header.pop("__metadata__", None)
+        self._base = 8 + n
+        self._offsets = {k: tuple(v["data_offsets"]) for k, v in header.items()}
+
+    def read(self, name: str, shape: Shape, dtype: torch.dtype) -> torch.Tensor:
+        out = torch.empty(shape, dtype=dtype)
+        self.read_into(name, out)
+        return out
+
+    def read_into(self, name: str, out: torch.Tensor) -> None:
+        """pread the tensor's bytes into a contiguous tensor of its dtype and size."""
+        begin, end = self._offsets[name]
+        if end - begin != out.numel() * out.element_size():
+            raise HFCheckpointError(f"{self.path}: tensor {name!r} holds {end - begin} bytes, "
+                                    f"expected {out.numel() * out.element_size()}")
+        if end == begin:
+            return
+        view = memoryview(out.detach().reshape(-1).view(torch.uint8).numpy())
+        done = 0
+        while done < len(view):
+            got = os.preadv(self._fd, [view[done:]], self._base + begin + done)
+            if got <= 0:
+                raise HFCheckpointError(f"{self.path}: tensor {name!r} ends early "
+                                        f"(file truncated while reading?)")
+            done += got
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
 def _open_safetensors(path: Path):
     from safetensors import safe_open
 
     try:
-        handle = safe_open(str(path), framework="pt")
-        handle.__enter__()
-        header = {}
-        for name in handle.keys():
-            piece = handle.get_slice(name)
-            dtype = piece.get_dtype()
-            if dtype not in SAFETENSORS_DTYPES:
-                raise HFCheckpointError(f"{path}: tensor {name!r} has unsupported dtype {dtype}")
-            header[name] = (tuple(piece.get_shape()), SAFETENSORS_DTYPES[dtype])
+        with safe_open(str(path), framework="pt") as handle:
+            header = {}
+            for name in handle.keys():
+                piece = handle.get_slice(name)
+                dtype = piece.get_dtype()
+                if dtype not in SAFETENSORS_DTYPES:
+                    raise HFCheckpointError(f"{path}: tensor {name!r} has unsupported dtype "
+                                            f"{dtype}")
+                header[name] = (tuple(piece.get_shape()), SAFETENSORS_DTYPES[dtype])
+        reader = _SafetensorsFile(path)
     except HFCheckpointError:
         raise
     except Exception as e:
         raise HFCheckpointError(f"{path}: not a readable safetensors file (truncated or "
                                 f"partially written?): {e}") from e
-    return handle, header
+    if set(reader._offsets) != set(header):
+        raise HFCheckpointError(f"{path}: header disagrees with safetensors' reading of it")
+    return reader, header
 
 
 def _open_torch_file(path: Path):

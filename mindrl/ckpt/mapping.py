@@ -181,6 +181,26 @@ def mcore_to_hf(rule: TensorRule, full: torch.Tensor, spec: ModelSpec,
     return dict(zip(names, parts))
 
 
+def mcore_part_views(rule: TensorRule, full: torch.Tensor,
+                     spec: ModelSpec) -> Tuple[torch.Tensor, ...]:
+    """Writable views of a full Megatron tensor, one per HF part (in rule.hf order).
+
+    Filling them with the HF parts builds ``full`` in place, as hf_to_mcore would, without a
+    temporary. A view is shaped like its part when contiguous; the q/k/v views are strided
+    (groups, rows, ...) and take ``part.view(view.shape)``. Vocab padding rows are not
+    covered: the caller zeroes ``full[spec.vocab_size:]``.
+    """
+    if rule.vocab:
+        full = full[: spec.vocab_size]
+    if rule.fuse == FUSE_QKV:
+        groups, q_rows, d = _qkv_dims(spec)
+        grouped = full.view(groups, q_rows + 2 * d, *full.shape[1:])
+        return (grouped[:, :q_rows], grouped[:, q_rows:q_rows + d], grouped[:, q_rows + d:])
+    if rule.fuse == FUSE_GATE_UP:
+        return tuple(torch.chunk(full, 2, dim=0))
+    return (full,)
+
+
 def expected_hf_shapes(rule: TensorRule, spec: ModelSpec) -> Tuple[Tuple[int, ...], ...]:
     """Shapes the HF parts must have; the converter checks them before any work."""
     h, d = spec.hidden_size, spec.head_dim

@@ -25,9 +25,11 @@ The tracker file is written last, so it only ever names a complete checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple, Union
@@ -218,8 +220,8 @@ def _finish_rows(state: Dict, fixes: List[RowFix]) -> None:
 def save_mcore_checkpoint(model, root, spec: ModelSpec, params_dtype: str,
                           iteration: Optional[int] = None,
                           hf_assets: Union[None, str, Path, Callable[[Path], None]] = None,
-                          release_params: bool = False, extra_info: Optional[Dict] = None
-                          ) -> Path:
+                          release_params: bool = False, extra_info: Optional[Dict] = None,
+                          checksums: bool = True) -> Path:
     """Save ``model`` (this rank's stage, any TP/PP; all ranks call) under ``root``.
 
     hf_assets: an HF model folder whose config and tokenizer files go to the checkpoint's hf/
@@ -227,6 +229,9 @@ def save_mcore_checkpoint(model, root, spec: ModelSpec, params_dtype: str,
     save consume the model: tensors Megatron would copy all at once (views, e.g. the gate and
     up halves of linear_fc1) are copied one at a time and the parameter they came from is
     freed, so a converter never holds the model twice. The model is unusable afterwards.
+    checksums=False skips torch.save's per-record CRC32, which costs more than the write
+    itself on CPU (about 1 GiB/s); a converter passes it because its safetensors input
+    carries no checksum either. torch.load reads such files as usual.
     """
     import torch.distributed as dist
     from megatron.core import dist_checkpointing
@@ -242,7 +247,9 @@ def save_mcore_checkpoint(model, root, spec: ModelSpec, params_dtype: str,
         _own_views_release_params(model_state, model)
     state = {STATE_KEY: model_state, "checkpoint_version": CHECKPOINT_VERSION,
              "iteration": iteration or 0}
-    dist_checkpointing.save(state, str(ckpt))
+    _wait_for_writer_warmup()
+    with _torch_save_crc32(checksums):
+        dist_checkpointing.save(state, str(ckpt))
     if rank == 0:
         info = ModelInfo(spec, params_dtype, dict(extra_info or {}))
         (ckpt / MODEL_INFO).write_text(info.to_json())
@@ -259,6 +266,55 @@ def save_mcore_checkpoint(model, root, spec: ModelSpec, params_dtype: str,
         os.replace(tmp, root / TRACKER)
     dist.barrier()
     return ckpt
+
+
+_writer_warmup: Optional[threading.Thread] = None
+
+
+def warm_up_writer() -> None:
+    """Start Megatron's checkpoint-writer plumbing in the background (best effort).
+
+    Megatron's file writers report through a queue served by a spawned process that imports
+    torch the first time it unpickles a result: 1.5-2 s on a CPU host, spent while the
+    caller waits at the end of its first save. Sending one such object now overlaps that
+    import with the caller's own work (e.g. filling the model); the next save waits for it.
+    """
+    global _writer_warmup
+    if _writer_warmup is not None:
+        return
+
+    def run():
+        try:
+            from megatron.core.dist_checkpointing.strategies import filesystem_async
+            from torch.distributed.checkpoint.metadata import MetadataIndex
+            from torch.distributed.checkpoint.storage import WriteResult
+
+            queue = filesystem_async._get_write_results_queue()
+            queue.put(WriteResult(index=MetadataIndex("warmup"), size_in_bytes=0,
+                                  storage_data=None))
+            queue.get()
+        except Exception:  # an optimisation only: a later save works without it
+            pass
+
+    _writer_warmup = threading.Thread(target=run, name="mindrl-writer-warmup", daemon=True)
+    _writer_warmup.start()
+
+
+def _wait_for_writer_warmup() -> None:
+    if _writer_warmup is not None:
+        _writer_warmup.join()
+
+
+@contextlib.contextmanager
+def _torch_save_crc32(enabled: bool):
+    from torch import serialization
+
+    before = serialization.get_crc32_options()
+    serialization.set_crc32_options(enabled)
+    try:
+        yield
+    finally:
+        serialization.set_crc32_options(before)
 
 
 def _own_views_release_params(sharded: Dict, model) -> None:

@@ -15,19 +15,20 @@ from omegaconf.errors import OmegaConfBaseException
 
 from mindrl.config.errors import STRUCTURE, ConfigError, Problem
 from mindrl.config.names import ROLE_SECTIONS
-from mindrl.config.schema import (RUN_WIDE_KEYS, GenerateConfig, MegatronConfig, RLConfig,
-                                  RunConfig)
+from mindrl.config.schema import (RUN_WIDE_KEYS, GenerateConfig, MegatronConfig,
+                                  PrepareConfig, RLConfig, RunConfig)
 from mindrl.config.structure import build, check_partial, failed, field_types, suggest
 from mindrl.models.spec import ModelSpec, load_model_spec
 
 SECTIONS = ("model", "megatron_training", "actor_config", "ref_config", "reward_config",
-            "rl_config", "generate_config")
+            "rl_config", "generate_config", "prepare")
 TOP_LEVEL_SCALARS = {"run_dir": (str, type(None)), "dry_run": (bool,)}
 
 
 SECTION_TYPES = {"megatron_training": MegatronConfig, "actor_config": MegatronConfig,
                  "ref_config": MegatronConfig, "reward_config": MegatronConfig,
-                 "rl_config": RLConfig, "generate_config": GenerateConfig}
+                 "rl_config": RLConfig, "generate_config": GenerateConfig,
+                 "prepare": PrepareConfig}
 
 
 def key_hint(dotted: str) -> str:
@@ -130,6 +131,7 @@ def parse(raw: Any, recipe: Optional[str] = None) -> RunConfig:
             roles[role] = dataclasses.replace(shared, **values)
     rl = build(RLConfig, data.get("rl_config") or {}, "rl_config", problems)
     gen = build(GenerateConfig, data.get("generate_config") or {}, "generate_config", problems)
+    prepare = build(PrepareConfig, data.get("prepare") or {}, "prepare", problems)
 
     models: dict[str, ModelSpec] = {}
     if model is not None and not failed(shared):
@@ -145,4 +147,4 @@ def parse(raw: Any, recipe: Optional[str] = None) -> RunConfig:
     return RunConfig(model=model, megatron_training=shared, actor_config=roles["actor"],
                      ref_config=roles["ref"], reward_config=roles["reward"], rl_config=rl,
                      generate_config=gen, models=models, run_dir=data.get("run_dir"),
-                     dry_run=bool(data.get("dry_run", False)), recipe=recipe)
+                     dry_run=bool(data.get("dry_run", False)), recipe=recipe, prepare=prepare)

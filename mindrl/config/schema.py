@@ -174,10 +174,25 @@ class GenerateConfig:
     offload_train_grad: bool = False
     offload_train_param: bool = False
     sampling_config: SamplingConfig = field(default_factory=SamplingConfig)
+    reshard_bucket_mb: float = 512.0      # Megatron -> vLLM weight sync bucket
 
     @property
     def model_parallel_size(self) -> int:
         return self.infer_tensor_parallel_size * self.infer_pipeline_parallel_size
+
+
+@dataclass(frozen=True)
+class PrepareConfig:
+    """Artifacts the run makes for itself when missing (the embedded CPU default): a tiny
+    random-init HF model (at megatron_training.tokenizer_name_or_path), its Megatron
+    conversion (at megatron_training.load) and a generated task file (at data_path)."""
+
+    tiny_model: Optional[str] = None      # a configs/model name, e.g. tiny-qwen2
+    tokenizer: Literal["char", "qwen25"] = "char"
+    task: Optional[Literal["arith"]] = None
+    num_prompts: int = 4096
+    max_operand: int = 2
+    seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -194,6 +209,7 @@ class RunConfig:
     models: dict[str, ModelSpec]      # role -> its architecture
     run_dir: Optional[str] = None
     dry_run: bool = False
+    prepare: PrepareConfig = field(default_factory=PrepareConfig)
     recipe: Optional[str] = None      # name it was composed from, when known
 
     @property

@@ -254,6 +254,13 @@ class MegatronEngine:
                    "actor/entropy": entropy.detach() * share,
                    "actor/pg_clipfrac": stats["pg_clipfrac"] * share,
                    "actor/ppo_kl": stats["ppo_kl"] * share}
+        if "rollout_log_probs" in micro:
+            # How far the rollout engine's sampled log-probs are from the trainer's on the
+            # same tokens: exact on the first mini batch (nothing updated yet).
+            diff = (logp.detach() - micro["rollout_log_probs"]).abs() * mask
+            metrics["rollout/logprob_diff_sum"] = diff.sum()
+            metrics["rollout/logprob_diff_count"] = mask.sum()
+            metrics["rollout/logprob_diff_max"] = diff.max() if diff.numel() else torch.zeros(())
         return loss * scale, metrics
 
     def update(self, batch: Batch, mini_batch_size: int, shuffle: bool = False,
@@ -276,7 +283,10 @@ class MegatronEngine:
         for start in range(0, n, mini_batch_size):
             idx = order[start:start + mini_batch_size]
             history.append(self._train_mini_batch({k: v[idx] for k, v in batch.items()}))
-        return {k: sum(h[k] for h in history) / len(history) for k in history[0]}
+        out = {k: sum(h[k] for h in history) / len(history) for k in history[0]
+               if not k.startswith("rollout/")}
+        out.update({k: v for k, v in history[0].items() if k.startswith("rollout/")})
+        return out
 
     def forward_backward(self, mini: Batch) -> list:
         """Gradients of the mini batch's loss into the grad buffers (no optimizer step)."""
@@ -299,17 +309,35 @@ class MegatronEngine:
         self.iteration += 1
         return self._reduce_metrics(losses, grad_norm)
 
+    def _metric_groups(self) -> list:
+        """Groups across which per-micro-batch metrics are spread (last stage only holds
+        them; DP ranks hold disjoint samples)."""
+        groups = []
+        if self.ps.get_pipeline_model_parallel_world_size() > 1:
+            groups.append(self.ps.get_pipeline_model_parallel_group())
+        if self.ps.get_data_parallel_world_size() > 1:
+            groups.append(self.ps.get_data_parallel_group())
+        return groups
+
     def _reduce_metrics(self, losses: list, grad_norm) -> Dict[str, float]:
         keys = ["actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/pg_clipfrac",
-                "actor/ppo_kl"]
-        vec = torch.zeros(len(keys))
+                "actor/ppo_kl", "rollout/logprob_diff_sum", "rollout/logprob_diff_count"]
+        vec = torch.zeros(len(keys) + 1)   # sums, then one max
         for item in losses or []:
-            vec += torch.stack([item[k].float().reshape(()) for k in keys])
-        if self.ps.get_pipeline_model_parallel_world_size() > 1:
-            torch.distributed.all_reduce(vec, group=self.ps.get_pipeline_model_parallel_group())
-        if self.ps.get_data_parallel_world_size() > 1:
-            torch.distributed.all_reduce(vec, group=self.ps.get_data_parallel_group())
-        out = dict(zip(keys, vec.tolist()))
+            vec[:-1] += torch.stack([item.get(k, torch.zeros(())).float().reshape(())
+                                     for k in keys])
+            vec[-1] = torch.maximum(vec[-1], item.get("rollout/logprob_diff_max",
+                                                      torch.zeros(())).float())
+        for group in self._metric_groups():
+            torch.distributed.all_reduce(vec[:-1], group=group)
+            torch.distributed.all_reduce(vec[-1:], op=torch.distributed.ReduceOp.MAX,
+                                         group=group)
+        values = dict(zip(keys, vec[:-1].tolist()))
+        out = {k: values[k] for k in keys[:5]}
+        if values["rollout/logprob_diff_count"] > 0:
+            out["rollout/logprob_diff_mean"] = (values["rollout/logprob_diff_sum"]
+                                                / values["rollout/logprob_diff_count"])
+            out["rollout/logprob_diff_max"] = vec[-1].item()
         out["actor/grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
         out["actor/lr"] = self.optimizer.param_groups[0]["lr"]
         return out

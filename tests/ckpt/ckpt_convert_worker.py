@@ -15,7 +15,7 @@ def run_conversions(rank, world_size, jobs):
     return len(jobs)
 
 
-def logits_from_checkpoints(rank, world_size, cases, tokens):
+def logits_from_checkpoints(rank, world_size, cases, tokens, wrong_shape_ckpt=None):
     """{(case, tp, pp): full-vocab logits} after load_mcore_checkpoint at each layout.
 
     cases: (name, checkpoint root, make_vocab_size_divisible_by of the loading model, layouts).
@@ -46,4 +46,14 @@ def logits_from_checkpoints(rank, world_size, cases, tokens):
                                        full[:, :, spec.vocab_size:].abs().max().item()
                                        if full.shape[-1] > spec.vocab_size else 0.0)
             ps.destroy_model_parallel()
+    if wrong_shape_ckpt is not None:  # a model of another shape gets a clear error
+        info = mcore_io.read_model_info(mcore_io.resolve_checkpoint_dir(wrong_shape_ckpt))
+        spec = dataclasses.replace(info.spec, ffn_hidden_size=2 * info.spec.ffn_hidden_size)
+        initialize_parallel(Parallelism())
+        try:
+            mcore_io.load_mcore_checkpoint(build_gpt_model(spec, Parallelism()), wrong_shape_ckpt)
+            out["wrong_shape_error"] = None
+        except mcore_io.McoreCheckpointError as e:
+            out["wrong_shape_error"] = str(e)
+        ps.destroy_model_parallel()
     return out

@@ -61,7 +61,8 @@ def megatron_logits(world):
     root, _, groups = world
     cases = [(name, str(root / name / "mg"), LOADER_DIVISIBLE.get(name, 1), _layouts(g))
              for name, g in groups.items()]
-    results = spawn_local(logits_from_checkpoints, 4, cases, TOKENS)
+    results = spawn_local(logits_from_checkpoints, 4, cases, TOKENS,
+                          str(root / "llama_tied_g2" / "mg"))
     return {k: v for r in results for k, v in r.items()}
 
 
@@ -77,6 +78,11 @@ def test_logits_match_transformers_at_every_layout(world, megatron_logits):
             assert pad_max == 0.0, f"{name} TP{tp} PP{pp}: padded vocab rows score {pad_max}"
     print("max |logits - transformers|:", "; ".join(report))
     assert len(report) == 14
+
+
+def test_loading_into_a_model_of_another_shape_is_refused(megatron_logits):
+    message = megatron_logits["wrong_shape_error"]
+    assert message and "ffn_hidden_size: checkpoint 256, model 512" in message
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))

@@ -1,0 +1,225 @@
+"""Megatron -> vLLM weight sync (TP2 x PP2, fp32, CPU) against a memcpy of the same bytes.
+
+    python bench/bench_reshard.py                       # qwen25-0.5b shape, 24 layers
+    python bench/bench_reshard.py --layers 4            # smaller run, same tensor shapes
+    python bench/bench_reshard.py --model tiny-qwen2    # smoke run
+
+Four ranks (spawn_local) build a random-init Megatron model at TP x PP; rank 0 hosts vLLM in
+its child process (VLLMEngineProcess, random "dummy" weights, no checkpoint on disk) and is
+the resharding host. Per bucket size: one cold sync, then timed warm syncs (median), then one
+verified sync (fingerprints of everything sent, compared with vLLM's afterwards).
+The floor: on rank 0, copying the same number of bytes through a buffer of the bucket's size
+(memcpy bandwidth, measured in the same run). Peak extra memory: RSS sampled every 2 ms on
+rank 0 and in the vLLM process, minus their RSS just before the sync.
+Prints a table, then one JSON line.
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+MIB = 2 ** 20
+
+
+class PeakRSS:
+    """Samples the RSS of some processes in a thread; peak minus the value at start."""
+
+    def __init__(self, pids, interval=0.002):
+        import psutil
+
+        self.procs = [psutil.Process(p) for p in pids]
+        self.interval, self.stop = interval, threading.Event()
+        self.base = [p.memory_info().rss for p in self.procs]
+        self.peak = list(self.base)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self.stop.is_set():
+            for i, p in enumerate(self.procs):
+                self.peak[i] = max(self.peak[i], p.memory_info().rss)
+            time.sleep(self.interval)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+    @property
+    def extra(self):
+        return [p - b for p, b in zip(self.peak, self.base)]
+
+
+def memcpy_seconds(total_bytes: int, bucket_bytes: int, repeats: int = 3) -> float:
+    """Best of `repeats`: copy total_bytes in bucket-sized chunks between two warm buffers."""
+    import torch
+
+    n = max(1, bucket_bytes // 4)
+    src, dst = torch.randn(n), torch.empty(n)
+    dst.copy_(src)
+    best = float("inf")
+    for _ in range(repeats):
+        left = total_bytes // 4
+        start = time.perf_counter()
+        while left > 0:
+            k = min(n, left)
+            dst[:k].copy_(src[:k])
+            left -= k
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def rank_body(rank, world, spec, hf_dir, tp, pp, bucket_mbs, warm_repeats):
+    import torch
+    from megatron.core import parallel_state as ps
+
+    from mindrl.config.schema import GenerateConfig, SamplingConfig
+    from mindrl.engines.megatron_engine import MegatronEngine
+    from mindrl.engines.resharding import Resharder
+    from mindrl.engines.vllm_engine import VLLMEngineProcess
+    from mindrl.models.builder import Parallelism, initialize_parallel
+
+    parallel = Parallelism(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+    initialize_parallel(parallel)
+    t0 = time.perf_counter()
+    engine = MegatronEngine(spec, parallel)
+    build_s = time.perf_counter() - t0
+    vllm = None
+    if rank == 0:
+        cfg = GenerateConfig(max_num_seqs=4, max_model_len=256, kv_cache_memory_bytes=64 * MIB,
+                             sampling_config=SamplingConfig(max_tokens=4))
+        vllm = VLLMEngineProcess(hf_dir, cfg, load_format="dummy")
+    torch.distributed.barrier()
+    results = {"build_s": build_s, "runs": []}
+    try:
+        for bucket_mb in bucket_mbs:
+            resharder = Resharder(engine.model, spec, target=vllm, bucket_mb=bucket_mb)
+            run = {"bucket_mb": bucket_mb, "warm": []}
+            for i in range(warm_repeats + 2):   # cold, warm..., verified
+                verify = i == warm_repeats + 1
+                torch.distributed.barrier()
+                meter = PeakRSS([os.getpid(), vllm.process.pid]) if vllm else None
+                if meter:
+                    meter.__enter__()
+                stats = resharder.sync(verify=verify)
+                torch.distributed.barrier()
+                if meter:
+                    meter.__exit__()
+                    entry = {"stats": dataclasses.asdict(stats), "host_extra": meter.extra[0],
+                             "vllm_extra": meter.extra[1]}
+                    key = "cold" if i == 0 else "verified" if verify else None
+                    if key:
+                        run[key] = entry
+                    else:
+                        run["warm"].append(entry)
+            if vllm:
+                run["memcpy_s"] = memcpy_seconds(stats.bytes, int(bucket_mb * MIB))
+                run["sample"] = vllm.generate([[5, 6, 7]], n=1).response_token_ids[0]
+            results["runs"].append(run)
+    finally:
+        if vllm:
+            vllm.close()
+        ps.destroy_model_parallel()
+    return results if rank == 0 else None
+
+
+def write_config_dir(spec, out: Path) -> None:
+    """config.json + tokenizer: all vLLM needs with load_format="dummy" (no 2 GB of weights)."""
+    from mindrl.models.hf_config import hf_config_from_spec
+    from mindrl.models.tokenizers import build_tokenizer
+
+    tok = build_tokenizer("char")
+    hf_config_from_spec(spec, torch_dtype="float32", bos_token_id=tok.pad_token_id,
+                        eos_token_id=tok.eos_token_id,
+                        pad_token_id=tok.pad_token_id).save_pretrained(out)
+    tok.save_pretrained(out)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="qwen25-0.5b")
+    ap.add_argument("--layers", type=int, default=None, help="override num_layers")
+    ap.add_argument("--tp", type=int, default=2)
+    ap.add_argument("--pp", type=int, default=2)
+    ap.add_argument("--bucket-mb", default="128,512", help="comma-separated bucket sizes")
+    ap.add_argument("--repeats", type=int, default=2, help="warm syncs per bucket size")
+    args = ap.parse_args(argv)
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    from mindrl.distributed import spawn_local
+    from mindrl.models.spec import load_model_spec
+
+    spec = load_model_spec(args.model)
+    if args.layers:
+        spec = dataclasses.replace(spec, num_layers=args.layers)
+    buckets = [float(b) for b in args.bucket_mb.split(",")]
+    with tempfile.TemporaryDirectory(prefix="bench-reshard-") as tmp:
+        write_config_dir(spec, Path(tmp))
+        wall = time.perf_counter()
+        res = spawn_local(rank_body, args.tp * args.pp, spec, tmp, args.tp, args.pp, buckets,
+                          args.repeats)[0]
+        wall = time.perf_counter() - wall
+
+    print(f"\nreshard {args.model} ({spec.num_layers} layers, {spec.num_parameters() / 1e6:.0f}M "
+          f"params, fp32) TP{args.tp} x PP{args.pp} -> vLLM (infer TP1, child process); "
+          f"model build {res['build_s']:.1f}s, run wall {wall:.0f}s")
+    header = (f"{'bucket MiB':>10} {'buffer MiB':>10} {'buckets':>7} {'GiB':>6} {'memcpy s':>8} "
+              f"{'cold s':>7} {'warm s':>7} {'ratio':>6} {'gather':>7} {'pack':>6} {'load':>6} "
+              f"{'verify s':>8} {'host +MiB':>9} {'vLLM +MiB':>9}")
+    print(header)
+    print("-" * len(header))
+    rows = []
+    for run in res["runs"]:
+        warm = [w["stats"]["seconds"] for w in run["warm"]]
+        warm_s = statistics.median(warm)
+        mid = sorted(run["warm"], key=lambda w: w["stats"]["seconds"])[len(warm) // 2]["stats"]
+        host_extra = max([w["host_extra"] for w in run["warm"]] + [run["cold"]["host_extra"]])
+        vllm_extra = max([w["vllm_extra"] for w in run["warm"]] + [run["cold"]["vllm_extra"]])
+        row = {"bucket_mb": run["bucket_mb"], "buffer_mib": mid["buffer_bytes"] / MIB,
+               "buckets": mid["buckets"], "bytes": mid["bytes"], "memcpy_s": run["memcpy_s"],
+               "cold_s": run["cold"]["stats"]["seconds"], "sync_s": warm_s,
+               "ratio_to_floor": warm_s / run["memcpy_s"],
+               "gather_s": mid["gather_seconds"], "pack_s": mid["pack_seconds"],
+               "load_s": mid["load_seconds"],
+               "verify_s": run["verified"]["stats"]["verify_seconds"],
+               "peak_extra_mib": host_extra / MIB, "vllm_peak_extra_mib": vllm_extra / MIB}
+        rows.append(row)
+        print(f"{row['bucket_mb']:>10.0f} {row['buffer_mib']:>10.0f} {row['buckets']:>7} "
+              f"{row['bytes'] / 2**30:>6.2f} {row['memcpy_s']:>8.3f} {row['cold_s']:>7.2f} "
+              f"{row['sync_s']:>7.2f} {row['ratio_to_floor']:>6.1f} {row['gather_s']:>7.2f} "
+              f"{row['pack_s']:>6.2f} {row['load_s']:>6.2f} {row['verify_s']:>8.2f} "
+              f"{row['peak_extra_mib']:>9.0f} {row['vllm_peak_extra_mib']:>9.0f}")
+    print("warm s: median of the warm syncs; ratio: warm / memcpy; gather/pack/load: seconds "
+          "inside the sync (TP gather + PP receive / un-fuse + copy into the bucket / vLLM "
+          "load_weights); host/vLLM +MiB: peak RSS above the pre-sync RSS, rank 0 / vLLM process")
+    main_row = rows[-1]
+    print(json.dumps({"bench": "reshard", "model": args.model, "layers": spec.num_layers,
+                      "tp": args.tp, "pp": args.pp, "dtype": "float32",
+                      "ratio_to_floor": round(main_row["ratio_to_floor"], 2),
+                      "sync_s": round(main_row["sync_s"], 3),
+                      "memcpy_s": round(main_row["memcpy_s"], 4),
+                      "peak_extra_mib": round(main_row["peak_extra_mib"], 1),
+                      "bucket_mb": main_row["bucket_mb"],
+                      "buffer_mib": round(main_row["buffer_mib"], 1),
+                      "vllm_peak_extra_mib": round(main_row["vllm_peak_extra_mib"], 1),
+                      "bytes": main_row["bytes"],
+                      "runs": [{k: (round(v, 4) if isinstance(v, float) else v)
+                                for k, v in r.items()} for r in rows]}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,258 @@
+"""Megatron TP/PP shards -> full HF tensors -> vLLM, streamed in bounded buckets.
+
+`Resharder.sync` runs on every rank of the actor (TP x PP x DP processes). The rank that hosts
+vLLM is TP0 / PP0 of data-parallel replica 0 (global rank 0 in Megatron's default order).
+For each Megatron tensor, in `mapping.iter_rules` order:
+
+1. the pipeline stage holding it gathers its TP shards onto its TP rank 0 (`mapping.gather`);
+2. a stage other than the host's sends the full tensor to the host (point to point);
+3. the host un-fuses it into HF tensors (`mapping.mcore_to_hf`) and packs them, cast to vLLM's
+   dtype, into one reusable bucket buffer; a full bucket goes to vLLM in one `load_weights`.
+
+Other data-parallel replicas hold the same weights and skip the sync. vLLM always receives full
+HF tensors and shards them itself, so any train TP/PP works with any infer TP.
+
+Memory on the host: the bucket buffer (bucket_mb, or the largest module if that is bigger)
+plus one tensor in flight (its TP shards, the gathered tensor, its HF parts). Buckets close
+only between modules: vLLM processes a module once all of its tensors have arrived, and a
+bucket with q/k but not v would leave that module half-loaded.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Protocol
+
+import torch
+
+from mindrl import device
+from mindrl.ckpt import mapping
+from mindrl.models.spec import ModelSpec
+
+_WIRE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_MAX_DIMS = 4
+
+
+class WeightTarget(Protocol):
+    """What the resharder feeds: VLLMEngine or VLLMEngineProcess."""
+
+    dtype: torch.dtype
+    wants_shared_memory: bool
+
+    def load_weights(self, weights) -> None: ...
+
+    def check_fingerprint(self, expected, strict: bool = True) -> None: ...
+
+
+# ---------------------------------------------------------------------------- the plan
+
+@dataclass(frozen=True)
+class Unit:
+    """One Megatron tensor of the full model and where it lives."""
+
+    rule: mapping.TensorRule
+    layer: Optional[int]      # global layer number (None: embedding, final norm, output)
+    stage: int                # pipeline rank that holds it
+    local_name: str           # its parameter name inside that stage's GPTModel
+    module: str               # Megatron module path: tensors that must reach vLLM together
+    numel: int                # elements of its HF parts (vocab padding removed)
+
+
+def plan_units(spec: ModelSpec, pp_size: int) -> List[Unit]:
+    """Every tensor of the model in streaming order, with its pipeline stage."""
+    units = []
+    for rule, layer in mapping.iter_rules(spec):
+        if layer is None:
+            stage = 0 if rule is mapping.EMBEDDING else pp_size - 1
+            local = rule.mcore_name()
+        else:
+            stage = next(s for s in range(pp_size)
+                         if layer in mapping.stage_layers(spec.num_layers, s, pp_size))
+            local = rule.mcore_name(layer - mapping.stage_layers(spec.num_layers, stage,
+                                                                 pp_size).start)
+        numel = sum(math.prod(shape) for shape in mapping.expected_hf_shapes(rule, spec))
+        units.append(Unit(rule, layer, stage, local, rule.mcore_name(layer).rsplit(".", 1)[0],
+                          numel))
+    return units
+
+
+def plan_buckets(units: List[Unit], bucket_numel: int) -> List[List[Unit]]:
+    """Greedy buckets of at most bucket_numel elements that never split a module; a module
+    larger than a bucket gets a bucket of its own."""
+    groups: List[List[Unit]] = []
+    for unit in units:
+        if groups and groups[-1][0].module == unit.module:
+            groups[-1].append(unit)
+        else:
+            groups.append([unit])
+    buckets: List[List[Unit]] = []
+    size = 0
+    for group in groups:
+        group_numel = sum(u.numel for u in group)
+        if buckets and size + group_numel <= bucket_numel:
+            buckets[-1].extend(group)
+            size += group_numel
+        else:
+            buckets.append(list(group))
+            size = group_numel
+    return buckets
+
+
+# ---------------------------------------------------------------------------- point to point
+
+def _send(tensor: torch.Tensor, dst: int) -> None:
+    """Shape and dtype header, then the data (the receiver allocates exactly)."""
+    shape = list(tensor.shape) + [0] * (_MAX_DIMS - tensor.dim())
+    header = torch.tensor([_WIRE_DTYPES.index(tensor.dtype), tensor.dim()] + shape,
+                          dtype=torch.long, device=tensor.device)
+    torch.distributed.send(header, dst)
+    torch.distributed.send(tensor.contiguous(), dst)
+
+
+def _recv(src: int) -> torch.Tensor:
+    header = torch.empty(2 + _MAX_DIMS, dtype=torch.long, device=device.current_device())
+    torch.distributed.recv(header, src)
+    code, ndim, *shape = header.tolist()
+    out = torch.empty(shape[:ndim], dtype=_WIRE_DTYPES[code], device=device.current_device())
+    torch.distributed.recv(out, src)
+    return out
+
+
+# ---------------------------------------------------------------------------- the resharder
+
+@dataclass
+class SyncStats:
+    seconds: float = 0.0
+    bytes: int = 0              # HF bytes handed to vLLM (host only)
+    tensors: int = 0
+    buckets: int = 0
+    buffer_bytes: int = 0       # the bucket buffer's size
+    gather_seconds: float = 0.0  # TP gathers and receives from other stages
+    pack_seconds: float = 0.0    # un-fusing and copying into the bucket
+    load_seconds: float = 0.0    # inside vLLM's load_weights
+    verify_seconds: float = 0.0
+
+
+class Resharder:
+    """Moves one actor's Megatron weights into vLLM; build it on every rank of the actor."""
+
+    def __init__(self, model, spec: ModelSpec, target: Optional[WeightTarget] = None,
+                 bucket_mb: float = 512.0, keep_buffer: bool = False):
+        """model: the rank's GPTModel stage (DDP-wrapped is fine). target: the vLLM engine, on
+        the host rank only. keep_buffer: keep the bucket buffer between syncs (faster, but
+        that memory stays taken while vLLM generates)."""
+        from megatron.core import parallel_state as ps
+
+        self.ps, self.spec = ps, spec
+        self.module = getattr(model, "module", model)
+        vpp = ps.get_virtual_pipeline_model_parallel_world_size()
+        if vpp not in (None, 1):
+            raise NotImplementedError("resharding does not support virtual pipeline stages")
+        self.tp_rank = ps.get_tensor_model_parallel_rank()
+        self.tp_size = ps.get_tensor_model_parallel_world_size()
+        self.pp_rank = ps.get_pipeline_model_parallel_rank()
+        self.pp_size = ps.get_pipeline_model_parallel_world_size()
+        self.active = ps.get_data_parallel_rank() == 0 and ps.get_context_parallel_rank() == 0
+        self.is_host = self.active and self.tp_rank == 0 and self.pp_rank == 0
+        if self.is_host != (target is not None):
+            raise ValueError(
+                f"rank {torch.distributed.get_rank()}: pass the vLLM engine as target on the "
+                f"host rank (TP0/PP0/DP0) and only there (this rank is "
+                f"{'the host' if self.is_host else 'not the host'})")
+        self.target = target
+        self.bucket_mb, self.keep_buffer = bucket_mb, keep_buffer
+        self.units = plan_units(spec, self.pp_size)
+        self._params = dict(self.module.named_parameters())
+        self._stage_ranks = torch.distributed.get_process_group_ranks(
+            ps.get_pipeline_model_parallel_group())
+        self._buffer: Optional[torch.Tensor] = None
+
+    # ---------------------------------------------------------------- pieces
+
+    def _gather_tp(self, unit: Unit) -> Optional[torch.Tensor]:
+        """The full Megatron tensor on this stage's TP rank 0 (None on the others)."""
+        local = self._params[unit.local_name].detach()
+        if self.tp_size == 1 or unit.rule.tp_dim is None:
+            return local if self.tp_rank == 0 else None
+        local = local.contiguous()
+        shards = [torch.empty_like(local) for _ in range(self.tp_size)] if self.tp_rank == 0 else None
+        torch.distributed.gather(local, shards, dst=self.ps.get_tensor_model_parallel_src_rank(),
+                                 group=self.ps.get_tensor_model_parallel_group())
+        return mapping.gather(unit.rule, shards) if self.tp_rank == 0 else None
+
+    def _bucket_buffer(self, numel: int) -> torch.Tensor:
+        if self._buffer is None or self._buffer.numel() < numel:
+            self._buffer = None
+            buffer = torch.empty(numel, dtype=self.target.dtype, device=device.current_device())
+            if self.target.wants_shared_memory:
+                buffer.share_memory_()   # crosses to a vLLM process without a copy
+            self._buffer = buffer
+        return self._buffer
+
+    # ---------------------------------------------------------------- sync
+
+    def sync(self, verify: bool = False) -> SyncStats:
+        """Put this actor's current weights into vLLM (collective over the actor's ranks).
+
+        verify: afterwards compare vLLM's fingerprint with that of every tensor sent, on all of
+        vLLM's tensors (catches tensors vLLM dropped, never received or half-loaded). A wrong
+        mapping entry sends consistently wrong tensors: check those against a reference with
+        `VLLMEngine.check_fingerprint(checkpoint_fingerprint(hf_dir))` when both sides start
+        from the same checkpoint. Failures raise WeightSyncError (fatal).
+        """
+        start = time.perf_counter()
+        stats = SyncStats()
+        if self.is_host:
+            self._host_sync(stats, verify)
+        elif self.active:
+            for unit in self.units:
+                if unit.stage == self.pp_rank:
+                    full = self._gather_tp(unit)
+                    if full is not None:   # TP rank 0 of a stage other than the host's
+                        _send(full, self._stage_ranks[0])
+        stats.seconds = time.perf_counter() - start
+        return stats
+
+    def _host_sync(self, stats: SyncStats, verify: bool) -> None:
+        from mindrl.engines.vllm_engine import fingerprint_tensors
+
+        itemsize = torch.empty((), dtype=self.target.dtype).element_size()
+        buckets = plan_buckets(self.units, max(1, int(self.bucket_mb * 2**20) // itemsize))
+        buffer = self._bucket_buffer(max(sum(u.numel for u in b) for b in buckets))
+        stats.buffer_bytes = buffer.numel() * itemsize
+        expected: Dict[str, torch.Tensor] = {}
+        for bucket in buckets:
+            pairs, offset = [], 0
+            for unit in bucket:
+                t0 = time.perf_counter()
+                full = (self._gather_tp(unit) if unit.stage == 0
+                        else _recv(self._stage_ranks[unit.stage]))
+                t1 = time.perf_counter()
+                parts = mapping.mcore_to_hf(unit.rule, full, self.spec, unit.layer)
+                for name, part in parts.items():
+                    view = buffer[offset:offset + part.numel()].view(part.shape)
+                    view.copy_(part)
+                    pairs.append((name, view))
+                    offset += part.numel()
+                del full, parts, part
+                stats.gather_seconds += t1 - t0
+                stats.pack_seconds += time.perf_counter() - t1
+            if verify:
+                t0 = time.perf_counter()
+                expected.update(fingerprint_tensors(pairs))
+                stats.verify_seconds += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            self.target.load_weights(pairs)
+            stats.load_seconds += time.perf_counter() - t0
+            stats.tensors += len(pairs)
+            stats.bytes += offset * itemsize
+            stats.buckets += 1
+            del pairs
+        if not self.keep_buffer:
+            self._buffer = buffer = None
+        if verify:
+            t0 = time.perf_counter()
+            self.target.check_fingerprint(expected, strict=True)
+            stats.verify_seconds += time.perf_counter() - t0

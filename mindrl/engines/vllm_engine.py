@@ -1,0 +1,612 @@
+"""The rollout engine: a real vLLM ``LLM`` started from an HF directory.
+
+Three jobs, kept apart below:
+
+- generate: token-id prompts in, responses + the sampled tokens' log-probs out, and the
+  padded tensors of DESIGN.md's data contract (`RolloutOutput.to_batch`).
+- load weights in place: vLLM's ``reload_weights`` through ``collective_rpc`` with an
+  in-process iterator (``model.load_weights`` leaves empty parameters on the CPU build,
+  PLATFORM_NOTES), a refresh of output heads tied to a reloaded embedding (the CPU build keeps
+  a packed copy that the reload leaves stale), then a prefix-cache reset. Any failure is fatal (`WeightSyncError`): vLLM may hold half-loaded,
+  meta or mixed weights and must not generate again.
+- fingerprint: a cheap per-HF-tensor digest of the weights vLLM is really computing with,
+  derived from vLLM's own fused-module metadata (not from mindrl/ckpt/mapping.py), so that a
+  wrong mapping entry shows up as a mismatch against an independent reference.
+
+vLLM is driven in-process (the only mode in which `reload_weights` takes an iterator). It
+cannot share a process with an initialised torch.distributed world (it would join that world
+and hang creating its groups), so a Megatron rank hosts it through `VLLMEngineProcess`: the
+same engine in a spawned child, fed weights through shared memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+
+from mindrl import device
+from mindrl.config.schema import GenerateConfig, SamplingConfig
+
+NamedTensors = Iterable[Tuple[str, torch.Tensor]]
+
+# CPU defaults (PLATFORM_NOTES "vLLM on CPU"): without an explicit KV-cache size start-up
+# demands 92% of the NUMA node's memory free.
+CPU_BLOCK_SIZE = 32
+CPU_KV_CACHE_BYTES = 256 * 2**20
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class WeightSyncError(RuntimeError):
+    """vLLM's weights can no longer be trusted (failed or wrong load): restart the engine."""
+
+
+# ---------------------------------------------------------------------------- settings
+
+def _configure_environment() -> None:
+    """Env vars vLLM reads at start-up; the CPU ones only on CPU (device.py decides)."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"   # in-process: iterators, fast start
+    if device.is_cpu():
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def llm_kwargs(cfg: GenerateConfig, seed: int, logprobs_mode: str, on_cpu: bool) -> dict:
+    """GenerateConfig -> ``vllm.LLM`` keyword arguments, with the CPU build's settings."""
+    kw = dict(tensor_parallel_size=cfg.infer_tensor_parallel_size,
+              pipeline_parallel_size=cfg.infer_pipeline_parallel_size,
+              max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
+              max_model_len=cfg.max_model_len, dtype=cfg.dtype, enforce_eager=cfg.enforce_eager,
+              enable_prefix_caching=cfg.enable_prefix_caching,
+              trust_remote_code=cfg.trust_remote_code, seed=seed, logprobs_mode=logprobs_mode)
+    if cfg.block_size:
+        kw["block_size"] = cfg.block_size
+    if cfg.kv_cache_memory_bytes:
+        kw["kv_cache_memory_bytes"] = cfg.kv_cache_memory_bytes
+    if on_cpu:
+        # fp32: bf16 logprobs differ from the trainer's by ~0.04; eager: no compile on CPU.
+        kw.update(dtype="float32", enforce_eager=True)
+        kw.setdefault("block_size", CPU_BLOCK_SIZE)
+        kw.setdefault("kv_cache_memory_bytes", CPU_KV_CACHE_BYTES)
+    else:
+        kw.update(gpu_memory_utilization=cfg.gpu_memory_utilization, enable_sleep_mode=True)
+    return kw
+
+
+def sampling_params(cfg: SamplingConfig, n: int, **overrides):
+    """SamplingConfig (+ per-call overrides named like its fields) -> vllm.SamplingParams."""
+    from vllm import SamplingParams
+
+    names = {f.name for f in dataclasses.fields(SamplingConfig)}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise ValueError(f"unknown sampling override(s) {unknown}; known: {sorted(names)}")
+    cfg = dataclasses.replace(cfg, **overrides)
+    return SamplingParams(n=n, max_tokens=cfg.max_tokens, logprobs=max(cfg.logprobs, 0),
+                          top_p=cfg.top_p, top_k=cfg.top_k, min_p=cfg.min_p,
+                          temperature=cfg.temperature, seed=cfg.seed, detokenize=cfg.detokenize)
+
+
+def _reseeded(params, seed: int):
+    params = params.clone()
+    params.seed = seed
+    return params
+
+
+# ---------------------------------------------------------------------------- rollout data
+
+def left_pad(seqs: Sequence[Sequence[int]], pad_id: int, length: Optional[int] = None):
+    """[B, P] ids and mask, padding on the left (prompts)."""
+    length = max(map(len, seqs), default=0) if length is None else length
+    ids = torch.full((len(seqs), length), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), length), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if len(s) > length:
+            raise ValueError(f"sequence {i} has {len(s)} tokens, more than the length {length}")
+        if s:
+            ids[i, length - len(s):] = torch.as_tensor(s)
+            mask[i, length - len(s):] = 1
+    return ids, mask
+
+
+def right_pad(seqs: Sequence[Sequence], pad, length: Optional[int] = None,
+              dtype=torch.long):
+    """[B, R] values and mask, padding on the right (responses)."""
+    length = max(map(len, seqs), default=0) if length is None else length
+    out = torch.full((len(seqs), length), pad, dtype=dtype)
+    mask = torch.zeros((len(seqs), length), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if len(s) > length:
+            raise ValueError(f"sequence {i} has {len(s)} tokens, more than the length {length}")
+        if len(s):
+            out[i, :len(s)] = torch.as_tensor(s, dtype=dtype)
+            mask[i, :len(s)] = 1
+    return out, mask
+
+
+@dataclass
+class RolloutOutput:
+    """n samples per prompt, prompt-major: sample i belongs to prompt ``prompt_index[i]``."""
+
+    prompt_token_ids: List[List[int]]     # per sample (each prompt repeated n times)
+    response_token_ids: List[List[int]]   # generated ids, EOS included when it stopped there
+    log_probs: List[List[float]]          # log p(response_token_ids[i][t]) as sampled
+    finish_reasons: List[str]             # "stop" (EOS / stop id) or "length"
+    prompt_index: List[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.response_token_ids)
+
+    def prompt_tensors(self, pad_id: int, length: Optional[int] = None) -> Dict[str, torch.Tensor]:
+        ids, mask = left_pad(self.prompt_token_ids, pad_id, length)
+        return {"prompt_ids": ids, "prompt_mask": mask}
+
+    def response_tensors(self, pad_id: int, length: Optional[int] = None) -> Dict[str, torch.Tensor]:
+        """Right-padded responses; the mask is 1 up to and including EOS, 0 on padding."""
+        ids, mask = right_pad(self.response_token_ids, pad_id, length)
+        logp, _ = right_pad(self.log_probs, 0.0, ids.shape[1], dtype=torch.float32)
+        return {"response_ids": ids, "response_mask": mask, "rollout_log_probs": logp}
+
+    def to_batch(self, pad_id: int, prompt_length: Optional[int] = None,
+                 response_length: Optional[int] = None) -> Dict[str, torch.Tensor]:
+        return {**self.prompt_tensors(pad_id, prompt_length),
+                **self.response_tensors(pad_id, response_length)}
+
+
+# ---------------------------------------------------------------------------- fingerprints
+#
+# A 2-D tensor W [out, in] is digested through y = W @ p (p a fixed probe over `in`), a 1-D
+# tensor is y itself; the digest is (sum y, sum y^2, sum y*r) with r a fixed probe over `out`,
+# i.e. r^T W p: sensitive to swapped parts, permuted rows or columns and stale tensors. The
+# form lets vLLM's side run each linear layer on the probe instead of reading its weight, which
+# the CPU build has repacked for oneDNN and removed.
+
+# Relative size of the rounding noise in y for vLLM's dtype (the reference is cast to it first).
+_NOISE = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
+
+
+def probe(n: int, salt: int = 0) -> torch.Tensor:
+    """A fixed pseudo-random vector in [-1, 1): identical in every process."""
+    g = torch.Generator().manual_seed(7919 * n + salt)
+    return torch.rand(n, generator=g) * 2 - 1
+
+
+def digest(y: torch.Tensor) -> torch.Tensor:
+    """(sum, sum of squares, probe-weighted sum) of a 1-D vector, in float64."""
+    y = y.detach().reshape(-1).double().cpu()
+    return torch.stack([y.sum(), (y * y).sum(), (y * probe(y.numel(), 1).double()).sum()])
+
+
+def tensor_fingerprint(t: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """Digest of an HF tensor as vLLM would hold it in `dtype`."""
+    t = t.detach()
+    if dtype is not None:
+        t = t.to(dtype)
+    t = t.float()
+    return digest(t @ probe(t.shape[1]).to(t.device) if t.dim() == 2 else t)
+
+
+def fingerprint_tensors(named: NamedTensors, dtype: Optional[torch.dtype] = None) -> Dict[str, torch.Tensor]:
+    return {name: tensor_fingerprint(t, dtype) for name, t in named}
+
+
+def checkpoint_fingerprint(model_dir, dtype: Optional[torch.dtype] = None) -> Dict[str, torch.Tensor]:
+    """Fingerprints of an HF checkpoint directory's safetensors (a mapping-free reference)."""
+    from safetensors import safe_open
+
+    out = {}
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors in {model_dir}")
+    for path in files:
+        with safe_open(str(path), framework="pt") as f:
+            for name in f.keys():
+                out[name] = tensor_fingerprint(f.get_tensor(name), dtype)
+    return out
+
+
+def compare_fingerprints(got: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor],
+                         dtype: torch.dtype, strict: bool = True) -> List[str]:
+    """One line per tensor whose vLLM digest is not the expected one (empty: all equal)."""
+    noise = 10 * _NOISE.get(dtype, 1e-2)
+    problems = []
+    for name, e in expected.items():
+        g = got.get(name)
+        if g is None:
+            problems.append(f"{name}: vLLM has no such tensor")
+            continue
+        norm = float(e[1]) ** 0.5
+        tol = torch.tensor([noise * norm, 2 * noise * float(e[1]), noise * norm]) + 1e-30
+        if not bool(((g - e).abs() <= tol).all()):   # NaN counts as a mismatch
+            where = " (one per place vLLM uses it, e.g. a tied output head)" if g.dim() > 1 else ""
+            problems.append(f"{name}: vLLM digest {g.tolist()}{where} != expected {e.tolist()}")
+    if strict:
+        problems += [f"{name}: vLLM holds it but it was not in the expected set (never loaded?)"
+                     for name in sorted(set(got) - set(expected))]
+    return problems
+
+
+def _linear_outputs(module, dtype):
+    """(W p per part, bias per part or None) of a vLLM linear layer, by running it."""
+    in_features = getattr(module, "input_size_per_partition", module.input_size)
+    x = torch.stack([probe(in_features), torch.zeros(in_features)]).to(dtype)
+    with torch.no_grad():
+        out = module(x)
+    out = (out[0] if isinstance(out, tuple) else out).float()
+    sizes = list(getattr(module, "output_partition_sizes", [out.shape[1]]))
+    has_bias = getattr(module, "bias", None) is not None
+    weight_parts = torch.split(out[0] - out[1], sizes)
+    bias_parts = torch.split(out[1], sizes) if has_bias else [None] * len(sizes)
+    return weight_parts, bias_parts
+
+
+def _head_output(module, dtype):
+    """W p of an output layer through the path the sampler uses (its own packed copy on CPU)."""
+    x = probe(module.embedding_dim if hasattr(module, "embedding_dim") else module.weight.shape[1])
+    with torch.no_grad():
+        logits = module.quant_method.apply(module, x[None].to(dtype)).float()[0]
+    return logits[:module.org_vocab_size]
+
+
+def _vllm_view(worker, with_digest: bool):
+    """{HF name: [shape, [digest per place vLLM uses the tensor], loading module]}.
+
+    Names come from vLLM itself: ``packed_modules_mapping`` (qkv_proj -> q/k/v_proj, ...) and
+    each fused linear's ``output_partition_sizes``, never from mindrl/ckpt/mapping.py. Linear
+    layers and output heads are digested by running them; a tied output head is a second
+    place of the embedding (on CPU it keeps its own packed copy, which can go stale).
+    """
+    from vllm.distributed import get_tensor_model_parallel_world_size
+    from vllm.model_executor.layers.linear import LinearBase
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
+    if get_tensor_model_parallel_world_size() != 1:
+        raise NotImplementedError("fingerprints read full tensors: infer TP must be 1")
+    model = worker.model_runner.get_model()
+    dtype = next(model.parameters()).dtype
+    packed = getattr(model, "packed_modules_mapping", None) or {}
+    name_of_param: Dict[int, str] = {}
+    out: Dict[str, list] = {}
+
+    def add(name, shape, owner, y):
+        entry = out.setdefault(name, [tuple(shape), [], owner])
+        if y is not None:
+            entry[1].append(digest(y))
+
+    for mod_name, module in model.named_modules():
+        params = dict(module.named_parameters(recurse=False))
+        if not params:
+            continue
+        prefix, _, leaf = mod_name.rpartition(".")
+        prefix = prefix + "." if prefix else ""
+        if isinstance(module, LinearBase):
+            parts = [prefix + part for part in packed.get(leaf, [leaf])]
+            sizes = list(getattr(module, "output_partition_sizes", [module.output_size]))
+            if len(sizes) != len(parts):
+                sizes = [sum(sizes)]
+            in_features = getattr(module, "input_size_per_partition", module.input_size)
+            w_parts, b_parts = (_linear_outputs(module, dtype) if with_digest
+                                else ([None] * len(sizes), [None] * len(sizes)))
+            for part, rows, w, b in zip(parts, sizes, w_parts, b_parts):
+                add(part + ".weight", (rows, in_features), mod_name, w)
+                if "bias" in params:
+                    add(part + ".bias", (rows,), mod_name, b)
+        elif isinstance(module, ParallelLMHead):
+            weight = params["weight"]
+            name = name_of_param.get(id(weight), mod_name + ".weight")   # tied: the embedding
+            add(name, (module.org_vocab_size, weight.shape[1]), out.get(name, [0, 0, mod_name])[2],
+                _head_output(module, dtype) if with_digest else None)
+        else:
+            rows = getattr(module, "org_vocab_size", None)   # vocab-padded embeddings
+            for pname, p in params.items():
+                name = f"{prefix}{leaf}.{pname}"
+                name_of_param[id(p)] = name
+                t = p.detach()[:rows] if rows is not None and p.dim() == 2 else p.detach()
+                add(name, t.shape, mod_name,
+                    (t.float() @ probe(t.shape[1]) if t.dim() == 2 else t) if with_digest else None)
+    return out
+
+
+def _reload_weights(worker, weights, loaded_modules: List[str]) -> None:
+    """vLLM's in-place reload, then re-process output heads tied to a reloaded module: on CPU
+    they keep a packed copy of the embedding that the reload does not refresh."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
+    import logging
+
+    # A bucket leaves most modules unloaded on purpose; vLLM warns once per module and call.
+    quiet = [logging.getLogger("vllm.model_executor.model_loader.reload." + m)
+             for m in ("layerwise", "inplace")]
+    levels = [log.level for log in quiet]
+    for log in quiet:
+        log.setLevel(logging.ERROR)
+    try:
+        worker.reload_weights(weights_iterator=weights)
+    finally:
+        for log, level in zip(quiet, levels):
+            log.setLevel(level)
+    model = worker.model_runner.get_model()
+    loaded = {id(p) for name in loaded_modules
+              for p in model.get_submodule(name).parameters(recurse=False)}
+    for name, module in model.named_modules():
+        if (isinstance(module, ParallelLMHead) and name not in loaded_modules
+                and id(module.weight) in loaded):
+            module.quant_method.process_weights_after_loading(module)
+
+
+# ---------------------------------------------------------------------------- the engine
+
+class _NameTracker:
+    """Iterates (name, tensor) pairs and remembers the last name handed to vLLM."""
+
+    def __init__(self, pairs):
+        self.pairs, self.last = pairs, None
+
+    def __iter__(self):
+        for name, tensor in self.pairs:
+            self.last = name
+            yield name, tensor
+
+
+class VLLMEngine:
+    """vLLM in this process. The process must not be part of a torch.distributed world."""
+
+    wants_shared_memory = False   # weights are handed over by reference
+
+    def __init__(self, model_path, generate_config: GenerateConfig, seed: int = 0,
+                 logprobs_mode: str = "processed_logprobs", **llm_overrides):
+        """`logprobs_mode` "processed_logprobs": the log-probs of the distribution actually
+        sampled from (after temperature), what the actor's temperature-scaled log-probs
+        reproduce; vLLM's default "raw_logprobs" ignores the temperature."""
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            raise RuntimeError(
+                "vLLM cannot start in a process that is part of a torch.distributed world (it "
+                "would join it and hang creating its groups); use VLLMEngineProcess here")
+        _configure_environment()
+        from vllm import LLM
+
+        self.config = generate_config
+        kwargs = llm_kwargs(generate_config, seed, logprobs_mode, device.is_cpu())
+        kwargs.update(llm_overrides)
+        self.llm = LLM(model=str(model_path), **kwargs)
+        self.dtype = DTYPES.get(str(kwargs["dtype"]), torch.float32)
+        self._failure: Optional[str] = None
+        view = self._view(with_digest=False)
+        self.hf_shapes = {name: shape for name, (shape, _, _) in view.items()}
+        # HF name -> the vLLM module that loads it: one load_weights call must carry all of a
+        # module's tensors.
+        self.module_of = {name: owner for name, (_, _, owner) in view.items()}
+
+    # ---------------------------------------------------------------- generation
+
+    def _usable(self) -> None:
+        if self._failure is not None:
+            raise WeightSyncError(f"this vLLM engine is unusable after a failed weight load "
+                                  f"({self._failure}); start a new one")
+
+    def generate(self, prompt_token_ids: Sequence[Sequence[int]], n: int = 1,
+                 **sampling_overrides) -> RolloutOutput:
+        """n samples per prompt (prompt-major) with the sampled tokens' log-probs.
+
+        With a sampling seed, prompt i's samples use seeds seed + i*n ... seed + i*n + n-1, so no
+        two samples share a random stream; vary the seed per step (override ``seed=``).
+        """
+        from vllm.inputs import TokensPrompt
+
+        self._usable()
+        params = sampling_params(self.config.sampling_config, n, **sampling_overrides)
+        prompts = [TokensPrompt(prompt_token_ids=list(map(int, p))) for p in prompt_token_ids]
+        if params.seed is not None:   # vLLM seeds sample i with seed + i: same for every prompt
+            params = [_reseeded(params, params.seed + i * n) for i in range(len(prompts))]
+        results = self.llm.generate(prompts, params, use_tqdm=False)
+        out = RolloutOutput([], [], [], [], [])
+        for index, (prompt, result) in enumerate(zip(prompt_token_ids, results)):
+            for sample in sorted(result.outputs, key=lambda o: o.index):
+                ids = list(sample.token_ids)
+                out.prompt_token_ids.append(list(map(int, prompt)))
+                out.response_token_ids.append(ids)
+                out.log_probs.append([sample.logprobs[t][tok].logprob for t, tok in enumerate(ids)])
+                out.finish_reasons.append(sample.finish_reason)
+                out.prompt_index.append(index)
+        return out
+
+    def score(self, prompt_token_ids: Sequence[Sequence[int]],
+              response_token_ids: Sequence[Sequence[int]]) -> List[List[float]]:
+        """log p(response token) under vLLM's current weights at temperature 1 (vLLM's prompt
+        log-probs): checks what the engine computes without sampling anything."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        self._usable()
+        prompts = [TokensPrompt(prompt_token_ids=list(map(int, p)) + list(map(int, r)))
+                   for p, r in zip(prompt_token_ids, response_token_ids)]
+        results = self.llm.generate(prompts, SamplingParams(max_tokens=1, prompt_logprobs=0),
+                                    use_tqdm=False)
+        out = []
+        for p, r, result in zip(prompt_token_ids, response_token_ids, results):
+            lps = result.prompt_logprobs
+            out.append([lps[len(p) + t][int(tok)].logprob for t, tok in enumerate(r)])
+        return out
+
+    # ---------------------------------------------------------------- weights
+
+    def _check_names(self, pairs: List[Tuple[str, torch.Tensor]]) -> None:
+        """Reject before vLLM sees them: unknown names, wrong shapes, or a fused vLLM module
+        fed only part of its tensors (vLLM would process it half-loaded: NaN weights)."""
+        by_module: Dict[str, set] = {}
+        for name, tensor in pairs:
+            if name not in self.hf_shapes:
+                raise WeightSyncError(f"{name}: vLLM's model has no such tensor")
+            if tuple(tensor.shape) != tuple(self.hf_shapes[name]):
+                raise WeightSyncError(f"{name}: shape {tuple(tensor.shape)} but vLLM expects "
+                                      f"{tuple(self.hf_shapes[name])}")
+            by_module.setdefault(self.module_of[name], set()).add(name)
+        for module, names in by_module.items():
+            missing = sorted(n for n, m in self.module_of.items() if m == module and n not in names)
+            if missing:
+                raise WeightSyncError(f"vLLM module {module} would be loaded without {missing}: "
+                                      f"send all of a module's tensors in one load_weights call")
+
+    def load_weights(self, weights: NamedTensors) -> None:
+        """Load HF-named tensors in place (one bucket), then reset the prefix cache.
+
+        Any failure leaves vLLM with weights that cannot be trusted: it raises WeightSyncError
+        and the engine refuses all further work.
+        """
+        self._usable()
+        tracker = _NameTracker([])
+        try:
+            pairs = tracker.pairs = list(weights)
+            self._check_names(pairs)
+            modules = sorted({self.module_of[name] for name, _ in pairs})
+            self.llm.collective_rpc(_reload_weights, args=(iter(tracker), modules))
+            self.llm.reset_prefix_cache()
+        except Exception as exc:
+            where = f" at {tracker.last!r}" if tracker.last else ""
+            self._failure = f"loading{where}: {type(exc).__name__}: {exc}"
+            if isinstance(exc, WeightSyncError):
+                raise
+            raise WeightSyncError(f"vLLM weight load failed{where}: {type(exc).__name__}: "
+                                  f"{exc}") from exc
+
+    def reset_prefix_cache(self) -> None:
+        self.llm.reset_prefix_cache()
+
+    def _view(self, with_digest: bool):
+        return self.llm.collective_rpc(_vllm_view, args=(with_digest,))[0]
+
+    def fingerprint(self) -> Dict[str, torch.Tensor]:
+        """{HF name: digest} of the weights vLLM computes with now (see `digest`); [k, 3] for a
+        tensor vLLM uses in k places (a tied embedding / output head)."""
+        self._usable()
+        return {name: torch.stack(digests) if len(digests) > 1 else digests[0]
+                for name, (_, digests, _) in self._view(with_digest=True).items()}
+
+    def check_fingerprint(self, expected: Mapping[str, torch.Tensor], strict: bool = True) -> None:
+        """Raise WeightSyncError naming every tensor whose digest differs from `expected`
+        (e.g. `checkpoint_fingerprint` of the HF directory the trainer started from, or the
+        fingerprints of the tensors just sent). strict: vLLM may hold nothing else."""
+        problems = compare_fingerprints(self.fingerprint(), expected, self.dtype, strict)
+        if problems:
+            shown = "\n  ".join(problems[:20])
+            more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
+            raise WeightSyncError(
+                f"{len(problems)} vLLM tensor(s) differ from the expected weights; a wrong entry "
+                f"in mindrl/ckpt/mapping.py or a broken reshard is the usual cause:\n  "
+                f"{shown}{more}")
+
+    # ---------------------------------------------------------------- memory
+
+    def sleep(self) -> None:
+        """Free vLLM's device memory between rollouts (no-op on CPU: nothing is freed)."""
+        if not device.is_cpu():
+            self.llm.sleep(level=1)
+
+    def wake_up(self) -> None:
+        if not device.is_cpu():
+            self.llm.wake_up()
+
+    def close(self) -> None:
+        self.llm = None
+
+
+# ---------------------------------------------------------------------------- child process
+
+def _serve(conn, model_path, generate_config, seed, kwargs) -> None:
+    """Child body: one VLLMEngine, methods called by name over the pipe until None."""
+    torch.set_num_threads(1)
+    try:
+        engine = VLLMEngine(model_path, generate_config, seed, **kwargs)
+        conn.send((True, {"dtype": engine.dtype, "hf_shapes": engine.hf_shapes,
+                          "module_of": engine.module_of}))
+    except BaseException as exc:
+        conn.send((False, RuntimeError(f"vLLM failed to start: {exc}\n{traceback.format_exc()}")))
+        return
+    while True:
+        message = conn.recv()
+        if message is None:
+            break
+        method, args, kwargs = message
+        try:
+            conn.send((True, getattr(engine, method)(*args, **kwargs)))
+        except BaseException as exc:
+            if not isinstance(exc, (WeightSyncError, ValueError)):
+                exc = RuntimeError(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+            conn.send((False, exc))
+
+
+class VLLMEngineProcess:
+    """A VLLMEngine in a spawned child process, with the same methods.
+
+    For processes that belong to a torch.distributed world (a Megatron rank). Tensors cross
+    through torch's shared-memory pickling: a tensor whose storage is already shared (the
+    resharder's bucket buffer) crosses without a copy.
+    """
+
+    wants_shared_memory = True
+
+    def __init__(self, model_path, generate_config: GenerateConfig, seed: int = 0, **kwargs):
+        import torch.multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_serve, daemon=True,
+                                   args=(child, str(model_path), generate_config, seed, kwargs))
+        self.process.start()
+        child.close()
+        info = self._reply()
+        self.dtype, self.hf_shapes, self.module_of = (info["dtype"], info["hf_shapes"],
+                                                      info["module_of"])
+
+    def _reply(self):
+        try:
+            ok, value = self._conn.recv()
+        except EOFError:
+            raise RuntimeError(f"the vLLM process exited (code {self.process.exitcode})") from None
+        if not ok:
+            raise value
+        return value
+
+    def _call(self, method: str, *args, **kwargs):
+        self._conn.send((method, args, kwargs))
+        return self._reply()
+
+    def generate(self, prompt_token_ids, n: int = 1, **sampling_overrides) -> RolloutOutput:
+        return self._call("generate", prompt_token_ids, n, **sampling_overrides)
+
+    def score(self, prompt_token_ids, response_token_ids) -> List[List[float]]:
+        return self._call("score", prompt_token_ids, response_token_ids)
+
+    def load_weights(self, weights: NamedTensors) -> None:
+        self._call("load_weights", list(weights))
+
+    def fingerprint(self) -> Dict[str, torch.Tensor]:
+        return self._call("fingerprint")
+
+    def check_fingerprint(self, expected, strict: bool = True) -> None:
+        self._call("check_fingerprint", dict(expected), strict)
+
+    def reset_prefix_cache(self) -> None:
+        self._call("reset_prefix_cache")
+
+    def sleep(self) -> None:
+        self._call("sleep")
+
+    def wake_up(self) -> None:
+        self._call("wake_up")
+
+    def close(self) -> None:
+        if self.process.is_alive():
+            try:
+                self._conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+            self.process.join(timeout=30)
+        if self.process.is_alive():
+            self.process.kill()
+        self._conn.close()

@@ -1,0 +1,1 @@
+"""The GRPO driver: loop, metrics, tracking, checkpoints, artifact preparation."""

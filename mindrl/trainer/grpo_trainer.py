@@ -1,0 +1,239 @@
+"""The GRPO driver, one step top to bottom:
+
+    prompts -> rollout (vLLM on the actor) -> rule rewards -> old log-probs (actor, when a
+    batch feeds more than one update) -> ref log-probs (when KL is on) -> advantages ->
+    actor update -> reshard (Megatron -> vLLM)
+
+The driver holds no model: roles are Ray worker groups (mindrl/workers), rewards run in the
+verifier process pool, the maths is mindrl/algorithms. A rerun resumes from the latest
+complete checkpoint in actor_config.save (model, optimizer, RNG, data position).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import torch
+
+from mindrl.algorithms import apply_kl_penalty, compute_advantages, scores_to_token_rewards
+from mindrl.config.schema import RunConfig
+from mindrl.trainer.metrics import batch_metrics, perf_metrics
+
+
+@contextmanager
+def timed(timings: Dict[str, float], key: str):
+    start = time.perf_counter()
+    yield
+    timings[f"timing_s/{key}"] = time.perf_counter() - start
+
+
+class GRPOTrainer:
+    def __init__(self, run: RunConfig, log=print):
+        self.run, self.log = run, log
+        self.rl, self.gen = run.rl_config, run.generate_config
+        self.n = self.rl.n_samples_per_prompt
+        self.run_dir = Path(run.run_dir)
+        self.save_dir = Path(run.actor_config.save or self.run_dir / "checkpoints")
+
+    # ------------------------------------------------------------------ setup
+
+    def _role_setup(self, role: str, with_optim: bool, with_rollout: bool):
+        from mindrl.engines.megatron_engine import LossConfig, OptimConfig
+        from mindrl.models.builder import Parallelism
+        from mindrl.workers.megatron_worker import RoleSetup
+
+        cfg, rl = self.run.role(role), self.rl
+        sampling = self.gen.sampling_config
+        loss = LossConfig(clip_ratio=rl.clip_ratio, clip_ratio_low=rl.clip_ratio_low,
+                          clip_ratio_high=rl.clip_ratio_high, loss_agg_mode=rl.loss_agg_mode,
+                          entropy_coeff=rl.entropy_coeff,
+                          use_kl_loss=rl.use_kl_loss and rl.kl_coef > 0, kl_coef=rl.kl_coef,
+                          kl_penalty=rl.kl_penalty, temperature=sampling.temperature)
+        optim = None
+        if with_optim:
+            updates_per_step = (self.run.megatron_training.global_batch_size
+                                // rl.mini_batch_size) * rl.epochs
+            optim = OptimConfig(lr=cfg.lr, min_lr=cfg.min_lr, lr_decay_style=cfg.lr_decay_style,
+                                lr_warmup_fraction=cfg.lr_warmup_fraction,
+                                weight_decay=cfg.weight_decay, clip_grad=cfg.clip_grad,
+                                adam_beta1=cfg.adam_beta1, adam_beta2=cfg.adam_beta2,
+                                adam_eps=cfg.adam_eps,
+                                train_iters=cfg.train_iters * updates_per_step,
+                                use_distributed_optimizer=cfg.use_distributed_optimizer)
+        return RoleSetup(
+            role=role, spec=self.run.models[role],
+            parallel=Parallelism(cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size,
+                                 cfg.sequence_parallel),
+            params_dtype=cfg.params_dtype, micro_batch_size=cfg.micro_batch_size, seed=cfg.seed,
+            load=cfg.load, optim=optim, loss=loss, pad_id=self.pad_id,
+            rollout_model_path=cfg.tokenizer_name_or_path if with_rollout else None,
+            generate_config=self.gen if with_rollout else None, rollout_seed=cfg.seed)
+
+    def _start(self) -> None:
+        import ray
+        from transformers import AutoTokenizer
+
+        from mindrl.data.prompt_file import read_prompt_file
+        from mindrl.data.prompt_loader import PromptLoader
+        from mindrl.rewards import RuleReward
+        from mindrl.trainer.tracking import Tracker
+        from mindrl.workers.placement import create_placement
+        from mindrl.workers.worker_group import WorkerGroup
+
+        shared = self.run.megatron_training
+        self.tokenizer = AutoTokenizer.from_pretrained(shared.tokenizer_name_or_path)
+        self.pad_id = self.tokenizer.pad_token_id or 0
+        self.loader = PromptLoader(read_prompt_file(shared.data_path),
+                                   shared.global_batch_size, seed=shared.seed)
+        self.reward = RuleReward(self.rl.verifier_function, self.rl.verifier_weight,
+                                 verifier_timeout=self.rl.verifier_timeout,
+                                 verifier_parallel=self.rl.verifier_parallel)
+        slots = create_placement(self.run)
+        self.groups: Dict[str, WorkerGroup] = {}
+        setups = {"actor": self._role_setup("actor", with_optim=True, with_rollout=True)}
+        if self.rl.uses_reference:
+            setups["ref"] = self._role_setup("ref", with_optim=False, with_rollout=False)
+        for role, setup in setups.items():
+            slot = slots[role]
+            world = self.run.resource(role).count
+            self.groups[role] = WorkerGroup(role, world, slot.placement_group, slot.first_bundle,
+                                            slot.resources_per_rank)
+        refs = {role: [g.workers[0].master_address.remote()] for role, g in self.groups.items()}
+        for role, group in self.groups.items():   # roles set up in parallel
+            addr, port = ray.get(refs[role])[0]
+            refs[role] = [getattr(w, "setup").remote(setups[role], addr, port)
+                          for w in group.workers]
+        for role, group in self.groups.items():
+            group._get(refs[role], "setup")
+        self.actor = self.groups["actor"]
+        self.tracker = Tracker(self.run_dir, self.rl.use_tensorboard, self.rl.use_wandb,
+                               self.rl.wandb_project, self.rl.wandb_exp_name, self.rl.wandb_mode)
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _resume(self) -> int:
+        from mindrl.engines.megatron_checkpoint import iteration_dir, latest_iteration
+
+        iteration = latest_iteration(self.save_dir)
+        if iteration is None or iteration == 0:
+            return 0
+        meta = self.actor.call_rank0("load_checkpoint", str(iteration_dir(self.save_dir,
+                                                                          iteration)), True, True)
+        self.loader.load_state_dict(meta["extra"]["loader"])
+        self.log(f"resumed from {iteration_dir(self.save_dir, iteration)} (step {iteration})")
+        return iteration
+
+    def _save(self, step: int) -> None:
+        from mindrl.engines.megatron_checkpoint import iteration_dir
+
+        cfg = self.run.actor_config
+        self.actor.call("save_checkpoint", str(self.save_dir), step,
+                        {"loader": self.loader.state_dict(), "step": step},
+                        not cfg.no_save_optim, not cfg.no_save_rng)
+        limit = self.rl.save_limit
+        if limit:
+            kept = sorted(self.save_dir.glob("iter_*"))
+            for old in kept[:-limit]:
+                if old != iteration_dir(self.save_dir, step):
+                    shutil.rmtree(old, ignore_errors=True)
+
+    # ------------------------------------------------------------------ one step
+
+    def _needs_old_log_probs(self) -> bool:
+        """An old-logprob pass is redundant when each batch feeds exactly one update."""
+        return not (self.rl.mini_batch_size == self.run.megatron_training.global_batch_size
+                    and self.rl.epochs == 1)
+
+    def step(self, step: int) -> Dict[str, float]:
+        import ray
+
+        rl, timings = self.rl, {}
+        t_step = time.perf_counter()
+        prompts = self.loader.next_batch()
+        prompt_ids = [self.tokenizer(p["prompt"])["input_ids"] for p in prompts]
+        with timed(timings, "gen"):
+            seed = (self.gen.sampling_config.seed or 0) + step * len(prompts) * self.n
+            rollout = ray.get(self.actor.workers[0].generate.remote(prompt_ids, self.n,
+                                                                    seed=seed))
+        batch = rollout.to_batch(self.pad_id)
+        batch["group_id"] = torch.tensor(rollout.prompt_index)
+        with timed(timings, "reward"):
+            texts = self.tokenizer.batch_decode(rollout.response_token_ids,
+                                                skip_special_tokens=True)
+            labels = [prompts[i]["label"] for i in rollout.prompt_index]
+            scores, reward_metrics = self.reward.score(texts, labels)
+        scores = torch.tensor(scores, dtype=torch.float32)
+        batch_ref = ray.put(batch)
+        if self._needs_old_log_probs():
+            with timed(timings, "old_log_prob"):
+                out = self.actor.call_rank0("compute_log_probs", batch_ref,
+                                            rl.actor_forward_micro_batch_size or
+                                            self.run.actor_config.micro_batch_size)
+            batch["old_log_probs"] = out["log_probs"]
+        if rl.uses_reference:
+            with timed(timings, "ref"):
+                out = self.groups["ref"].call_rank0("compute_log_probs", batch_ref,
+                                                    rl.ref_forward_micro_batch_size or
+                                                    self.run.ref_config.micro_batch_size)
+            batch["ref_log_probs"] = out["log_probs"]
+        with timed(timings, "adv"):
+            mask = batch["response_mask"]
+            token_rewards = scores_to_token_rewards(scores, mask)
+            if rl.uses_reference and not rl.use_kl_loss:
+                token_rewards = apply_kl_penalty(token_rewards, batch["old_log_probs"]
+                                                 if "old_log_probs" in batch
+                                                 else batch["rollout_log_probs"],
+                                                 batch["ref_log_probs"], rl.kl_coef,
+                                                 rl.kl_penalty, mask)
+            advantages, _ = compute_advantages(rl.adv_estimator, scores=scores,
+                                               token_rewards=token_rewards, response_mask=mask,
+                                               group_id=batch["group_id"], gamma=rl.gamma,
+                                               lam=rl.lam)
+            batch["token_rewards"], batch["advantages"] = token_rewards, advantages
+        with timed(timings, "update_actor"):
+            update = self.actor.call_rank0("update", ray.put(batch), rl.mini_batch_size * self.n,
+                                           rl.shuffle_mini_batch, step)
+        with timed(timings, "reshard"):
+            self.actor.call("sync_weights")
+        metrics = {**batch_metrics(batch, scores, rollout.finish_reasons), **reward_metrics,
+                   **update, **timings}
+        timings["timing_s/step"] = time.perf_counter() - t_step
+        metrics.update(timings)
+        metrics.update(perf_metrics(metrics["perf/total_num_tokens"], timings["timing_s/step"]))
+        return metrics
+
+    # ------------------------------------------------------------------ loop
+
+    def fit(self) -> List[Dict[str, float]]:
+        from tqdm import tqdm
+
+        self._start()
+        try:
+            start = self._resume()
+            self.actor.call("sync_weights")   # vLLM starts from the actor's exact weights
+            total = self.run.megatron_training.train_iters
+            save_freq = self.rl.save_freq or self.run.megatron_training.save_interval
+            bar = tqdm(range(start + 1, total + 1), initial=start, total=total, desc="GRPO",
+                       dynamic_ncols=True)
+            for step in bar:
+                metrics = self.step(step)
+                self.tracker.log(step, metrics)
+                bar.set_postfix(score=f"{metrics['critic/score/mean']:.3f}",
+                                len=f"{metrics['response_length/mean']:.1f}",
+                                s=f"{metrics['timing_s/step']:.2f}")
+                if save_freq and (step % save_freq == 0 or step == total):
+                    self._save(step)
+            return self.tracker.history
+        finally:
+            png = self.tracker.reward_curve()
+            self.tracker.close()
+            self.reward.close()
+            for group in self.groups.values():
+                group.shutdown()
+            if png is not None:
+                self.log(f"reward curve: {png}")
+            self.log(f"tensorboard events: {self.run_dir / 'tensorboard'}")

@@ -1,0 +1,54 @@
+"""Run a validated recipe: prepare artifacts, start or join Ray, train, shut down cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable, Optional
+
+from mindrl.config.schema import RunConfig
+
+
+def init_ray(num_local_devices: int) -> str:
+    """Join the cluster RAY_ADDRESS names (`auto` = the one `ray start` left on this node), or
+    start a private local one (several runs on one box never share a cluster by accident)."""
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True)
+        return "joined the running Ray cluster"
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")   # local, single-user cluster
+    from mindrl import device
+
+    kwargs = {"num_cpus": max(num_local_devices, os.cpu_count() or 1)} if device.is_cpu() else {}
+    ray.init(include_dashboard=False, object_store_memory=256 * 2**20, log_to_driver=True,
+             **kwargs)
+    return "started a local Ray cluster"
+
+
+def write_resolved_config(run: RunConfig, run_dir: Path) -> Path:
+    path = run_dir / "resolved_config.json"
+    path.write_text(json.dumps(asdict(run), indent=2, default=str))
+    return path
+
+
+def train(run: RunConfig, log: Callable[[str], None] = print) -> list:
+    import ray
+
+    from mindrl.trainer.grpo_trainer import GRPOTrainer
+
+    run_dir = Path(run.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log(f"run directory: {run_dir}")
+    write_resolved_config(run, run_dir)
+    log(init_ray(run.resource("actor").count))
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        return GRPOTrainer(run, log=log).fit()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        ray.shutdown()

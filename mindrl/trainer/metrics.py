@@ -1,0 +1,42 @@
+"""Per-step metrics from the step's batch (pure functions; names as verl / MindSpeed-RL)."""
+
+from __future__ import annotations
+
+from typing import Dict, Sequence
+
+import torch
+
+
+def _stats(prefix: str, values: torch.Tensor) -> Dict[str, float]:
+    values = values.float()
+    return {f"{prefix}/mean": values.mean().item(), f"{prefix}/max": values.max().item(),
+            f"{prefix}/min": values.min().item()}
+
+
+def batch_metrics(batch: Dict[str, torch.Tensor], scores: torch.Tensor,
+                  finish_reasons: Sequence[str]) -> Dict[str, float]:
+    """critic/score, critic/rewards, response_length, prompt_length, perf/total_num_tokens."""
+    response_len = batch["response_mask"].sum(-1)
+    prompt_len = batch["prompt_mask"].sum(-1)
+    rewards = batch["token_rewards"].sum(-1)
+    out = {**_stats("critic/score", scores), **_stats("critic/rewards", rewards),
+           **_stats("response_length", response_len), **_stats("prompt_length", prompt_len)}
+    out["response_length/clip_ratio"] = (
+        sum(r == "length" for r in finish_reasons) / max(len(finish_reasons), 1))
+    out["perf/total_num_tokens"] = float(response_len.sum() + prompt_len.sum())
+    return out
+
+
+def perf_metrics(total_tokens: float, step_seconds: float) -> Dict[str, float]:
+    return {"perf/time_per_step": step_seconds,
+            "perf/throughput": total_tokens / max(step_seconds, 1e-9)}
+
+
+def moving_average(values: Sequence[float], window: int) -> list:
+    out, acc = [], 0.0
+    for i, v in enumerate(values):
+        acc += v
+        if i >= window:
+            acc -= values[i - window]
+        out.append(acc / min(i + 1, window))
+    return out

@@ -1,0 +1,123 @@
+"""One rank of a Megatron role (actor or reference) inside a Ray actor.
+
+The actor role's TP0/PP0/DP0 rank also hosts the rollout engine (vLLM in a child process, see
+vllm_engine.VLLMEngineProcess) and is the resharding host; every actor rank takes part in the
+weight sync. Methods that return data return it from rank 0 only (None elsewhere).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence
+
+import torch
+
+
+@dataclass(frozen=True)
+class RoleSetup:
+    """Everything a rank needs to build its engine (picklable, sent once)."""
+
+    role: str
+    spec: Any                      # ModelSpec
+    parallel: Any                  # Parallelism
+    params_dtype: str
+    micro_batch_size: int
+    seed: int
+    load: Optional[str]            # mcore checkpoint root (the converter's output) or None
+    optim: Any = None              # OptimConfig (actor) or None (reference)
+    loss: Any = None               # LossConfig
+    pad_id: int = 0
+    rollout_model_path: Optional[str] = None   # HF dir vLLM starts from (actor only)
+    generate_config: Any = None
+    rollout_seed: int = 0
+
+
+class MegatronWorker:
+    def __init__(self, role: str, rank: int, world_size: int):
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        torch.set_num_threads(1)
+        self.role, self.rank, self.world_size = role, rank, world_size
+        self.engine = self.rollout = self.resharder = None
+
+    # ---------------------------------------------------------------- setup
+
+    def master_address(self):
+        import ray
+
+        from mindrl.distributed import free_port
+
+        return ray.util.get_node_ip_address(), free_port()
+
+    def setup(self, setup: RoleSetup, master_addr: str, master_port: int) -> int:
+        from megatron.core import parallel_state as ps
+
+        from mindrl import device
+        from mindrl.ckpt.mcore_io import load_mcore_checkpoint
+        from mindrl.engines.megatron_engine import MegatronEngine
+        from mindrl.models.builder import initialize_parallel
+
+        os.environ["MASTER_ADDR"] = master_addr
+        device.init_distributed(self.rank, self.world_size, master_addr, master_port)
+        initialize_parallel(setup.parallel, seed=setup.seed)
+        self.engine = MegatronEngine(setup.spec, setup.parallel, setup.params_dtype,
+                                     setup.micro_batch_size, optim=setup.optim, loss=setup.loss,
+                                     pad_id=setup.pad_id, seed=setup.seed)
+        if setup.load:
+            load_mcore_checkpoint(self.engine.module, setup.load)
+            if self.engine.optimizer is not None:
+                self.engine.optimizer.reload_model_params()
+        if setup.rollout_model_path is not None:
+            from mindrl.engines.resharding import Resharder
+            from mindrl.engines.vllm_engine import VLLMEngineProcess
+
+            is_host = (ps.get_data_parallel_rank() == 0 and ps.get_tensor_model_parallel_rank() == 0
+                       and ps.get_pipeline_model_parallel_rank() == 0)
+            if is_host:
+                self.rollout = VLLMEngineProcess(setup.rollout_model_path, setup.generate_config,
+                                                 seed=setup.rollout_seed)
+            self.resharder = Resharder(self.engine.model, setup.spec, target=self.rollout,
+                                       bucket_mb=setup.generate_config.reshard_bucket_mb)
+        return os.getpid()
+
+    # ---------------------------------------------------------------- training role
+
+    def compute_log_probs(self, batch: Dict[str, torch.Tensor], micro_batch_size: int,
+                          with_entropy: bool = False):
+        out = self.engine.compute_log_probs(batch, micro_batch_size, with_entropy)
+        return out if self.rank == 0 else None
+
+    def update(self, batch: Dict[str, torch.Tensor], mini_batch_size: int, shuffle: bool,
+               seed: int):
+        metrics = self.engine.update(batch, mini_batch_size, shuffle=shuffle, seed=seed)
+        return metrics if self.rank == 0 else None
+
+    def save_checkpoint(self, save_dir: str, iteration: int, extra: dict, save_optim: bool,
+                        save_rng: bool):
+        self.engine.save_checkpoint(save_dir, iteration, extra, save_optim, save_rng)
+
+    def load_checkpoint(self, ckpt_dir: str, load_optim: bool, load_rng: bool):
+        meta = self.engine.load_checkpoint(ckpt_dir, load_optim, load_rng)
+        return meta if self.rank == 0 else None
+
+    def offload(self, param: bool, grad: bool, optimizer: bool) -> int:
+        return self.engine.offload(param, grad, optimizer)
+
+    def onload(self) -> int:
+        return self.engine.onload()
+
+    # ---------------------------------------------------------------- rollout (actor)
+
+    def generate(self, prompt_token_ids: Sequence[Sequence[int]], n: int, **overrides):
+        if self.rollout is None:
+            return None
+        return self.rollout.generate(prompt_token_ids, n=n, **overrides)
+
+    def sync_weights(self, verify: bool = False):
+        stats = self.resharder.sync(verify=verify)
+        return stats if self.rollout is not None else None
+
+    def shutdown(self) -> None:
+        if self.rollout is not None:
+            self.rollout.close()
+            self.rollout = None

@@ -1,0 +1,58 @@
+"""Ray placement groups from the recipe's resources and colocation flags.
+
+Device indices come from mindrl.config.placement (the same assignment plan mode prints):
+one bundle per device, each bundle holding one rank of every role placed on that device;
+colocated roles split the bundle's device evenly so Ray lets them share it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List
+
+import ray
+from ray.util.placement_group import PlacementGroup, placement_group
+
+from mindrl import device
+from mindrl.config.placement import place_roles
+from mindrl.config.schema import RunConfig
+
+
+@dataclass
+class RoleSlots:
+    placement_group: PlacementGroup
+    first_bundle: int
+    resources_per_rank: dict
+
+
+def _bundle(kind: str) -> dict:
+    name = device.RAY_RESOURCE[kind]
+    return {"CPU": 1} if name == "CPU" else {name: 1, "CPU": 1}
+
+
+def _rank_resources(kind: str, share: float) -> dict:
+    name = device.RAY_RESOURCE[kind]
+    if name == "CPU":
+        return {"num_cpus": share}
+    if name == "GPU":
+        return {"num_gpus": share, "num_cpus": share}
+    return {"resources": {name: share}, "num_cpus": share}
+
+
+def create_placement(run: RunConfig, timeout_s: float = 120.0) -> Dict[str, RoleSlots]:
+    """One placement group over every device the run needs; role -> its bundle slots."""
+    placements = place_roles(run)
+    kind = run.resource("actor").kind
+    num_devices = max(max(p.devices) + 1 for p in placements if p.devices)
+    pg = placement_group([_bundle(kind) for _ in range(num_devices)], strategy="PACK")
+    if not pg.wait(timeout_s):
+        available = ray.available_resources()
+        raise RuntimeError(
+            f"Ray could not reserve {num_devices} x {_bundle(kind)} within {timeout_s:.0f} s; "
+            f"the cluster offers {available}. Lower the *_resource counts in rl_config or add "
+            f"nodes (ray start --address=...)")
+    slots = {}
+    for p in placements:
+        share = 1.0 / (1 + len(p.shares_with))
+        slots[p.role] = RoleSlots(pg, p.devices[0], _rank_resources(kind, share))
+    return slots

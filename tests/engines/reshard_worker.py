@@ -1,0 +1,167 @@
+"""Rank bodies for the resharding tests (run under mindrl.distributed.spawn_local).
+
+Rank 0 hosts one vLLM (in a child process: a torch.distributed rank cannot host it in-process)
+for the whole run; every Megatron layout of the run syncs into that same engine.
+"""
+
+import dataclasses
+import time
+
+import torch
+
+from mindrl.ckpt import mapping
+from mindrl.engines.megatron_engine import LossConfig, MegatronEngine, OptimConfig
+from mindrl.engines.resharding import Resharder
+from mindrl.engines.vllm_engine import (VLLMEngineProcess, WeightSyncError,
+                                        checkpoint_fingerprint)
+from mindrl.models.builder import Parallelism, initialize_parallel
+
+N_SAMPLES = 4
+
+
+def _engine(spec, full, tp, pp, lr=None):
+    """A Megatron engine at TP/PP holding a full Megatron state dict (optimizer with lr)."""
+    from megatron.core import parallel_state as ps
+
+    parallel = Parallelism(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+    initialize_parallel(parallel)
+    optim = OptimConfig(lr=lr, clip_grad=0.0) if lr else None
+    engine = MegatronEngine(spec, parallel, micro_batch_size=2, optim=optim,
+                            loss=LossConfig(temperature=1.0))
+    local = mapping.stage_state_dict(full, spec, ps.get_tensor_model_parallel_rank(), tp,
+                                     ps.get_pipeline_model_parallel_rank(), pp)
+    engine.module.load_state_dict(local, strict=False)
+    if optim:
+        engine.optimizer.reload_model_params()
+    return engine
+
+
+def _broadcast(obj):
+    box = [obj]
+    torch.distributed.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def _rollout(vllm, prompts, seed):
+    """vLLM samples on rank 0, the padded batch on every rank."""
+    batch = None
+    if vllm is not None:
+        batch = vllm.generate(prompts, n=N_SAMPLES, seed=seed).to_batch(pad_id=0)
+    return _broadcast(batch)
+
+
+def _max_diff(a, b, mask):
+    return float(((a - b).abs() * mask).max())
+
+
+def sync_layouts(rank, world, spec, vllm_dir, layout_dirs, fulls, layouts, prompts, gen_cfg):
+    """Per layout: sync fresh weights, compare logprobs, train one step, sync, compare.
+
+    fulls[i]: full Megatron state dict of layout_dirs[i] at layouts[i]'s TP (built by the
+    caller: mapping's vocab padding trips the CPU compat layer inside a rank).
+    """
+    from megatron.core import parallel_state as ps
+
+    vllm = VLLMEngineProcess(vllm_dir, gen_cfg) if rank == 0 else None
+    out = {"layouts": {}}
+    try:
+        for i, (tp, pp) in enumerate(layouts):
+            engine = _engine(spec, fulls[i], tp, pp, lr=1e-2)
+            resharder = Resharder(engine.model, spec, target=vllm, bucket_mb=0.1)
+            res = {"sync": resharder.sync(verify=True)}
+            if vllm is not None:   # mapping-free check: vLLM now equals the layout's HF dir
+                vllm.check_fingerprint(checkpoint_fingerprint(layout_dirs[i], vllm.dtype))
+
+            # (b) vLLM's sampled-token logprobs == Megatron's on the same sequences
+            batch = _rollout(vllm, prompts, seed=100 + i)
+            mask = batch["response_mask"].float()
+            old = engine.compute_log_probs(batch)["log_probs"]
+            res["diff_before"] = _max_diff(batch["rollout_log_probs"], old, mask)
+
+            # (c) one large-lr step, sync: vLLM follows the new weights
+            g = torch.Generator().manual_seed(i)
+            adv = torch.randn(batch["response_ids"].shape[0], 1, generator=g).sign()
+            engine.update({**batch, "advantages": adv.expand_as(mask) * mask},
+                          mini_batch_size=batch["response_ids"].shape[0])
+            new = engine.compute_log_probs(batch)["log_probs"]
+            res["sync_after_update"] = resharder.sync(verify=True)
+            if vllm is not None:
+                p_len = batch["prompt_mask"].sum(1)
+                prompts_b = [batch["prompt_ids"][b, -int(p_len[b]):].tolist()
+                             for b in range(len(p_len))]
+                resp_b = [batch["response_ids"][b, :int(mask[b].sum())].tolist()
+                          for b in range(len(p_len))]
+                scored = vllm.score(prompts_b, resp_b)
+                rescored = torch.zeros_like(old)
+                for b, lps in enumerate(scored):
+                    rescored[b, :len(lps)] = torch.tensor(lps)
+                res["diff_rescored_vs_new"] = _max_diff(rescored, new, mask)
+                res["diff_rescored_vs_old"] = _max_diff(rescored, old, mask)
+            res["diff_new_vs_old"] = _max_diff(new, old, mask)
+            batch2 = _rollout(vllm, prompts, seed=200 + i)
+            new2 = engine.compute_log_probs(batch2)["log_probs"]
+            res["diff_after"] = _max_diff(batch2["rollout_log_probs"], new2,
+                                          batch2["response_mask"].float())
+            res["tokens"] = int(mask.sum())
+            out["layouts"][(tp, pp)] = res
+            ps.destroy_model_parallel()
+
+        out["wrong_entries"] = _wrong_mapping_entries(spec, layout_dirs[-1], fulls[-1],
+                                                      layouts[-1], vllm)
+    finally:
+        if vllm is not None:
+            vllm.close()
+    return out if rank == 0 else None
+
+
+def _swap_parts(fuse, first, second):
+    """A mapping table whose `fuse` rules list two HF parts the wrong way round."""
+    original = mapping.ARCHITECTURE_TABLES["qwen2"]
+
+    def table(spec):
+        rules = []
+        for rule in original(spec):
+            if rule.fuse == fuse:
+                hf = list(rule.hf)
+                hf[first], hf[second] = hf[second], hf[first]
+                rule = dataclasses.replace(rule, hf=tuple(hf))
+            rules.append(rule)
+        return rules
+
+    return original, table
+
+
+def _wrong_mapping_entries(spec, hf_dir, full, layout, vllm):
+    """(d) Megatron holds the right weights; a wrong table entry is used only for the sync.
+
+    The sync itself verifies (vLLM holds what was sent), so only the mapping-free reference
+    (the HF checkpoint Megatron was loaded from) can catch it.
+    """
+    from megatron.core import parallel_state as ps
+
+    tp, pp = layout
+    engine = _engine(spec, full, tp, pp)
+    reference = checkpoint_fingerprint(hf_dir, vllm.dtype) if vllm is not None else None
+    messages = {}
+    for label, (fuse, a, b) in {"gate<->up": (mapping.FUSE_GATE_UP, 0, 1),
+                                "k<->v": (mapping.FUSE_QKV, 1, 2)}.items():
+        original, wrong = _swap_parts(fuse, a, b)
+        mapping.ARCHITECTURE_TABLES["qwen2"] = wrong
+        try:
+            Resharder(engine.model, spec, target=vllm).sync(verify=True)
+        finally:
+            mapping.ARCHITECTURE_TABLES["qwen2"] = original
+        if vllm is not None:
+            t0 = time.perf_counter()
+            try:
+                vllm.check_fingerprint(reference)
+                messages[label] = None
+            except WeightSyncError as exc:
+                messages[label] = str(exc)
+            messages[label + " seconds"] = time.perf_counter() - t0
+    # Repair: the right table, and the reference check passes again.
+    Resharder(engine.model, spec, target=vllm).sync(verify=True)
+    if vllm is not None:
+        vllm.check_fingerprint(reference)
+    ps.destroy_model_parallel()
+    return messages

@@ -1,0 +1,219 @@
+"""The vLLM rollout engine on CPU: sampling, logprobs vs transformers, weight loads, fingerprints.
+
+One in-process vLLM for the module. The last test breaks it on purpose (a failed load is fatal).
+"""
+
+import dataclasses
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from mindrl.config.schema import GenerateConfig, SamplingConfig
+from mindrl.engines.vllm_engine import (RolloutOutput, VLLMEngine, WeightSyncError,
+                                        checkpoint_fingerprint, compare_fingerprints,
+                                        fingerprint_tensors, llm_kwargs, sampling_params)
+from mindrl.models.tiny import make_tiny_model
+
+N = 4
+MAX_TOKENS = 16
+TOL = 1e-4
+TEXTS = ["12+34=", "Q: 7*8?\nA:", "hello"]
+CONFIG = GenerateConfig(max_num_seqs=16, max_model_len=128, kv_cache_memory_bytes=32 * 2**20,
+                        sampling_config=SamplingConfig(max_tokens=MAX_TOKENS, seed=0))
+
+
+# ---------------------------------------------------------------------------- no vLLM needed
+
+def test_rollout_tensors_follow_the_data_contract():
+    out = RolloutOutput(prompt_token_ids=[[5, 6, 7], [5, 6, 7], [8], [8]],
+                        response_token_ids=[[10, 11, 2], [12], [13, 14, 15, 16], []],
+                        log_probs=[[-1.0, -2.0, -3.0], [-4.0], [-.5, -.6, -.7, -.8], []],
+                        finish_reasons=["stop", "length", "length", "length"],
+                        prompt_index=[0, 0, 1, 1])
+    b = out.to_batch(pad_id=0)
+    assert b["prompt_ids"].tolist() == [[5, 6, 7], [5, 6, 7], [0, 0, 8], [0, 0, 8]]
+    assert b["prompt_mask"].tolist() == [[1, 1, 1], [1, 1, 1], [0, 0, 1], [0, 0, 1]]
+    assert b["response_ids"].tolist() == [[10, 11, 2, 0], [12, 0, 0, 0], [13, 14, 15, 16],
+                                          [0, 0, 0, 0]]
+    # EOS (2) counts, the padding after it does not.
+    assert b["response_mask"].tolist() == [[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]]
+    assert b["rollout_log_probs"][0].tolist() == [-1.0, -2.0, -3.0, 0.0]
+    assert b["rollout_log_probs"].dtype == torch.float32
+    fixed = out.to_batch(pad_id=0, prompt_length=5, response_length=6)
+    assert fixed["prompt_ids"].shape == (4, 5) and fixed["response_ids"].shape == (4, 6)
+    with pytest.raises(ValueError, match="more than the length 3"):
+        out.response_tensors(pad_id=0, length=3)
+
+
+def test_cpu_settings_are_the_engines_own():
+    cpu = llm_kwargs(GenerateConfig(), seed=1, logprobs_mode="processed_logprobs", on_cpu=True)
+    assert (cpu["dtype"], cpu["enforce_eager"], cpu["block_size"]) == ("float32", True, 32)
+    assert cpu["kv_cache_memory_bytes"] > 0 and "gpu_memory_utilization" not in cpu
+    assert cpu["enable_prefix_caching"] is False
+    gpu = llm_kwargs(GenerateConfig(), seed=1, logprobs_mode="processed_logprobs", on_cpu=False)
+    assert gpu["dtype"] == "bfloat16" and gpu["enable_sleep_mode"]
+    params = sampling_params(SamplingConfig(), n=3, temperature=0.5, max_tokens=7)
+    assert (params.n, params.temperature, params.max_tokens) == (3, 0.5, 7)
+    with pytest.raises(ValueError, match="temprature"):
+        sampling_params(SamplingConfig(), n=1, temprature=0.5)
+
+
+def test_fingerprint_sees_swapped_and_permuted_tensors():
+    g = torch.Generator().manual_seed(0)
+    gate, up, bias = (torch.randn(64, 32, generator=g), torch.randn(64, 32, generator=g),
+                      torch.randn(64, generator=g))
+    ref = fingerprint_tensors([("gate", gate), ("up", up), ("b", bias)])
+    same = fingerprint_tensors([("gate", gate.clone()), ("up", up.clone()), ("b", bias.clone())])
+    assert compare_fingerprints(same, ref, torch.float32) == []
+    swapped = fingerprint_tensors([("gate", up), ("up", gate), ("b", bias.flip(0))])
+    assert len(compare_fingerprints(swapped, ref, torch.float32)) == 3
+    rows = fingerprint_tensors([("gate", gate[torch.randperm(64, generator=g)]), ("up", up),
+                                ("b", bias)])
+    assert [p.split(":")[0] for p in compare_fingerprints(rows, ref, torch.float32)] == ["gate"]
+    nan = {**ref, "b": torch.full((3,), float("nan"), dtype=torch.float64)}
+    assert [p.split(":")[0] for p in compare_fingerprints(nan, ref, torch.float32)] == ["b"]
+    extra = {**ref, "stale": ref["b"]}
+    assert "never loaded" in compare_fingerprints(extra, ref, torch.float32)[0]
+
+
+def test_refuses_to_start_inside_a_distributed_world():
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        with pytest.raises(RuntimeError, match="VLLMEngineProcess"):
+            VLLMEngine("/nonexistent", CONFIG)
+    finally:
+        dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------------------- one real vLLM
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("vllm_engine")
+    return (make_tiny_model("tiny-qwen2", "char", root / "seed0", seed=0),
+            make_tiny_model("tiny-qwen2", "char", root / "seed1", seed=1))
+
+
+@pytest.fixture(scope="module")
+def engine(model_dirs):
+    eng = VLLMEngine(model_dirs[0], CONFIG, seed=0)
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="module")
+def prompts(model_dirs):
+    tok = AutoTokenizer.from_pretrained(model_dirs[0])
+    return [tok.encode(t) for t in TEXTS]
+
+
+def transformers_log_probs(model_dir, out: RolloutOutput, temperature=1.0):
+    """Independent recomputation: one transformers forward per sample."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    rows = []
+    with torch.no_grad():
+        for prompt, response in zip(out.prompt_token_ids, out.response_token_ids):
+            seq = torch.tensor(prompt + response)
+            logits = model(seq[None]).logits[0].float() / temperature
+            lsm = torch.log_softmax(logits, -1)
+            pos = torch.arange(len(response)) + len(prompt) - 1
+            rows.append(lsm[pos, torch.tensor(response, dtype=torch.long)].tolist())
+    return RolloutOutput(out.prompt_token_ids, out.response_token_ids, rows,
+                         out.finish_reasons).response_tensors(pad_id=0)["rollout_log_probs"]
+
+
+def max_diff(out, ref):
+    got = out.response_tensors(pad_id=0)
+    return float(((got["rollout_log_probs"] - ref).abs() * got["response_mask"]).max())
+
+
+def test_generate_n_samples_per_prompt_in_prompt_major_order(engine, prompts):
+    out = engine.generate(prompts, n=N)
+    assert len(out) == len(prompts) * N
+    assert out.prompt_index == [i for i in range(len(prompts)) for _ in range(N)]
+    assert out.prompt_token_ids == [p for p in prompts for _ in range(N)]
+    assert set(out.finish_reasons) <= {"stop", "length"}
+    for ids, logps, reason in zip(out.response_token_ids, out.log_probs, out.finish_reasons):
+        assert len(ids) == len(logps) and 1 <= len(ids) <= MAX_TOKENS
+        assert all(lp <= 0 for lp in logps)
+        assert (reason == "length") == (len(ids) == MAX_TOKENS and ids[-1] not in (0, 2))
+    # Seeded: repeatable, and no two samples share a random stream.
+    again = engine.generate(prompts, n=N)
+    assert again.response_token_ids == out.response_token_ids
+    twins = engine.generate([prompts[0], prompts[0]], n=1)
+    assert twins.response_token_ids[0] != twins.response_token_ids[1]
+    assert engine.generate(prompts, n=N, seed=1).response_token_ids != out.response_token_ids
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_sampled_logprobs_match_transformers(engine, prompts, model_dirs, temperature):
+    out = engine.generate(prompts, n=N, temperature=temperature)
+    diff = max_diff(out, transformers_log_probs(model_dirs[0], out, temperature))
+    assert diff <= TOL, diff
+
+
+def test_score_gives_the_same_logprobs_as_sampling(engine, prompts):
+    out = engine.generate(prompts, n=2)
+    scored = engine.score(out.prompt_token_ids, out.response_token_ids)
+    for a, b in zip(scored, out.log_probs):
+        assert torch.allclose(torch.tensor(a), torch.tensor(b), atol=TOL)
+
+
+def test_fingerprint_equals_the_checkpoint(engine, model_dirs):
+    ref = checkpoint_fingerprint(model_dirs[0], engine.dtype)
+    got = engine.fingerprint()
+    assert set(got) == set(ref)
+    assert got["model.embed_tokens.weight"].shape == (2, 3)   # stored + used by the tied head
+    engine.check_fingerprint(ref)
+    with pytest.raises(WeightSyncError, match=r"26 vLLM tensor\(s\) differ"):
+        engine.check_fingerprint(checkpoint_fingerprint(model_dirs[1], engine.dtype))
+
+
+def test_load_weights_in_buckets_switches_the_model(engine, prompts, model_dirs):
+    """Load another checkpoint module by module: vLLM then computes exactly that model (the
+    tied output head included, whose packed copy the plain reload leaves stale on CPU)."""
+    from safetensors.torch import load_file
+
+    state = load_file(str(model_dirs[1] / "model.safetensors"))
+    by_module = {}
+    for name, tensor in state.items():
+        by_module.setdefault(engine.module_of[name], []).append((name, tensor))
+    for bucket in by_module.values():
+        engine.load_weights(bucket)
+    engine.check_fingerprint(checkpoint_fingerprint(model_dirs[1], engine.dtype))
+    out = engine.generate(prompts, n=2)
+    diff = max_diff(out, transformers_log_probs(model_dirs[1], out))
+    assert diff <= TOL, diff
+    engine.load_weights(state.items())   # all at once works too
+    engine.check_fingerprint(checkpoint_fingerprint(model_dirs[1], engine.dtype))
+
+
+def test_bad_loads_are_refused_by_name_and_are_fatal(engine, model_dirs):
+    """Checks that fire before vLLM is touched; each marks the engine unusable (a sync may
+    already have loaded earlier buckets), so the test clears that flag between cases."""
+    good = torch.zeros(256, 128)
+    cases = [([("model.layers.0.mlp.gate_proj.weight", torch.zeros(255, 128)),
+               ("model.layers.0.mlp.up_proj.weight", good)], "gate_proj.weight: shape"),
+             ([("model.layers.0.mlp.gate_projj.weight", good)], "gate_projj.weight: vLLM's model"),
+             ([("model.layers.0.self_attn.q_proj.weight", torch.zeros(128, 128))],
+              r"without \['model.layers.0.self_attn.k_proj.bias'")]
+    for pairs, message in cases:
+        with pytest.raises(WeightSyncError, match=message):
+            engine.load_weights(pairs)
+        with pytest.raises(WeightSyncError, match="unusable"):
+            engine.generate([[5, 6]], n=1)
+        engine._failure = None   # vLLM itself was not touched by these
+
+
+def test_a_failed_load_inside_vllm_is_fatal(engine):
+    """Last in the module: this really breaks the engine's weights."""
+    meta = torch.empty(128, device="meta")
+    with pytest.raises(WeightSyncError, match="model.norm.weight"):
+        engine.load_weights([("model.norm.weight", meta)])
+    for call in (lambda: engine.generate([[5, 6]], n=1), engine.fingerprint,
+                 lambda: engine.load_weights([])):
+        with pytest.raises(WeightSyncError, match="unusable"):
+            call()
