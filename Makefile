@@ -36,10 +36,9 @@ endif
 test: setup
 	$(PY) -m pytest tests -q -p no:cacheprovider
 
-# Until the GRPO driver lands this runs every real piece that exists (cli/demo_stack.py);
-# then it becomes `$(PY) cli/train_grpo.py` (the embedded grpo_tiny_cpu recipe).
+# The embedded default: GRPO on the tiny model (recipe grpo_tiny_cpu), real stack end to end.
 demo: setup
-	$(PY) cli/demo_stack.py
+	$(PY) cli/train_grpo.py
 
 clean-venv:
 	rm -rf $(VENV)

@@ -42,8 +42,14 @@ def run(cfg: DictConfig, recipe: str) -> int:
         for line in prepare_artifacts(run_cfg):
             print(f"prepared {line}")
         run_cfg = validate(cfg, cluster, check_paths=True, recipe=recipe)
+        from mindrl.trainer.launch import preflight
+
+        preflight(run_cfg)
     except ConfigError as e:
         print(f"invalid recipe {recipe}: {e}", file=sys.stderr)
+        return EXIT_INVALID
+    except ValueError as e:   # bad input files: named with row and fix by their readers
+        print(f"cannot start {recipe}: {e}", file=sys.stderr)
         return EXIT_INVALID
     from mindrl.trainer.launch import train
     from mindrl.workers.worker_group import WorkerDied

@@ -16,8 +16,8 @@ from torch.overrides import TorchFunctionMode
 
 _installed = False
 _TENSOR_TYPE = torch.Tensor.type
-_TO_METHODS = {torch.Tensor.to, torch.Tensor.new_empty, torch.Tensor.new_zeros,
-               torch.Tensor.new_ones, torch.Tensor.new_full, torch.Tensor.new_tensor}
+# Tensor.to(device, ...) takes the device positionally; new_* take sizes there.
+_TO = torch.Tensor.to
 
 
 def _is_cuda(device) -> bool:
@@ -38,7 +38,7 @@ class CudaToCpuMode(TorchFunctionMode):
             return args[0]
         if "device" in kwargs and _is_cuda(kwargs["device"]):
             kwargs = {**kwargs, "device": "cpu"}
-        if func in _TO_METHODS and len(args) > 1 and _is_cuda(args[1]):
+        if func is _TO and len(args) > 1 and not isinstance(args[1], int) and _is_cuda(args[1]):
             args = (args[0], "cpu", *args[2:])
         if func is _TENSOR_TYPE and len(args) == 1 and not kwargs:
             name = func(*args)

@@ -20,7 +20,7 @@ import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -147,7 +147,10 @@ def _check_tokenizer_fits(folder: Optional[Path], spec: ModelSpec) -> None:
 
 @contextlib.contextmanager
 def single_process_megatron() -> Iterator[None]:
-    """torch.distributed (world of 1, unless one is already up) + parallel_state TP1 PP1."""
+    """torch.distributed (world of 1, unless one is already up) + parallel_state TP1 PP1.
+
+    For converter processes only: it replaces any parallel_state the process had.
+    """
     import torch.distributed as dist
 
     from mindrl import device
@@ -280,6 +283,8 @@ def plan_hf_to_mcore(load_dir, save_dir, *, tp: int = 1, pp: int = 1,
     except hf_io.HFCheckpointError as e:
         raise ConversionError(str(e)) from None
     notes: List[str] = []
+    if tokenizer_dir is None:
+        notes.append(f"no tokenizer in {load_dir}: mcore -> hf will need --tokenizer-model")
     try:
         _check_hf_tensors(weights, spec, notes)
         if dtype is None:

@@ -244,6 +244,12 @@ def gather(rule: TensorRule, shards: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.cat(list(shards), dim=rule.tp_dim)
 
 
+def shards_are_row_blocks(rule: TensorRule) -> bool:
+    """True when TP rank r's shard is the r-th block of rows of the full tensor (`gather` is a
+    concatenation along dim 0), so shards can be received straight into place."""
+    return rule.tp_dim == 0 and rule.fuse != FUSE_GATE_UP
+
+
 # ---------------------------------------------------------------- pipeline stages
 
 def stage_layers(num_layers: int, pp_rank: int, pp_size: int) -> range:

@@ -373,35 +373,41 @@ def load_tensors(entries: Dict, ckpt_dir: Path, saved_shapes: Dict[str, Tuple]
     from megatron.core import dist_checkpointing
     from megatron.core.dist_checkpointing.mapping import ShardedTensor, ShardedTensorFactory
 
-    def irregular(sh: ShardedTensor) -> ShardedTensor:
+    def irregular(sh: ShardedTensor, data: torch.Tensor) -> ShardedTensor:
         # A subset of a stacked-layer tensor is not a full regular grid, which Megatron's
         # regular-grid reader only handles when the rank holds every fragment. The
         # irregular (DCP-native) reader takes any box, but not prepended axes: fold them
-        # into the local shape (as size-1 dims) and squeeze them out after loading.
+        # into the local shape (as size-1 dims).
         shape = (1,) * sh.prepend_axis_num + tuple(sh.local_shape)
-        return dataclasses.replace(sh, data=torch.empty(shape, dtype=sh.dtype),
-                                   local_shape=shape, prepend_axis_num=0,
-                                   axis_fragmentations=None)
+        return dataclasses.replace(sh, data=data.view(shape), local_shape=shape,
+                                   prepend_axis_num=0, axis_fragmentations=None)
 
-    fresh, merges, shapes = {}, {}, {}
+    fresh, whole = {}, {}
     for name, sh in entries.items():
-        if isinstance(sh, ShardedTensorFactory):  # e.g. linear_fc1: [gate; up] halves
-            parts = sh.build()
-            fresh[name] = [irregular(part) for part in parts]
-            shapes[name] = [tuple(part.local_shape) for part in parts]
-            merges[name] = sh.merge_fn
+        if isinstance(sh, ShardedTensorFactory):
+            # e.g. linear_fc1, saved as [gate; up] halves: read the halves straight into
+            # their places in one buffer instead of reading them apart and concatenating.
+            buffer = torch.empty(sh.data.shape, dtype=sh.data.dtype)
+            parts = dataclasses.replace(sh, data=buffer).build()
+            fresh[name] = [irregular(part, part.data) for part in parts]
+            whole[name] = (buffer, [part.data for part in parts])
         elif isinstance(sh, ShardedTensor):
-            fresh[name] = irregular(sh)
-            shapes[name] = tuple(sh.local_shape)
+            buffer = torch.empty(sh.local_shape, dtype=sh.dtype)
+            fresh[name] = irregular(sh, buffer)
+            whole[name] = (buffer, None)
     fixes = fit_vocab_rows(fresh, saved_shapes)
-    buffers = {name: local for name, local, _ in fixes}
+    fixed = {name for name, _, _ in fixes}
     state = dist_checkpointing.load({STATE_KEY: fresh}, str(ckpt_dir),
                                     validate_access_integrity=False)[STATE_KEY]
     _finish_rows(state, fixes)
-    state.update(buffers)
-    for name, shape in shapes.items():
-        if isinstance(shape, list):
-            state[name] = merges[name]([t.reshape(s) for t, s in zip(state[name], shape)])
-        else:
-            state[name] = state[name].reshape(shape)
+    for name, (buffer, part_views) in whole.items():
+        loaded = state.get(name)
+        with torch.no_grad():
+            if part_views is not None:
+                for view, got in zip(part_views, loaded):
+                    if got.data_ptr() != view.data_ptr():  # loaded elsewhere: move it in
+                        view.copy_(got.reshape(view.shape))
+            elif name not in fixed and loaded.data_ptr() != buffer.data_ptr():
+                buffer.copy_(loaded.reshape(buffer.shape))
+        state[name] = buffer
     return state

@@ -52,6 +52,9 @@ def staged_dir(save_dir: Path, overwrite: bool) -> Iterator[Path]:
     save_dir = Path(save_dir).expanduser().resolve()
     save_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=save_dir.parent, prefix=f".{save_dir.name}.tmp-"))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would make the result private
     try:
         yield tmp
         check_save_dir(save_dir, overwrite)  # someone may have written there meanwhile

@@ -4,7 +4,8 @@
 vLLM is TP0 / PP0 of data-parallel replica 0 (global rank 0 in Megatron's default order).
 For each Megatron tensor, in `mapping.iter_rules` order:
 
-1. the pipeline stage holding it gathers its TP shards onto its TP rank 0 (`mapping.gather`);
+1. the pipeline stage holding it gathers its TP shards onto its TP rank 0 (`mapping.gather`,
+   or straight into place when the shards are row blocks);
 2. a stage other than the host's sends the full tensor to the host (point to point);
 3. the host un-fuses it into HF tensors (`mapping.mcore_to_hf`) and packs them, cast to vLLM's
    dtype, into one reusable bucket buffer; a full bucket goes to vLLM in one `load_weights`.
@@ -12,10 +13,12 @@ For each Megatron tensor, in `mapping.iter_rules` order:
 Other data-parallel replicas hold the same weights and skip the sync. vLLM always receives full
 HF tensors and shards them itself, so any train TP/PP works with any infer TP.
 
-Memory on the host: the bucket buffer (bucket_mb, or the largest module if that is bigger)
-plus one tensor in flight (its TP shards, the gathered tensor, its HF parts). Buckets close
-only between modules: vLLM processes a module once all of its tensors have arrived, and a
-bucket with q/k but not v would leave that module half-loaded.
+Memory on the host: the bucket buffer (bucket_mb) plus one tensor in flight (its TP shards,
+the gathered tensor, its HF parts); a module larger than a bucket (the embedding of a big
+vocabulary) goes alone, without the buffer and without a copy, so the peak stays near
+max(bucket_mb, largest module). Buckets close only between modules: vLLM processes a module
+once all of its tensors have arrived, and a bucket with q/k but not v would leave that module
+half-loaded.
 """
 
 from __future__ import annotations
@@ -111,15 +114,6 @@ def _send(tensor: torch.Tensor, dst: int) -> None:
     torch.distributed.send(tensor.contiguous(), dst)
 
 
-def _recv(src: int) -> torch.Tensor:
-    header = torch.empty(2 + _MAX_DIMS, dtype=torch.long, device=device.current_device())
-    torch.distributed.recv(header, src)
-    code, ndim, *shape = header.tolist()
-    out = torch.empty(shape[:ndim], dtype=_WIRE_DTYPES[code], device=device.current_device())
-    torch.distributed.recv(out, src)
-    return out
-
-
 # ---------------------------------------------------------------------------- the resharder
 
 @dataclass
@@ -128,7 +122,7 @@ class SyncStats:
     bytes: int = 0              # HF bytes handed to vLLM (host only)
     tensors: int = 0
     buckets: int = 0
-    buffer_bytes: int = 0       # the bucket buffer's size
+    buffer_bytes: int = 0       # the bucket buffer's size (0: every bucket went direct)
     gather_seconds: float = 0.0  # TP gathers and receives from other stages
     pack_seconds: float = 0.0    # un-fusing and copying into the bucket
     load_seconds: float = 0.0    # inside vLLM's load_weights
@@ -167,29 +161,56 @@ class Resharder:
         self._params = dict(self.module.named_parameters())
         self._stage_ranks = torch.distributed.get_process_group_ranks(
             ps.get_pipeline_model_parallel_group())
+        self._tp_ranks = torch.distributed.get_process_group_ranks(
+            ps.get_tensor_model_parallel_group())
         self._buffer: Optional[torch.Tensor] = None
 
     # ---------------------------------------------------------------- pieces
 
-    def _gather_tp(self, unit: Unit) -> Optional[torch.Tensor]:
-        """The full Megatron tensor on this stage's TP rank 0 (None on the others)."""
+    def _empty(self, shape, dtype, shared: bool) -> torch.Tensor:
+        """A tensor that crosses to a vLLM process without a copy when `shared`."""
+        out = torch.empty(shape, dtype=dtype, device=device.current_device())
+        return out.share_memory_() if shared and self.target.wants_shared_memory else out
+
+    def _gather_tp(self, unit: Unit, shared: bool = False) -> Optional[torch.Tensor]:
+        """The full Megatron tensor on this stage's TP rank 0 (None on the others).
+
+        Point to point rather than a gather collective: gloo's gather stages everything in a
+        temporary of the full size, while recv writes straight into the destination (row-block
+        shards land in place; others are put in order by `mapping.gather`).
+        """
         local = self._params[unit.local_name].detach()
         if self.tp_size == 1 or unit.rule.tp_dim is None:
             return local if self.tp_rank == 0 else None
         local = local.contiguous()
-        shards = [torch.empty_like(local) for _ in range(self.tp_size)] if self.tp_rank == 0 else None
-        torch.distributed.gather(local, shards, dst=self.ps.get_tensor_model_parallel_src_rank(),
-                                 group=self.ps.get_tensor_model_parallel_group())
-        return mapping.gather(unit.rule, shards) if self.tp_rank == 0 else None
+        if self.tp_rank != 0:
+            torch.distributed.send(local, self._tp_ranks[0])
+            return None
+        full = None
+        if mapping.shards_are_row_blocks(unit.rule):
+            full = self._empty((local.shape[0] * self.tp_size, *local.shape[1:]), local.dtype,
+                               shared)
+            shards = list(torch.chunk(full, self.tp_size, dim=0))
+        else:
+            shards = [torch.empty_like(local) for _ in range(self.tp_size)]
+        shards[0].copy_(local)
+        for r in range(1, self.tp_size):
+            torch.distributed.recv(shards[r], self._tp_ranks[r])
+        return full if full is not None else mapping.gather(unit.rule, shards)
 
-    def _bucket_buffer(self, numel: int) -> torch.Tensor:
-        if self._buffer is None or self._buffer.numel() < numel:
-            self._buffer = None
-            buffer = torch.empty(numel, dtype=self.target.dtype, device=device.current_device())
-            if self.target.wants_shared_memory:
-                buffer.share_memory_()   # crosses to a vLLM process without a copy
-            self._buffer = buffer
-        return self._buffer
+    def _recv(self, unit: Unit, shared: bool = False) -> torch.Tensor:
+        """A full tensor from the TP rank 0 of the unit's stage (shape/dtype header first)."""
+        src = self._stage_ranks[unit.stage]
+        header = torch.empty(2 + _MAX_DIMS, dtype=torch.long, device=device.current_device())
+        torch.distributed.recv(header, src)
+        code, ndim, *shape = header.tolist()
+        out = self._empty(shape[:ndim], _WIRE_DTYPES[code], shared)
+        torch.distributed.recv(out, src)
+        return out
+
+    def _hf_parts(self, unit: Unit, shared: bool = False) -> Dict[str, torch.Tensor]:
+        full = self._gather_tp(unit, shared) if unit.stage == 0 else self._recv(unit, shared)
+        return mapping.mcore_to_hf(unit.rule, full, self.spec, unit.layer)
 
     # ---------------------------------------------------------------- sync
 
@@ -216,29 +237,29 @@ class Resharder:
         return stats
 
     def _host_sync(self, stats: SyncStats, verify: bool) -> None:
+        """Regular buckets are packed into one reusable buffer (cast to vLLM's dtype); a module
+        larger than a bucket goes alone, straight from where it was gathered or received, and
+        the buffer is dropped first, so the peak stays near max(bucket, largest module)."""
         from mindrl.engines.vllm_engine import fingerprint_tensors
 
-        itemsize = torch.empty((), dtype=self.target.dtype).element_size()
-        buckets = plan_buckets(self.units, max(1, int(self.bucket_mb * 2**20) // itemsize))
-        buffer = self._bucket_buffer(max(sum(u.numel for u in b) for b in buckets))
-        stats.buffer_bytes = buffer.numel() * itemsize
+        dtype = self.target.dtype
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        bucket_numel = max(1, int(self.bucket_mb * 2**20) // itemsize)
+        buckets = plan_buckets(self.units, bucket_numel)
         expected: Dict[str, torch.Tensor] = {}
         for bucket in buckets:
-            pairs, offset = [], 0
-            for unit in bucket:
-                t0 = time.perf_counter()
-                full = (self._gather_tp(unit) if unit.stage == 0
-                        else _recv(self._stage_ranks[unit.stage]))
-                t1 = time.perf_counter()
-                parts = mapping.mcore_to_hf(unit.rule, full, self.spec, unit.layer)
-                for name, part in parts.items():
-                    view = buffer[offset:offset + part.numel()].view(part.shape)
-                    view.copy_(part)
-                    pairs.append((name, view))
-                    offset += part.numel()
-                del full, parts, part
-                stats.gather_seconds += t1 - t0
-                stats.pack_seconds += time.perf_counter() - t1
+            t0 = time.perf_counter()
+            numel = sum(u.numel for u in bucket)
+            if numel > bucket_numel:      # one oversized module: no copy into the buffer
+                self._buffer = None
+                pairs = [(name, part if part.dtype == dtype else part.to(dtype))
+                         for unit in bucket
+                         for name, part in self._hf_parts(unit, shared=True).items()]
+                stats.gather_seconds += time.perf_counter() - t0
+            else:
+                pairs = self._pack(bucket, self._bucket_buffer(bucket_numel), stats)
+            stats.buffer_bytes = max(stats.buffer_bytes, 0 if self._buffer is None else
+                                     self._buffer.numel() * itemsize)
             if verify:
                 t0 = time.perf_counter()
                 expected.update(fingerprint_tensors(pairs))
@@ -247,12 +268,35 @@ class Resharder:
             self.target.load_weights(pairs)
             stats.load_seconds += time.perf_counter() - t0
             stats.tensors += len(pairs)
-            stats.bytes += offset * itemsize
+            stats.bytes += sum(t.numel() for _, t in pairs) * itemsize
             stats.buckets += 1
             del pairs
         if not self.keep_buffer:
-            self._buffer = buffer = None
+            self._buffer = None
         if verify:
             t0 = time.perf_counter()
             self.target.check_fingerprint(expected, strict=True)
             stats.verify_seconds += time.perf_counter() - t0
+
+    def _bucket_buffer(self, numel: int) -> torch.Tensor:
+        if self._buffer is None or self._buffer.numel() < numel:
+            self._buffer = None
+            self._buffer = self._empty((numel,), self.target.dtype, shared=True)
+        return self._buffer
+
+    def _pack(self, bucket: List[Unit], buffer: torch.Tensor, stats: SyncStats):
+        """HF parts of the bucket's tensors, copied (and cast) into views of the buffer."""
+        pairs, offset = [], 0
+        for unit in bucket:
+            t0 = time.perf_counter()
+            parts = self._hf_parts(unit)
+            t1 = time.perf_counter()
+            for name, part in parts.items():
+                view = buffer[offset:offset + part.numel()].view(part.shape)
+                view.copy_(part)
+                pairs.append((name, view))
+                offset += part.numel()
+            del parts
+            stats.gather_seconds += t1 - t0
+            stats.pack_seconds += time.perf_counter() - t1
+        return pairs

@@ -7,8 +7,9 @@ Three jobs, kept apart below:
 - load weights in place: vLLM's ``reload_weights`` through ``collective_rpc`` with an
   in-process iterator (``model.load_weights`` leaves empty parameters on the CPU build,
   PLATFORM_NOTES), a refresh of output heads tied to a reloaded embedding (the CPU build keeps
-  a packed copy that the reload leaves stale), then a prefix-cache reset. Any failure is fatal (`WeightSyncError`): vLLM may hold half-loaded,
-  meta or mixed weights and must not generate again.
+  a packed copy that the reload leaves stale), then a prefix-cache reset. Any failure is
+  fatal (`WeightSyncError`): vLLM may hold half-loaded, meta or mixed weights and must not
+  generate again.
 - fingerprint: a cheap per-HF-tensor digest of the weights vLLM is really computing with,
   derived from vLLM's own fused-module metadata (not from mindrl/ckpt/mapping.py), so that a
   wrong mapping entry shows up as a mismatch against an independent reference.
@@ -22,6 +23,7 @@ same engine in a spawned child, fed weights through shared memory.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import traceback
 from dataclasses import dataclass, field
@@ -39,7 +41,6 @@ NamedTensors = Iterable[Tuple[str, torch.Tensor]]
 # demands 92% of the NUMA node's memory free.
 CPU_BLOCK_SIZE = 32
 CPU_KV_CACHE_BYTES = 256 * 2**20
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class WeightSyncError(RuntimeError):
@@ -142,11 +143,13 @@ class RolloutOutput:
     def __len__(self) -> int:
         return len(self.response_token_ids)
 
-    def prompt_tensors(self, pad_id: int, length: Optional[int] = None) -> Dict[str, torch.Tensor]:
+    def prompt_tensors(self, pad_id: int,
+                       length: Optional[int] = None) -> Dict[str, torch.Tensor]:
         ids, mask = left_pad(self.prompt_token_ids, pad_id, length)
         return {"prompt_ids": ids, "prompt_mask": mask}
 
-    def response_tensors(self, pad_id: int, length: Optional[int] = None) -> Dict[str, torch.Tensor]:
+    def response_tensors(self, pad_id: int,
+                         length: Optional[int] = None) -> Dict[str, torch.Tensor]:
         """Right-padded responses; the mask is 1 up to and including EOS, 0 on padding."""
         ids, mask = right_pad(self.response_token_ids, pad_id, length)
         logp, _ = right_pad(self.log_probs, 0.0, ids.shape[1], dtype=torch.float32)
@@ -191,11 +194,13 @@ def tensor_fingerprint(t: torch.Tensor, dtype: Optional[torch.dtype] = None) -> 
     return digest(t @ probe(t.shape[1]).to(t.device) if t.dim() == 2 else t)
 
 
-def fingerprint_tensors(named: NamedTensors, dtype: Optional[torch.dtype] = None) -> Dict[str, torch.Tensor]:
+def fingerprint_tensors(named: NamedTensors,
+                        dtype: Optional[torch.dtype] = None) -> Dict[str, torch.Tensor]:
     return {name: tensor_fingerprint(t, dtype) for name, t in named}
 
 
-def checkpoint_fingerprint(model_dir, dtype: Optional[torch.dtype] = None) -> Dict[str, torch.Tensor]:
+def checkpoint_fingerprint(model_dir,
+                           dtype: Optional[torch.dtype] = None) -> Dict[str, torch.Tensor]:
     """Fingerprints of an HF checkpoint directory's safetensors (a mapping-free reference)."""
     from safetensors import safe_open
 
@@ -247,7 +252,7 @@ def _linear_outputs(module, dtype):
 
 def _head_output(module, dtype):
     """W p of an output layer through the path the sampler uses (its own packed copy on CPU)."""
-    x = probe(module.embedding_dim if hasattr(module, "embedding_dim") else module.weight.shape[1])
+    x = probe(module.weight.shape[1])
     with torch.no_grad():
         logits = module.quant_method.apply(module, x[None].to(dtype)).float()[0]
     return logits[:module.org_vocab_size]
@@ -298,8 +303,9 @@ def _vllm_view(worker, with_digest: bool):
                     add(part + ".bias", (rows,), mod_name, b)
         elif isinstance(module, ParallelLMHead):
             weight = params["weight"]
-            name = name_of_param.get(id(weight), mod_name + ".weight")   # tied: the embedding
-            add(name, (module.org_vocab_size, weight.shape[1]), out.get(name, [0, 0, mod_name])[2],
+            tied = name_of_param.get(id(weight))     # a tied head is the embedding's 2nd place
+            add(tied or mod_name + ".weight", (module.org_vocab_size, weight.shape[1]),
+                out[tied][2] if tied else mod_name,
                 _head_output(module, dtype) if with_digest else None)
         else:
             rows = getattr(module, "org_vocab_size", None)   # vocab-padded embeddings
@@ -312,12 +318,14 @@ def _vllm_view(worker, with_digest: bool):
     return out
 
 
+def _model_dtype(worker) -> torch.dtype:
+    return next(worker.model_runner.get_model().parameters()).dtype
+
+
 def _reload_weights(worker, weights, loaded_modules: List[str]) -> None:
     """vLLM's in-place reload, then re-process output heads tied to a reloaded module: on CPU
     they keep a packed copy of the embedding that the reload does not refresh."""
     from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
-
-    import logging
 
     # A bucket leaves most modules unloaded on purpose; vLLM warns once per module and call.
     quiet = [logging.getLogger("vllm.model_executor.model_loader.reload." + m)
@@ -374,7 +382,7 @@ class VLLMEngine:
         kwargs = llm_kwargs(generate_config, seed, logprobs_mode, device.is_cpu())
         kwargs.update(llm_overrides)
         self.llm = LLM(model=str(model_path), **kwargs)
-        self.dtype = DTYPES.get(str(kwargs["dtype"]), torch.float32)
+        self.dtype = self.llm.collective_rpc(_model_dtype)[0]
         self._failure: Optional[str] = None
         view = self._view(with_digest=False)
         self.hf_shapes = {name: shape for name, (shape, _, _) in view.items()}

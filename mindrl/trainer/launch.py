@@ -30,6 +30,14 @@ def init_ray(num_local_devices: int) -> str:
     return "started a local Ray cluster"
 
 
+def preflight(run: RunConfig) -> None:
+    """Read the inputs a step needs (prompt rows) before Ray or any worker starts; a bad row
+    raises ValueError naming the file, the row and the fix."""
+    from mindrl.data.prompt_file import read_prompt_file
+
+    read_prompt_file(run.megatron_training.data_path)
+
+
 def write_resolved_config(run: RunConfig, run_dir: Path) -> Path:
     path = run_dir / "resolved_config.json"
     path.write_text(json.dumps(asdict(run), indent=2, default=str))

@@ -15,11 +15,14 @@ def run_conversions(rank, world_size, jobs):
     return len(jobs)
 
 
-def logits_from_checkpoints(rank, world_size, cases, tokens, wrong_shape_ckpt=None):
+def logits_from_checkpoints(rank, world_size, cases, tokens, wrong_shape_ckpt=None,
+                            resave=None):
     """{(case, tp, pp): full-vocab logits} after load_mcore_checkpoint at each layout.
 
     cases: (name, checkpoint root, make_vocab_size_divisible_by of the loading model, layouts).
     A different divisor than the converter's makes the loader bridge vocab padding.
+    resave: (case, tp, pp, root): save the model loaded at that layout with
+    save_mcore_checkpoint, as the trainer would (iteration 7).
     """
     from megatron.core import parallel_state as ps
 
@@ -45,6 +48,9 @@ def logits_from_checkpoints(rank, world_size, cases, tokens, wrong_shape_ckpt=No
                 out[(name, tp, pp)] = (full[:, :, : spec.vocab_size].clone(),
                                        full[:, :, spec.vocab_size:].abs().max().item()
                                        if full.shape[-1] > spec.vocab_size else 0.0)
+            if resave is not None and resave[:3] == (name, tp, pp):
+                mcore_io.save_mcore_checkpoint(model, resave[3], spec, "fp32", iteration=7,
+                                               hf_assets=info.extra["source"]["hf_dir"])
             ps.destroy_model_parallel()
     if wrong_shape_ckpt is not None:  # a model of another shape gets a clear error
         info = mcore_io.read_model_info(mcore_io.resolve_checkpoint_dir(wrong_shape_ckpt))

@@ -30,18 +30,20 @@ def test_dry_run_of_7b_recipe_from_another_cwd(tmp_path):
     assert list(tmp_path.iterdir()) == []  # Hydra wrote nothing into the cwd
 
 
-def test_default_recipe_validates_then_refuses_to_pretend(tmp_path):
+def test_bad_prompt_file_fails_before_any_worker_starts(tmp_path):
     here = local_cluster()
     if here.device_type != "cpu" or here.total_devices < 2:
         pytest.skip(f"the CPU default needs 2 CPUs as its cluster; this is {here.describe()}")
     work = tmp_path / "work"
-    (work / "data" / "arith").mkdir(parents=True)
-    (work / "data" / "arith" / "arith.jsonl").write_text("{}\n")
-    (work / "models" / "tiny-qwen2-hf").mkdir(parents=True)
-    (work / "models" / "tiny-qwen2-mcore").mkdir(parents=True)
-    proc = run_cli(tmp_path, env={"MINDRL_WORK_DIR": str(work)})
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "not in this build" in proc.stderr and "nothing was trained" in proc.stderr
+    data = work / "data" / "arith" / "train.jsonl"
+    data.parent.mkdir(parents=True)
+    data.write_text('{"prompt": "1+1=", "label": "2"}\n{"prompt": "2+2="}\n')
+    for name in ("tiny-qwen2-hf", "tiny-qwen2-mcore"):
+        (work / "models" / name).mkdir(parents=True)
+    proc = run_cli(tmp_path, "prepare.tiny_model=null", env={"MINDRL_WORK_DIR": str(work)})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"{data}:2" in proc.stderr and "label" in proc.stderr
+    assert "Ray" not in proc.stdout  # refused before Ray (or any worker) started
 
 
 def test_invalid_recipe_exits_1_naming_the_key(tmp_path):

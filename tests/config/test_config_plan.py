@@ -11,9 +11,9 @@ def test_tiny_batch_arithmetic_and_placement(cpu2):
     plan = make_plan(load_recipe("grpo_tiny_cpu", cluster=cpu2), cpu2)
     b = plan["batch"]
     assert b["samples_per_step"] == 16 * 8 == 128
-    assert b["mini_batches_per_step"] == 2 and b["mini_batch_samples"] == 64
-    assert b["micro_batches_per_mini_batch"] == 4 and b["gradient_accumulation_steps"] == 4
-    assert b["optimizer_steps_per_step"] == 2
+    assert b["mini_batches_per_step"] == 1 and b["mini_batch_samples"] == 128
+    assert b["micro_batches_per_mini_batch"] == 8 and b["gradient_accumulation_steps"] == 8
+    assert b["optimizer_steps_per_step"] == 1
     assert plan["roles"]["actor"]["devices"] == [0] and plan["roles"]["ref"]["devices"] == [1]
     assert plan["rollout"]["devices"] == [0] and plan["rollout"]["instances"] == 1
     assert plan["devices_required"] == 2 and plan["fits_cluster"]

@@ -3,8 +3,6 @@
 One in-process vLLM for the module. The last test breaks it on purpose (a failed load is fatal).
 """
 
-import dataclasses
-
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -1,0 +1,40 @@
+"""Run cli/train_grpo.py as a user does (a subprocess) and read back what the run left."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+REQUIRED_KEYS = (
+    [f"timing_s/{k}" for k in ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor",
+                               "reshard", "step")]
+    + [f"actor/{k}" for k in ("pg_loss", "kl_loss", "entropy", "pg_clipfrac", "ppo_kl",
+                              "grad_norm", "lr")]
+    + [f"critic/{g}/{s}" for g in ("score", "rewards") for s in ("mean", "max", "min")]
+    + ["rewards/arith"]
+    + [f"response_length/{s}" for s in ("mean", "max", "min", "clip_ratio")]
+    + [f"prompt_length/{s}" for s in ("mean", "max", "min")]
+    + [f"perf/{k}" for k in ("total_num_tokens", "time_per_step", "throughput")]
+    + ["rollout/logprob_diff_max", "rollout/logprob_diff_mean"])
+
+
+def train(work: Path, run_dir: Path, *overrides: str, timeout: int = 900):
+    env = {**os.environ, "MINDRL_WORK_DIR": str(work)}
+    env.pop("RAY_ADDRESS", None)
+    cmd = [sys.executable, str(REPO / "cli" / "train_grpo.py"), f"run_dir={run_dir}", *overrides]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
+                          cwd=str(work))
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}"
+    return proc
+
+
+def metrics(run_dir: Path) -> list:
+    return [json.loads(line) for line in open(Path(run_dir) / "metrics.jsonl")]
+
+
+def finite(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)

@@ -1,0 +1,25 @@
+"""Step metrics from a hand-made batch; the moving average behind the reward curve."""
+
+import pytest
+import torch
+
+from mindrl.trainer.metrics import batch_metrics, moving_average, perf_metrics
+
+
+def test_batch_metrics_hand_computed():
+    batch = {"prompt_mask": torch.tensor([[0, 1, 1], [1, 1, 1]]),
+             "response_mask": torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]]),
+             "token_rewards": torch.tensor([[0.0, 1.0, 0, 0], [0.0, 0.0, 0.0, -0.5]])}
+    m = batch_metrics(batch, torch.tensor([1.0, 0.0]), ["stop", "length"])
+    assert m["critic/score/mean"] == 0.5 and m["critic/score/max"] == 1.0
+    assert m["critic/rewards/min"] == -0.5 and m["critic/rewards/mean"] == 0.25
+    assert m["response_length/mean"] == 3.0 and m["response_length/max"] == 4.0
+    assert m["response_length/min"] == 2.0 and m["response_length/clip_ratio"] == 0.5
+    assert m["prompt_length/mean"] == 2.5 and m["prompt_length/min"] == 2.0
+    assert m["perf/total_num_tokens"] == 11.0
+    assert perf_metrics(11.0, 2.0) == {"perf/time_per_step": 2.0, "perf/throughput": 5.5}
+
+
+def test_moving_average_window():
+    assert moving_average([1, 2, 3, 4], 2) == [1.0, 1.5, 2.5, 3.5]
+    assert moving_average([4.0], 10) == [4.0]
