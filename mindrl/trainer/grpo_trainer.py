@@ -151,7 +151,10 @@ class GRPOTrainer:
     def step(self, step: int) -> Dict[str, float]:
         import ray
 
-        rl, timings = self.rl, {}
+        rl = self.rl
+        # Every phase's key is logged each step; a phase the step skips (old log-probs when
+        # each batch feeds one update, ref without KL) costs 0 s.
+        timings = {f"timing_s/{k}": 0.0 for k in ("old_log_prob", "ref")}
         t_step = time.perf_counter()
         prompts = self.loader.next_batch()
         prompt_ids = [self.tokenizer(p["prompt"])["input_ids"] for p in prompts]
