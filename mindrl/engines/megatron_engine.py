@@ -13,9 +13,9 @@ from typing import Dict, List, Optional
 import torch
 
 from mindrl import device
-from mindrl.algorithms import aggregate_loss, kl_loss, masked_mean, ppo_clip_loss
+from mindrl.algorithms import aggregate_loss, kl_loss, ppo_clip_loss
 from mindrl.engines import sequences, vocab_parallel
-from mindrl.models.builder import Parallelism, build_gpt_model, transformer_config
+from mindrl.models.builder import Parallelism, build_gpt_model
 from mindrl.models.forward import _position_ids
 from mindrl.models.spec import ModelSpec
 

@@ -11,11 +11,12 @@ complete checkpoint in actor_config.save (model, optimizer, RNG, data position).
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import torch
 
@@ -74,7 +75,6 @@ class GRPOTrainer:
             generate_config=self.gen if with_rollout else None, rollout_seed=cfg.seed)
 
     def _start(self) -> None:
-        import ray
         from transformers import AutoTokenizer
 
         from mindrl.data.prompt_file import read_prompt_file
@@ -102,13 +102,9 @@ class GRPOTrainer:
             world = self.run.resource(role).count
             self.groups[role] = WorkerGroup(role, world, slot.placement_group, slot.first_bundle,
                                             slot.resources_per_rank)
-        refs = {role: [g.workers[0].master_address.remote()] for role, g in self.groups.items()}
-        for role, group in self.groups.items():   # roles set up in parallel
-            addr, port = ray.get(refs[role])[0]
-            refs[role] = [getattr(w, "setup").remote(setups[role], addr, port)
-                          for w in group.workers]
-        for role, group in self.groups.items():
-            group._get(refs[role], "setup")
+        refs = {role: group.start_setup(setups[role]) for role, group in self.groups.items()}
+        pids = {role: group.wait(refs[role], "setup") for role, group in self.groups.items()}
+        (self.run_dir / "workers.json").write_text(json.dumps(pids))   # role -> pid per rank
         self.actor = self.groups["actor"]
         self.tracker = Tracker(self.run_dir, self.rl.use_tensorboard, self.rl.use_wandb,
                                self.rl.wandb_project, self.rl.wandb_exp_name, self.rl.wandb_mode)
@@ -160,8 +156,7 @@ class GRPOTrainer:
         prompt_ids = [self.tokenizer(p["prompt"])["input_ids"] for p in prompts]
         with timed(timings, "gen"):
             seed = (self.gen.sampling_config.seed or 0) + step * len(prompts) * self.n
-            rollout = ray.get(self.actor.workers[0].generate.remote(prompt_ids, self.n,
-                                                                    seed=seed))
+            rollout = self.actor.call_host("generate", prompt_ids, self.n, seed=seed)
         batch = rollout.to_batch(self.pad_id)
         batch["group_id"] = torch.tensor(rollout.prompt_index)
         with timed(timings, "reward"):

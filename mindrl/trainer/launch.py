@@ -7,7 +7,7 @@ import os
 import signal
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable
 
 from mindrl.config.schema import RunConfig
 

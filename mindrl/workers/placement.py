@@ -8,7 +8,7 @@ colocated roles split the bundle's device evenly so Ray lets them share it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List
+from typing import Dict
 
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group

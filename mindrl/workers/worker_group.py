@@ -16,7 +16,8 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from mindrl.workers.megatron_worker import MegatronWorker, RoleSetup
 
 WORKER_ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-              "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+              "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0",
+              "VLLM_LOGGING_LEVEL": "WARNING", "PYTHONWARNINGS": "ignore"}
 
 
 class WorkerDied(RuntimeError):
@@ -41,8 +42,16 @@ class WorkerGroup:
             for rank in range(world_size)]
 
     def _get(self, refs: List[Any], what: str, timeout: Optional[float] = None) -> List[Any]:
+        """All results; the first failure raises at once (its peers may be stuck in a
+        collective waiting for the dead rank, so waiting for all would hang)."""
         try:
-            return ray.get(refs, timeout=timeout)
+            pending = list(refs)
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1, timeout=timeout)
+                if not ready:
+                    raise TimeoutError(f"role {self.role!r}: {what} took longer than {timeout} s")
+                ray.get(ready)
+            return ray.get(refs)
         except ray.exceptions.RayActorError as e:
             rank = self._failed_rank(refs)
             raise WorkerDied(f"role {self.role!r} rank {rank} died during {what}: "
@@ -69,9 +78,18 @@ class WorkerGroup:
         """Collective methods: every rank runs it, rank 0's answer is returned."""
         return self.call(method, *args, **kwargs)[0]
 
-    def setup(self, setup: RoleSetup) -> None:
+    def call_host(self, method: str, *args, **kwargs) -> Any:
+        """Only rank 0 (the rollout host): generation is not collective."""
+        return self._get([getattr(self.workers[0], method).remote(*args, **kwargs)], method)[0]
+
+    def start_setup(self, setup: RoleSetup) -> List[Any]:
+        """Begin building every rank's engine (returns at once, so roles set up in parallel);
+        `wait(refs, "setup")` gives each rank's pid."""
         addr, port = self._get([self.workers[0].master_address.remote()], "master_address")[0]
-        self.call("setup", setup, addr, port)
+        return [w.setup.remote(setup, addr, port) for w in self.workers]
+
+    def wait(self, refs: List[Any], what: str) -> List[Any]:
+        return self._get(refs, what)
 
     def shutdown(self) -> None:
         try:

@@ -1,0 +1,41 @@
+"""A worker that dies stops the driver with a non-zero exit naming the role and rank, fast,
+and the last complete checkpoint stays loadable."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from grpo_runs import REPO
+
+
+def test_dead_reference_worker_stops_the_run_naming_it(tmp_path):
+    run_dir = tmp_path / "runs" / "dies"
+    env = {**os.environ, "MINDRL_WORK_DIR": str(tmp_path)}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.Popen([sys.executable, str(REPO / "cli" / "train_grpo.py"),
+                             f"run_dir={run_dir}", "megatron_training.train_iters=400",
+                             "rl_config.save_freq=2"], env=env, cwd=str(tmp_path),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 400
+        metrics = run_dir / "metrics.jsonl"
+        while time.time() < deadline and proc.poll() is None:
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        ref_pid = json.loads((run_dir / "workers.json").read_text())["ref"][0]
+        os.kill(ref_pid, signal.SIGKILL)
+        killed_at = time.time()
+        _, err = proc.communicate(timeout=120)
+        assert time.time() - killed_at < 60
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3, err[-3000:]
+    assert "role 'ref' rank 0 died" in err
+    latest = (run_dir / "latest_checkpointed_iteration.txt").read_text()
+    assert (run_dir / f"iter_{int(latest):07d}" / "metadata.json").is_file()
