@@ -127,6 +127,11 @@ class RLConfig:
     save_freq: Optional[int] = None   # null = megatron_training.save_interval
     save_limit: Optional[int] = None  # checkpoints kept; null = all
     val_freq: Optional[int] = None
+    val_data_path: Optional[str] = None   # jsonl prompt rows held out for validation
+    val_before_train: bool = False
+    val_n_samples: int = 1                # samples per validation prompt
+    val_temperature: float = 0.0          # 0 = greedy
+    val_max_prompts: Optional[int] = None  # first N rows; null = all
 
     @property
     def uses_reference(self) -> bool:

@@ -89,6 +89,8 @@ class GRPOTrainer:
         self.pad_id = self.tokenizer.pad_token_id or 0
         self.loader = PromptLoader(read_prompt_file(shared.data_path),
                                    shared.global_batch_size, seed=shared.seed)
+        self.val_rows = (read_prompt_file(self.rl.val_data_path)[:self.rl.val_max_prompts]
+                         if self.rl.val_data_path else [])
         self.reward = RuleReward(self.rl.verifier_function, self.rl.verifier_weight,
                                  verifier_timeout=self.rl.verifier_timeout,
                                  verifier_parallel=self.rl.verifier_parallel)
@@ -204,6 +206,28 @@ class GRPOTrainer:
         metrics.update(perf_metrics(metrics["perf/total_num_tokens"], timings["timing_s/step"]))
         return metrics
 
+    def validate(self, step: int) -> Dict[str, float]:
+        """Score the held-out prompts with the validation sampling (greedy by default)."""
+        rl = self.rl
+        prompt_ids = [self.tokenizer(row["prompt"])["input_ids"] for row in self.val_rows]
+        rollout = self.actor.call_host("generate", prompt_ids, rl.val_n_samples,
+                                       temperature=rl.val_temperature, seed=step)
+        texts = self.tokenizer.batch_decode(rollout.response_token_ids, skip_special_tokens=True)
+        labels = [self.val_rows[i]["label"] for i in rollout.prompt_index]
+        scores, metrics = self.reward.score(texts, labels)
+        out = {"val/score": sum(scores) / len(scores)}
+        out.update({"val/" + k.split("/", 1)[1]: v for k, v in metrics.items()
+                    if k.split("/", 1)[1] in rl.verifier_function})
+        return out
+
+    def _validation_due(self, step: int, start: int) -> bool:
+        if not self.val_rows:
+            return False
+        if step == start:   # before the first step of this run; a resumed run already has it
+            return self.rl.val_before_train and start == 0
+        freq = self.rl.val_freq
+        return bool(freq) and (step % freq == 0 or step == self.run.megatron_training.train_iters)
+
     # ------------------------------------------------------------------ loop
 
     def fit(self) -> List[Dict[str, float]]:
@@ -217,8 +241,12 @@ class GRPOTrainer:
             save_freq = self.rl.save_freq or self.run.megatron_training.save_interval
             bar = tqdm(range(start + 1, total + 1), initial=start, total=total, desc="GRPO",
                        dynamic_ncols=True)
+            if self._validation_due(start, start):
+                self.tracker.log(start, self.validate(start))
             for step in bar:
                 metrics = self.step(step)
+                if self._validation_due(step, start):
+                    metrics.update(self.validate(step))
                 self.tracker.log(step, metrics)
                 bar.set_postfix(score=f"{metrics['critic/score/mean']:.3f}",
                                 len=f"{metrics['response_length/mean']:.1f}",

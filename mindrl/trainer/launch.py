@@ -36,6 +36,8 @@ def preflight(run: RunConfig) -> None:
     from mindrl.data.prompt_file import read_prompt_file
 
     read_prompt_file(run.megatron_training.data_path)
+    if run.rl_config.val_data_path:
+        read_prompt_file(run.rl_config.val_data_path)
 
 
 def write_resolved_config(run: RunConfig, run_dir: Path) -> Path:

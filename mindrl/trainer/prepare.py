@@ -56,4 +56,14 @@ def prepare_artifacts(run: RunConfig) -> List[str]:
         write_prompt_file(rows, shared.data_path)
         made.append(f"arith task, {len(rows)} prompts (operands 0..{p.max_operand}): "
                     f"{shared.data_path}")
+    val = run.rl_config.val_data_path
+    if p.task == "arith" and val and not Path(val).is_file():
+        from mindrl.data.arith import arith_problems
+        from mindrl.data.prompt_file import write_prompt_file
+
+        # Every problem once: the task has (max_operand + 1)^2 distinct questions.
+        rows = [{"prompt": f"{a}+{b}=", "label": str(a + b)}
+                for a in range(p.max_operand + 1) for b in range(p.max_operand + 1)]
+        write_prompt_file(rows, val)
+        made.append(f"arith validation set, {len(rows)} prompts: {val}")
     return made

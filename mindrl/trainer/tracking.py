@@ -58,6 +58,9 @@ class Tracker:
         fig, ax = plt.subplots(figsize=(7, 4))
         ax.plot(steps, values, alpha=0.35, label="mean score per step")
         ax.plot(steps, moving_average(values, window), label=f"moving average ({window})")
+        val = [(h["step"], h["val/score"]) for h in self.history if "val/score" in h]
+        if val:
+            ax.plot(*zip(*val), "o-", label="validation score (greedy)")
         ax.set_xlabel("step")
         ax.set_ylabel("critic/score/mean")
         ax.set_title("GRPO reward")
