@@ -110,10 +110,10 @@ def _copy(files, out: Path, kernel: bool, fsync: bool = False) -> float:
 
 
 def _largest_tensor_bytes(hf_dir: Path) -> int:
-    from mindrl.ckpt.hf_io import HFWeights, _nbytes
+    from mindrl.ckpt.hf_io import HFWeights, tensor_nbytes
 
     with HFWeights.open(hf_dir) as w:
-        return max(_nbytes(w.shape(n), w.dtype(n)) for n in w.names())
+        return max(tensor_nbytes(w.shape(n), w.dtype(n)) for n in w.names())
 
 
 def main() -> None:

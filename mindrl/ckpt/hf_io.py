@@ -272,7 +272,7 @@ def plan_shards(entries: Sequence[Tuple[str, Shape, torch.dtype]],
     shards: List[list] = [[]]
     size = 0
     for entry in entries:
-        nbytes = _nbytes(entry[1], entry[2])
+        nbytes = tensor_nbytes(entry[1], entry[2])
         if shards[-1] and size + nbytes > max_shard_bytes:
             shards.append([])
             size = 0
@@ -281,7 +281,7 @@ def plan_shards(entries: Sequence[Tuple[str, Shape, torch.dtype]],
     return shards
 
 
-def _nbytes(shape: Shape, dtype: torch.dtype) -> int:
+def tensor_nbytes(shape: Shape, dtype: torch.dtype) -> int:
     n = 1
     for d in shape:
         n *= d
@@ -292,7 +292,7 @@ def _header_bytes(entries: Sequence[Tuple[str, Shape, torch.dtype]]) -> bytes:
     header: Dict[str, object] = {"__metadata__": {"format": "pt"}}
     offset = 0
     for name, shape, dtype in entries:
-        end = offset + _nbytes(shape, dtype)
+        end = offset + tensor_nbytes(shape, dtype)
         header[name] = {"dtype": DTYPE_TO_SAFETENSORS[dtype], "shape": list(shape),
                         "data_offsets": [offset, end]}
         offset = end
@@ -346,7 +346,7 @@ class ShardedSafetensorsWriter:
         n = len(self.shards)
         weight_map = {name: _shard_name(i, n) for i, shard in enumerate(self.shards)
                       for name, _, _ in shard}
-        total = sum(_nbytes(s, d) for _, (_, s, d) in self._order)
+        total = sum(tensor_nbytes(s, d) for _, (_, s, d) in self._order)
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
         (self.out_dir / SAFE_INDEX).write_text(json.dumps(index, indent=2) + "\n")
         return [self.out_dir / _shard_name(i, n) for i in range(n)] + [self.out_dir / SAFE_INDEX]
