@@ -141,6 +141,21 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ one step
 
+    @contextmanager
+    def _training_state_offloaded(self):
+        """Colocated actor + rollout: move what generate_config.offload_train_* names to host
+        memory while vLLM generates, and back before the next Megatron pass."""
+        g = self.gen
+        flags = (g.offload_train_param, g.offload_train_grad, g.offload_train_optimizer)
+        if not any(flags):
+            yield
+            return
+        self.actor.call("offload", *flags)
+        try:
+            yield
+        finally:
+            self.actor.call("onload")
+
     def _needs_old_log_probs(self) -> bool:
         """An old-logprob pass is redundant when each batch feeds exactly one update."""
         return not (self.rl.mini_batch_size == self.run.megatron_training.global_batch_size
@@ -158,7 +173,8 @@ class GRPOTrainer:
         prompt_ids = [self.tokenizer(p["prompt"])["input_ids"] for p in prompts]
         with timed(timings, "gen"):
             seed = (self.gen.sampling_config.seed or 0) + step * len(prompts) * self.n
-            rollout = self.actor.call_host("generate", prompt_ids, self.n, seed=seed)
+            with self._training_state_offloaded():
+                rollout = self.actor.call_host("generate", prompt_ids, self.n, seed=seed)
         batch = rollout.to_batch(self.pad_id)
         batch["group_id"] = torch.tensor(rollout.prompt_index)
         with timed(timings, "reward"):

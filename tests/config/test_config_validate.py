@@ -144,9 +144,9 @@ def test_micro_batch_must_divide_mini_batch():
 
 
 def test_micro_batch_times_dp(cpu8):
-    # 4 CPUs at TP1 -> DP 4; 4 x 32 = 128 does not divide 64
+    # 4 CPUs at TP1 -> DP 4; 4 x 64 = 256 does not divide a mini batch of 16 x 8 = 128
     err = rejected(["rl_config.actor_resource.num_cpus=4",
-                    "megatron_training.micro_batch_size=32"], cpu8)
+                    "megatron_training.micro_batch_size=64"], cpu8)
     assert_names(err, "megatron_training.micro_batch_size", "DP 4")
 
 
@@ -171,7 +171,7 @@ def test_missing_paths_only_with_check_paths(tmp_path, monkeypatch, cpu2):
     assert_names(err, "megatron_training.tokenizer_name_or_path")
     assert_names(err, "megatron_training.load", "examples/ckpt")
     (tmp_path / "data" / "arith").mkdir(parents=True)
-    (tmp_path / "data" / "arith" / "arith_train.jsonl").write_text("{}\n")
+    (tmp_path / "data" / "arith" / "train.jsonl").write_text("{}\n")
     (tmp_path / "models" / "tiny-qwen2-hf").mkdir(parents=True)
     (tmp_path / "models" / "tiny-qwen2-mcore").mkdir(parents=True)
     load_recipe(TINY, cluster=cpu2, check_paths=True)
