@@ -6,6 +6,7 @@ Used by tests, benchmarks and single-node tools; Ray workers use mindrl.device d
 from __future__ import annotations
 
 import os
+import pickle
 import socket
 import tempfile
 from pathlib import Path
@@ -29,7 +30,8 @@ def _rank_entry(rank: int, fn: Callable, world_size: int, port: int, args: Seque
     device.init_distributed(rank, world_size, master_port=port)
     try:
         result = fn(rank, world_size, *args)
-        torch.save(result, Path(result_dir) / f"rank{rank}.pt")
+        with open(Path(result_dir) / f"rank{rank}.pkl", "wb") as f:
+            pickle.dump(result, f)
     finally:
         import torch.distributed as dist
 
@@ -40,12 +42,16 @@ def _rank_entry(rank: int, fn: Callable, world_size: int, port: int, args: Seque
 def spawn_local(fn: Callable, world_size: int, *args: Any) -> List[Any]:
     """Run fn(rank, world_size, *args) in world_size spawned processes; return their results.
 
-    fn must be importable by name (module-level); results travel through torch.save files.
+    fn must be importable by name (module-level); results travel through pickle files.
     """
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory(prefix="mindrl-spawn-") as result_dir:
         mp.start_processes(_rank_entry, args=(fn, world_size, free_port(), args, result_dir),
                            nprocs=world_size, start_method="spawn", join=True)
-        return [torch.load(Path(result_dir) / f"rank{r}.pt", weights_only=False)
-                for r in range(world_size)]
+        # Our own ranks' return values in a private temp dir (not weights, not user input).
+        results = []
+        for r in range(world_size):
+            with open(Path(result_dir) / f"rank{r}.pkl", "rb") as f:
+                results.append(pickle.load(f))
+        return results

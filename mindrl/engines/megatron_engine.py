@@ -16,7 +16,7 @@ from mindrl import device
 from mindrl.algorithms import aggregate_loss, kl_loss, ppo_clip_loss
 from mindrl.engines import sequences, vocab_parallel
 from mindrl.models.builder import Parallelism, build_gpt_model
-from mindrl.models.forward import _position_ids
+from mindrl.models.forward import run_schedule
 from mindrl.models.spec import ModelSpec
 
 Batch = Dict[str, torch.Tensor]
@@ -164,24 +164,7 @@ class MegatronEngine:
 
     def _run_schedule(self, micro_batches: List[dict], seq_length: int, forward_only: bool,
                       loss_fn):
-        from megatron.core.pipeline_parallel import get_forward_backward_func
-
-        data = iter(micro_batches)
-
-        def forward_step(data_iterator, stage):
-            micro = next(data_iterator)
-            out = stage(micro["tokens"], _position_ids(micro["tokens"]), None)
-
-            def on_output(output, non_loss_data=False):
-                return loss_fn(output, micro)
-
-            return out, on_output
-
-        return get_forward_backward_func()(
-            forward_step_func=forward_step, data_iterator=data, model=[self.model],
-            num_microbatches=len(micro_batches), seq_length=seq_length,
-            micro_batch_size=micro_batches[0]["tokens"].shape[0], forward_only=forward_only,
-            collect_non_loss_data=forward_only)
+        return run_schedule(self.model, micro_batches, seq_length, forward_only, loss_fn)
 
     def compute_log_probs(self, batch: Batch, micro_batch_size: Optional[int] = None,
                           with_entropy: bool = False) -> Dict[str, torch.Tensor]:

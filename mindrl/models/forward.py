@@ -15,41 +15,45 @@ def _position_ids(tokens: torch.Tensor) -> torch.Tensor:
     return torch.arange(tokens.shape[1], device=tokens.device).unsqueeze(0).expand_as(tokens)
 
 
-def pipeline_forward(model, tokens: torch.Tensor, micro_batch_size: int,
-                     on_output: Callable[[torch.Tensor, dict], Any],
-                     extras: dict | None = None) -> List[Any]:
-    """Run tokens [B, S] through the (stage of the) model in micro batches, no grad.
+def run_schedule(model, micro_batches: List[dict], seq_length: int, forward_only: bool,
+                 on_output: Callable[[torch.Tensor, dict], Any]) -> List[Any]:
+    """One pass of Megatron's pipeline schedule over micro batches (dicts with "tokens").
 
-    on_output(logits_vocab_parallel [mb, S, V/TP], micro_extras) runs on the last stage;
-    other stages return an empty list.
+    on_output(logits_vocab_parallel [mb, S, V/TP], micro) runs on the last stage: forward-only
+    its results are collected; in training it returns (loss, metrics) and the schedule runs
+    the backward pass. Returns the last stage's collected values ([] elsewhere).
     """
     from megatron.core import parallel_state
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
-    extras = extras or {}
-    batch, seq = tokens.shape
-    if batch % micro_batch_size:
-        raise ValueError(f"batch {batch} is not a multiple of micro_batch_size {micro_batch_size}")
-    chunks = [{"tokens": t, **{k: v[i * micro_batch_size:(i + 1) * micro_batch_size]
-                               for k, v in extras.items()}}
-              for i, t in enumerate(tokens.split(micro_batch_size))]
-    data = iter(chunks)
+    data = iter(micro_batches)
 
     def forward_step(data_iterator, stage):
         micro = next(data_iterator)
         out = stage(micro["tokens"], _position_ids(micro["tokens"]), None)
 
-        def collect(output, non_loss_data=True):
+        def last_stage(output, non_loss_data=False):
             return on_output(output, micro)
 
-        return out, collect
+        return out, last_stage
 
-    with torch.no_grad():
-        results = get_forward_backward_func()(
-            forward_step_func=forward_step, data_iterator=data, model=[model],
-            num_microbatches=len(chunks), seq_length=seq, micro_batch_size=micro_batch_size,
-            forward_only=True, collect_non_loss_data=True)
+    results = get_forward_backward_func()(
+        forward_step_func=forward_step, data_iterator=data, model=[model],
+        num_microbatches=len(micro_batches), seq_length=seq_length,
+        micro_batch_size=micro_batches[0]["tokens"].shape[0], forward_only=forward_only,
+        collect_non_loss_data=forward_only)
     return results if parallel_state.is_pipeline_last_stage() else []
+
+
+def pipeline_forward(model, tokens: torch.Tensor, micro_batch_size: int,
+                     on_output: Callable[[torch.Tensor, dict], Any]) -> List[Any]:
+    """Run tokens [B, S] through the (stage of the) model in micro batches, no grad."""
+    batch = tokens.shape[0]
+    if batch % micro_batch_size:
+        raise ValueError(f"batch {batch} is not a multiple of micro_batch_size {micro_batch_size}")
+    micro = [{"tokens": t} for t in tokens.split(micro_batch_size)]
+    with torch.no_grad():
+        return run_schedule(model, micro, tokens.shape[1], True, on_output)
 
 
 def gather_vocab_parallel(logits: torch.Tensor) -> torch.Tensor:
