@@ -77,7 +77,7 @@ class GRPOTrainer:
     def _start(self) -> None:
         from transformers import AutoTokenizer
 
-        from mindrl.data.prompt_file import read_prompt_file
+        from mindrl.data.indexed import load_prompt_rows
         from mindrl.data.prompt_loader import PromptLoader
         from mindrl.rewards import RuleReward
         from mindrl.trainer.tracking import Tracker
@@ -87,9 +87,9 @@ class GRPOTrainer:
         shared = self.run.megatron_training
         self.tokenizer = AutoTokenizer.from_pretrained(shared.tokenizer_name_or_path)
         self.pad_id = self.tokenizer.pad_token_id or 0
-        self.loader = PromptLoader(read_prompt_file(shared.data_path),
+        self.loader = PromptLoader(load_prompt_rows(shared.data_path),
                                    shared.global_batch_size, seed=shared.seed)
-        self.val_rows = (read_prompt_file(self.rl.val_data_path)[:self.rl.val_max_prompts]
+        self.val_rows = (load_prompt_rows(self.rl.val_data_path)[:self.rl.val_max_prompts]
                          if self.rl.val_data_path else [])
         self.reward = RuleReward(self.rl.verifier_function, self.rl.verifier_weight,
                                  verifier_timeout=self.rl.verifier_timeout,
@@ -141,6 +141,12 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ one step
 
+    def _prompt_ids(self, row: dict) -> List[int]:
+        """Preprocessed datasets carry token ids (template applied); jsonl rows carry text."""
+        if "prompt_ids" in row:
+            return list(row["prompt_ids"])
+        return self.tokenizer(row["prompt"])["input_ids"]
+
     @contextmanager
     def _training_state_offloaded(self):
         """Colocated actor + rollout: move what generate_config.offload_train_* names to host
@@ -170,7 +176,7 @@ class GRPOTrainer:
         timings = {f"timing_s/{k}": 0.0 for k in ("old_log_prob", "ref")}
         t_step = time.perf_counter()
         prompts = self.loader.next_batch()
-        prompt_ids = [self.tokenizer(p["prompt"])["input_ids"] for p in prompts]
+        prompt_ids = [self._prompt_ids(p) for p in prompts]
         with timed(timings, "gen"):
             seed = (self.gen.sampling_config.seed or 0) + step * len(prompts) * self.n
             with self._training_state_offloaded():
@@ -225,7 +231,7 @@ class GRPOTrainer:
     def validate(self, step: int) -> Dict[str, float]:
         """Score the held-out prompts with the validation sampling (greedy by default)."""
         rl = self.rl
-        prompt_ids = [self.tokenizer(row["prompt"])["input_ids"] for row in self.val_rows]
+        prompt_ids = [self._prompt_ids(row) for row in self.val_rows]
         rollout = self.actor.call_host("generate", prompt_ids, rl.val_n_samples,
                                        temperature=rl.val_temperature, seed=step)
         texts = self.tokenizer.batch_decode(rollout.response_token_ids, skip_special_tokens=True)

@@ -33,11 +33,14 @@ def init_ray(num_local_devices: int) -> str:
 def preflight(run: RunConfig) -> None:
     """Read the inputs a step needs (prompt rows) before Ray or any worker starts; a bad row
     raises ValueError naming the file, the row and the fix."""
-    from mindrl.data.prompt_file import read_prompt_file
+    from mindrl.data.indexed import load_prompt_rows
 
-    read_prompt_file(run.megatron_training.data_path)
-    if run.rl_config.val_data_path:
-        read_prompt_file(run.rl_config.val_data_path)
+    for path in (run.megatron_training.data_path, run.rl_config.val_data_path):
+        if path:
+            try:
+                load_prompt_rows(path)
+            except FileNotFoundError as e:
+                raise ValueError(str(e)) from None
 
 
 def write_resolved_config(run: RunConfig, run_dir: Path) -> Path:

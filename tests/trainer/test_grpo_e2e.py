@@ -62,3 +62,23 @@ def test_offloading_training_state_during_generation_changes_nothing(work, strai
           "generate_config.offload_train_param=true", "generate_config.offload_train_grad=true",
           "generate_config.offload_train_optimizer=true")
     assert _deterministic(metrics(run_dir)) == straight
+
+
+def test_trains_from_a_preprocessed_indexed_dataset(work):
+    """examples/data's tiny recipe -> Megatron indexed prompts -> the trainer reads token ids."""
+    import subprocess
+    import sys
+
+    from grpo_runs import REPO
+
+    prefix = work / "data" / "tiny_arith" / "data"
+    subprocess.run([sys.executable, str(REPO / "cli" / "preprocess_data.py"), "--config",
+                    "tiny_arith", "--input", str(REPO / "examples/data/sample/tiny_arith.jsonl"),
+                    "--tokenizer-name-or-path", "char",   # the tiny model's vocabulary
+                    "--output-prefix", str(prefix), "--no-progress"], check=True, cwd=str(work))
+    run_dir = work / "runs" / "indexed"
+    train(work, run_dir, "megatron_training.train_iters=2", "rl_config.save_freq=2",
+          f"megatron_training.data_path={prefix}", "rl_config.val_data_path=null")
+    rows = metrics(run_dir)
+    assert [r["step"] for r in rows] == [1, 2]
+    assert rows[0]["prompt_length/max"] <= 4   # "a+b=" with the `empty` template, char tokens

@@ -1,0 +1,175 @@
+"""Dataset handlers: turn one raw row into (question text, label, extra), or reject it.
+
+A handler knows a dataset family's field layout and answer format; templating and
+tokenizing happen later (mindrl.data.preprocess), so one handler serves every template.
+``map_keys`` renames fields (logical name -> the row's column), so a new dataset with the
+same shape but other column names needs only config. Handlers raise RowRejected with a short
+reason code; the preprocessor counts reasons and writes them to the rejects file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+
+HandlerResult = Tuple[str, str, Dict[str, Any]]
+Handler = Callable[[Mapping[str, Any], Mapping[str, str]], HandlerResult]
+
+
+class RowRejected(Exception):
+    """A row that cannot become a training prompt; ``reason`` is a short, countable code."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+_HANDLERS: Dict[str, Handler] = {}
+_DEFAULT_KEYS: Dict[str, Dict[str, str]] = {}
+
+
+def register(name: str, default_keys: Dict[str, str]):
+    def deco(fn: Handler) -> Handler:
+        _HANDLERS[name] = fn
+        _DEFAULT_KEYS[name] = dict(default_keys)
+        return fn
+    return deco
+
+
+def available_handlers() -> list:
+    return sorted(_HANDLERS)
+
+
+def default_map_keys(name: str) -> Dict[str, str]:
+    get_handler(name)
+    return dict(_DEFAULT_KEYS[name])
+
+
+def get_handler(name: str) -> Handler:
+    if name not in _HANDLERS:
+        raise ValueError(f"unknown handler_name {name!r}; known: {available_handlers()}")
+    return _HANDLERS[name]
+
+
+def resolve_map_keys(name: str, map_keys: Optional[Mapping[str, str]]) -> Dict[str, str]:
+    """The handler's defaults overlaid with config; an empty column name switches a key off."""
+    keys = default_map_keys(name)
+    for logical, column in (map_keys or {}).items():
+        if logical not in keys:
+            raise ValueError(f"handler {name!r}: unknown map_keys entry {logical!r}; "
+                             f"known: {sorted(keys)}")
+        keys[logical] = column
+    return keys
+
+
+def handle_row(name: str, row: Mapping[str, Any],
+               map_keys: Optional[Mapping[str, str]] = None) -> HandlerResult:
+    return get_handler(name)(row, resolve_map_keys(name, map_keys))
+
+
+# ---------------------------------------------------------------------------- helpers
+
+def _field(row: Mapping[str, Any], keys: Mapping[str, str], logical: str,
+           required: bool = True) -> Any:
+    column = keys.get(logical)
+    if not column:
+        if required:
+            raise RowRejected("missing_key", f"no column mapped for {logical!r}")
+        return None
+    value = row.get(column)
+    if value is None:
+        if required:
+            raise RowRejected("missing_key", f"{column!r} (for {logical!r}) is missing")
+        return None
+    return value
+
+
+def _text(value: Any, column: str) -> str:
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise RowRejected("undecodable", f"{column!r}: {e.reason}") from None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str):
+        raise RowRejected("bad_type", f"{column!r} is {type(value).__name__}, expected text")
+    return value
+
+
+def _question_and_label(row, keys) -> Tuple[str, str]:
+    question = _text(_field(row, keys, "prompt"), keys["prompt"])
+    label = _text(_field(row, keys, "label"), keys["label"])
+    return question, label
+
+
+# ---------------------------------------------------------------------------- handlers
+
+@register("r1_math", {"prompt": "problem", "label": "answer"})
+def r1_math(row, keys) -> HandlerResult:
+    """Orz / DeepScaleR / MATH rows: a problem and its final (short) answer."""
+    question, label = _question_and_label(row, keys)
+    return question.strip(), label.strip(), {}
+
+
+_GSM8K_FINAL = re.compile(r"####\s*(.+?)\s*$", re.S)
+
+
+@register("gsm8k", {"prompt": "question", "label": "answer"})
+def gsm8k(row, keys) -> HandlerResult:
+    """GSM8K: the answer field is a worked solution ending in '#### <number>'."""
+    question, solution = _question_and_label(row, keys)
+    match = _GSM8K_FINAL.search(solution)
+    if not match:
+        raise RowRejected("no_final_answer", "answer has no '#### <number>' line")
+    return question.strip(), match.group(1).replace(",", "").strip(), {"solution": solution}
+
+
+COUNTDOWN_QUESTION = ("Using the numbers {numbers}, create an equation that equals {target}. "
+                      "You can use basic arithmetic operations (+, -, *, /) and each number can "
+                      "only be used once. Show your work in <think> </think> tags and return the "
+                      "final equation in <answer> </answer> tags, for example "
+                      "<answer> (1 + 2) / 3 </answer>.")
+
+
+@register("countdown", {"numbers": "nums", "target": "target"})
+def countdown(row, keys) -> HandlerResult:
+    """Countdown: the question is generated; the label is JSON the reward function parses."""
+    numbers = _field(row, keys, "numbers")
+    target = _field(row, keys, "target")
+    try:
+        numbers = [int(n) for n in numbers]
+        target = int(target)
+    except (TypeError, ValueError):
+        raise RowRejected("bad_type", "numbers must be a list of integers and target an "
+                                      "integer") from None
+    if not numbers:
+        raise RowRejected("empty_label", "no numbers")
+    question = COUNTDOWN_QUESTION.format(numbers=numbers, target=target)
+    return question, json.dumps({"numbers": numbers, "target": target}), {}
+
+
+@register("geometry3k", {"prompt": "problem", "label": "answer"})
+def geometry3k(row, keys) -> HandlerResult:
+    """Geometry3K, text part only (images are not carried by text-only preprocessing)."""
+    question, label = _question_and_label(row, keys)
+    return question.strip(), label.strip(), {}
+
+
+@register("generic", {"prompt": "prompt", "query": "", "response": "", "system": "",
+                      "label": "label"})
+def generic(row, keys) -> HandlerResult:
+    """Any instruction-style data: prompt (+ optional query appended), system, response."""
+    question = _text(_field(row, keys, "prompt"), keys["prompt"])
+    query = _field(row, keys, "query", required=False)
+    if query is not None and _text(query, keys["query"]).strip():
+        question = f"{question}\n{_text(query, keys['query'])}" if question else query
+    label = _text(_field(row, keys, "label"), keys["label"])
+    extra = {}
+    for optional in ("system", "response"):
+        value = _field(row, keys, optional, required=False)
+        if value is not None:
+            extra[optional] = _text(value, keys[optional])
+    return question, label, extra

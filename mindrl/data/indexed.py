@@ -1,0 +1,89 @@
+"""Megatron indexed datasets of prompts: the writer side's file names and the trainer's reader.
+
+A preprocessed dataset is a prefix: ``<prefix>_input_ids.{bin,idx}`` (templated prompt
+token ids), one ``<prefix>_<key>.{bin,idx}`` per additional key (e.g. ``labels``), and
+``<prefix>_manifest.json``, which records the tokenizer needed to decode them. Rows read back
+carry the same fields as a jsonl prompt file, so the trainer takes either.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict, List, Union
+
+MANIFEST_SUFFIX = "_manifest.json"
+REJECTS_SUFFIX = "_rejects.jsonl"
+INPUT_KEY = "input_ids"
+
+
+def key_prefix(prefix: Union[str, Path], key: str) -> str:
+    return f"{prefix}_{key}"
+
+
+def manifest_path(prefix: Union[str, Path]) -> Path:
+    return Path(f"{prefix}{MANIFEST_SUFFIX}")
+
+
+def read_manifest(prefix: Union[str, Path]) -> Dict:
+    path = manifest_path(prefix)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no manifest; {prefix} is not a preprocessed dataset "
+                                f"prefix (run cli/preprocess_data.py)")
+    with open(path) as f:
+        return json.load(f)
+
+
+def open_indexed(prefix: Union[str, Path], key: str):
+    """Megatron's IndexedDataset for one key (CPU-safe: it only mmaps files)."""
+    # Pure file I/O: no CUDA, so no CPU compat layer (and none of its import cost).
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    return IndexedDataset(key_prefix(prefix, key), mmap=True)
+
+
+def read_indexed_prompts(prefix: Union[str, Path]) -> List[dict]:
+    """Rows {"prompt_ids", "prompt", "label"} of a preprocessed dataset.
+
+    "label" is decoded from the ``labels`` key (preprocessing only keeps labels that
+    round-trip exactly); "prompt" is the decoded template text, for logs and for a trainer
+    that tokenizes text itself.
+    """
+    from mindrl.data.preprocess import load_tokenizer
+
+    manifest = read_manifest(prefix)
+    if "labels" not in manifest["keys"]:
+        raise ValueError(f"{manifest_path(prefix)}: dataset has no 'labels' key; preprocess with "
+                         f"dataset_additional_keys: [labels]")
+    tokenizer = load_tokenizer(manifest["tokenizer"])
+    prompts, labels = open_indexed(prefix, INPUT_KEY), open_indexed(prefix, "labels")
+    if len(prompts) != len(labels):
+        raise ValueError(f"{prefix}: {len(prompts)} prompts but {len(labels)} labels; "
+                         f"re-run preprocessing")
+    rows = []
+    for i in range(len(prompts)):
+        ids = [int(t) for t in prompts[i]]
+        rows.append({"prompt_ids": ids,
+                     "prompt": tokenizer.decode(ids, skip_special_tokens=False),
+                     "label": tokenizer.decode([int(t) for t in labels[i]],
+                                               skip_special_tokens=False)})
+    if not rows:
+        raise ValueError(f"{prefix}: no prompts (see {prefix}{REJECTS_SUFFIX})")
+    return rows
+
+
+def load_prompt_rows(path: Union[str, Path]) -> List[dict]:
+    """Prompt rows from a jsonl prompt file or an indexed-dataset prefix."""
+    from mindrl.data.prompt_file import read_prompt_file
+
+    text = str(path)
+    if text.endswith(MANIFEST_SUFFIX):
+        text = text[: -len(MANIFEST_SUFFIX)]
+    if text.endswith(".jsonl"):
+        return read_prompt_file(text)
+    if manifest_path(text).is_file():
+        return read_indexed_prompts(text)
+    raise FileNotFoundError(
+        f"{path}: neither a .jsonl prompt file nor a preprocessed dataset prefix "
+        f"(no {text}{MANIFEST_SUFFIX}); pass a .jsonl file, or the output_prefix written by "
+        f"`examples/data/preprocess_data.sh NAME` (e.g. ./dataset/orz/data)")

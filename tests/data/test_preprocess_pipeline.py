@@ -1,0 +1,116 @@
+"""Preprocessing end to end: indexed output, manifest, rejects, strict mode, prompt loading."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mindrl.data.indexed import load_prompt_rows, open_indexed, read_indexed_prompts
+from mindrl.data.preprocess import PreprocessConfig, PreprocessError, preprocess
+
+FIXTURE = Path(__file__).parent / "fixtures" / "preprocess_math.jsonl"
+KEPT = {1: ("1+2=", "3"), 2: ("4+4=", "8"), 7: ("5+0=", "5"), 10: ("3+3=", "6")}
+REJECTS = {3: "missing_key", 4: "empty_label", 5: "undecodable", 6: "too_long", 9: "bad_json"}
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    from mindrl.models.tiny import make_tiny_model
+
+    return make_tiny_model("tiny-qwen2", "char", tmp_path_factory.mktemp("m") / "tiny")
+
+
+def _config(tmp_path, tokenizer, **kw):
+    base = dict(input=str(FIXTURE), tokenizer_name_or_path=str(tokenizer),
+                output_prefix=str(tmp_path / "out" / "data"), handler_name="r1_math",
+                prompt_type="empty", max_prompt_length=32, log_interval=2)
+    base.update(kw)
+    return PreprocessConfig.from_dict(base)
+
+
+def test_jsonl_end_to_end(tmp_path, tokenizer_dir):
+    from mindrl.data.preprocess import load_tokenizer
+
+    cfg = _config(tmp_path, tokenizer_dir)
+    manifest = preprocess(cfg, progress=False)
+    prefix = cfg.output_prefix
+    assert manifest["counts"] == {"total": 9, "kept": 4, "rejected": 5, "rejected_by_reason": {
+        "bad_json": 1, "empty_label": 1, "missing_key": 1, "too_long": 1, "undecodable": 1}}
+    assert manifest["keys"] == ["input_ids", "labels"] and manifest["template"] == "empty"
+    assert json.loads(Path(prefix + "_manifest.json").read_text()) == manifest
+    lines = Path(prefix + "_rejects.jsonl").read_text().splitlines()
+    rejects = [json.loads(line) for line in lines]
+    assert {r["row"]: r["reason"] for r in rejects} == REJECTS
+    assert not list((tmp_path / "out").glob("*.tmp*"))
+
+    tok = load_tokenizer(tokenizer_dir)
+    expected = [tok.encode(prompt, add_special_tokens=False) for prompt, _ in KEPT.values()]
+    ids = open_indexed(prefix, "input_ids")
+    assert [[int(t) for t in ids[i]] for i in range(len(ids))] == expected
+    rows = read_indexed_prompts(prefix)
+    assert [(r["prompt"], r["label"]) for r in rows] == list(KEPT.values())
+    assert [r["prompt_ids"] for r in rows] == expected
+    assert load_prompt_rows(prefix) == rows == load_prompt_rows(prefix + "_manifest.json")
+
+
+def test_strict_fails_naming_the_row_and_leaves_nothing(tmp_path, tokenizer_dir):
+    cfg = _config(tmp_path, tokenizer_dir, strict=True)
+    with pytest.raises(PreprocessError, match=r"row 3 rejected: missing_key"):
+        preprocess(cfg, progress=False)
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+def test_cli_strict_and_template_with_qwen25_on_parquet(tmp_path, capsys):
+    import datasets
+
+    from cli.preprocess_data import main
+    from mindrl.data.templates import render_prompt
+    from mindrl.models.tokenizers import build_qwen25_tokenizer
+
+    data = tmp_path / "gsm.parquet"
+    datasets.Dataset.from_list([
+        {"question": "Ann has 3 pens and buys 2. How many?", "answer": "3+2=5\n#### 5"},
+        {"question": "Bad row", "answer": "no marker"},
+    ]).to_parquet(str(data))
+    recipe = tmp_path / "gsm.yaml"
+    recipe.write_text(f"input: {data}\ntokenizer_name_or_path: qwen25\n"
+                      f"output_prefix: {tmp_path}/gsm/data\nhandler_name: gsm8k\n"
+                      f"prompt_type: qwen_r1\n")
+    with pytest.raises(SystemExit) as e:
+        main(["--config", str(recipe), "--strict", "--no-progress"])
+    assert e.value.code == 2 and "row 2 rejected: no_final_answer" in capsys.readouterr().err
+    assert main(["--config", str(recipe), "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["kept"] == 1
+    rows = load_prompt_rows(tmp_path / "gsm" / "data")
+    prompt = render_prompt("qwen_r1", "Ann has 3 pens and buys 2. How many?")
+    assert rows == [{"prompt": prompt, "label": "5", "prompt_ids":
+                     build_qwen25_tokenizer().encode(prompt, add_special_tokens=False)}]
+
+
+def test_load_prompt_rows_jsonl_and_errors(tmp_path):
+    from mindrl.data.prompt_file import write_prompt_file
+
+    path = write_prompt_file([{"prompt": "1+1=", "label": "2"}], tmp_path / "p.jsonl")
+    assert load_prompt_rows(path) == [{"prompt": "1+1=", "label": "2"}]
+    with pytest.raises(FileNotFoundError, match=r"nowhere.*preprocess_data.sh"):
+        load_prompt_rows(tmp_path / "nowhere")
+
+
+def test_config_errors(tmp_path):
+    with pytest.raises(PreprocessError, match="unknown key"):
+        PreprocessConfig.from_dict({"input": "x", "tokenizer_name_or_path": "char",
+                                    "output_prefix": "o", "typo": 1})
+    cfg = _config(tmp_path, tmp_path / "no-such-model")
+    with pytest.raises(PreprocessError, match="make_tiny_model.py"):
+        preprocess(cfg, progress=False)
+
+
+def test_shipped_recipes_load():
+    from mindrl.data.handlers import resolve_map_keys
+    from mindrl.data.preprocess import load_config
+    from mindrl.data.templates import get_template
+
+    for name in ("r1_zero_qwen25_7b", "gsm8k_qwen25", "countdown_qwen25", "tiny_arith"):
+        cfg = load_config(name)
+        get_template(cfg.prompt_type)
+        resolve_map_keys(cfg.handler_name, cfg.map_keys)
