@@ -127,6 +127,8 @@ class RLConfig:
     save_freq: Optional[int] = None   # null = megatron_training.save_interval
     save_limit: Optional[int] = None  # checkpoints kept; null = all
     val_freq: Optional[int] = None
+    dynamic_sampling: bool = False        # DAPO: drop groups whose samples all score the same
+    max_gen_rounds: int = 3               # generation rounds per step to fill the batch
     val_data_path: Optional[str] = None   # jsonl prompt rows held out for validation
     val_before_train: bool = False
     val_n_samples: int = 1                # samples per validation prompt

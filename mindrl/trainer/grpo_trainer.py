@@ -27,9 +27,29 @@ from mindrl.trainer.metrics import batch_metrics, perf_metrics
 
 @contextmanager
 def timed(timings: Dict[str, float], key: str):
+    """Adds the block's seconds to timing_s/KEY (a phase may run more than once a step)."""
     start = time.perf_counter()
     yield
-    timings[f"timing_s/{key}"] = time.perf_counter() - start
+    key = f"timing_s/{key}"
+    timings[key] = timings.get(key, 0.0) + time.perf_counter() - start
+
+
+def _merge_groups(groups):
+    """One RolloutOutput (+ scores, labels) from (rollout, scores, labels, prompt) groups."""
+    from mindrl.engines.vllm_engine import RolloutOutput
+
+    out, scores, labels = RolloutOutput([], [], [], [], []), [], []
+    for new_index, (rollout, group_scores, group_labels, prompt) in enumerate(groups):
+        for j, index in enumerate(rollout.prompt_index):
+            if index == prompt:
+                out.prompt_token_ids.append(rollout.prompt_token_ids[j])
+                out.response_token_ids.append(rollout.response_token_ids[j])
+                out.log_probs.append(rollout.log_probs[j])
+                out.finish_reasons.append(rollout.finish_reasons[j])
+                out.prompt_index.append(new_index)
+                scores.append(group_scores[j])
+                labels.append(group_labels[j])
+    return out, scores, labels
 
 
 class GRPOTrainer:
@@ -141,6 +161,47 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ one step
 
+    def _generate_and_score(self, prompts: List[dict], seed: int, timings: Dict[str, float]):
+        with timed(timings, "gen"):
+            prompt_ids = [self._prompt_ids(p) for p in prompts]
+            with self._training_state_offloaded():
+                rollout = self.actor.call_host("generate", prompt_ids, self.n, seed=seed)
+        with timed(timings, "reward"):
+            texts = self.tokenizer.batch_decode(rollout.response_token_ids,
+                                                skip_special_tokens=True)
+            labels = [prompts[i]["label"] for i in rollout.prompt_index]
+            scores, metrics = self.reward.score(texts, labels)
+        return rollout, scores, labels, metrics
+
+    def _sample(self, step: int, timings: Dict[str, float]):
+        """One batch of rollouts with their scores; with rl_config.dynamic_sampling, only
+        groups whose samples disagree (DAPO), generating more prompts as needed."""
+        prompts = self.loader.next_batch()
+        seed = (self.gen.sampling_config.seed or 0) + step * len(prompts) * self.n
+        rollout, scores, labels, metrics = self._generate_and_score(prompts, seed, timings)
+        if not self.rl.dynamic_sampling:
+            return rollout, scores, labels, metrics
+        from mindrl.trainer.dynamic_sampling import informative_groups, select_groups
+
+        pools = ([], [])   # (rollout, scores, labels, prompt index): informative, not
+        rounds, generated = 0, []
+        while True:
+            rounds += 1
+            generated += scores
+            keep = set(informative_groups(scores, rollout.prompt_index))
+            for i in dict.fromkeys(rollout.prompt_index):
+                pools[0 if i in keep else 1].append((rollout, scores, labels, i))
+            if len(pools[0]) >= len(prompts) or rounds >= self.rl.max_gen_rounds:
+                break
+            more = self.loader.next_batch()
+            rollout, scores, labels, _ = self._generate_and_score(
+                more, seed + rounds * 1_000_003, timings)
+        chosen = select_groups(pools[0], pools[1], len(prompts))
+        metrics = {**metrics, "dynamic_sampling/rounds": float(rounds),
+                   "dynamic_sampling/informative_groups": float(len(pools[0])),
+                   "dynamic_sampling/raw_score_mean": sum(generated) / len(generated)}
+        return (*_merge_groups(chosen), metrics)
+
     def _prompt_ids(self, row: dict) -> List[int]:
         """Preprocessed datasets carry token ids (template applied); jsonl rows carry text."""
         if "prompt_ids" in row:
@@ -175,19 +236,10 @@ class GRPOTrainer:
         # each batch feeds one update, ref without KL) costs 0 s.
         timings = {f"timing_s/{k}": 0.0 for k in ("old_log_prob", "ref")}
         t_step = time.perf_counter()
-        prompts = self.loader.next_batch()
-        prompt_ids = [self._prompt_ids(p) for p in prompts]
-        with timed(timings, "gen"):
-            seed = (self.gen.sampling_config.seed or 0) + step * len(prompts) * self.n
-            with self._training_state_offloaded():
-                rollout = self.actor.call_host("generate", prompt_ids, self.n, seed=seed)
+        rollout, scores, labels, reward_metrics = self._sample(step, timings)
         batch = rollout.to_batch(self.pad_id)
         batch["group_id"] = torch.tensor(rollout.prompt_index)
-        with timed(timings, "reward"):
-            texts = self.tokenizer.batch_decode(rollout.response_token_ids,
-                                                skip_special_tokens=True)
-            labels = [prompts[i]["label"] for i in rollout.prompt_index]
-            scores, reward_metrics = self.reward.score(texts, labels)
+        scores = torch.tensor(scores, dtype=torch.float32)
         scores = torch.tensor(scores, dtype=torch.float32)
         batch_ref = ray.put(batch)
         if self._needs_old_log_probs():
