@@ -202,6 +202,34 @@ class GRPOTrainer:
                    "dynamic_sampling/raw_score_mean": sum(generated) / len(generated)}
         return (*_merge_groups(chosen), metrics)
 
+    def _log_prob_passes(self, batch_ref, timings: Dict[str, float]) -> Dict[str, torch.Tensor]:
+        """Old (actor) and reference log-probs. They read the same batch and run on different
+        workers: with rl_config.blocking false both are in flight at once."""
+        rl = self.rl
+        passes = []   # (timing key, output field, group, micro batch size)
+        if self._needs_old_log_probs():
+            passes.append(("old_log_prob", "old_log_probs", self.actor,
+                           rl.actor_forward_micro_batch_size
+                           or self.run.actor_config.micro_batch_size))
+        if rl.uses_reference:
+            passes.append(("ref", "ref_log_probs", self.groups["ref"],
+                           rl.ref_forward_micro_batch_size
+                           or self.run.ref_config.micro_batch_size))
+        out: Dict[str, torch.Tensor] = {}
+        if rl.blocking:
+            for key, field_name, group, mbs in passes:
+                with timed(timings, key):
+                    out[field_name] = group.call_rank0("compute_log_probs", batch_ref,
+                                                       mbs)["log_probs"]
+            return out
+        start = time.perf_counter()
+        pending = [(key, field_name, group, group.submit("compute_log_probs", batch_ref, mbs))
+                   for key, field_name, group, mbs in passes]
+        for key, field_name, group, refs in pending:
+            out[field_name] = group.wait(refs, "compute_log_probs")[0]["log_probs"]
+            timings[f"timing_s/{key}"] = time.perf_counter() - start   # until it was ready
+        return out
+
     def _prompt_ids(self, row: dict) -> List[int]:
         """Preprocessed datasets carry token ids (template applied); jsonl rows carry text."""
         if "prompt_ids" in row:
@@ -236,24 +264,11 @@ class GRPOTrainer:
         # each batch feeds one update, ref without KL) costs 0 s.
         timings = {f"timing_s/{k}": 0.0 for k in ("old_log_prob", "ref")}
         t_step = time.perf_counter()
-        rollout, scores, labels, reward_metrics = self._sample(step, timings)
+        rollout, scores, _, reward_metrics = self._sample(step, timings)
         batch = rollout.to_batch(self.pad_id)
         batch["group_id"] = torch.tensor(rollout.prompt_index)
         scores = torch.tensor(scores, dtype=torch.float32)
-        scores = torch.tensor(scores, dtype=torch.float32)
-        batch_ref = ray.put(batch)
-        if self._needs_old_log_probs():
-            with timed(timings, "old_log_prob"):
-                out = self.actor.call_rank0("compute_log_probs", batch_ref,
-                                            rl.actor_forward_micro_batch_size or
-                                            self.run.actor_config.micro_batch_size)
-            batch["old_log_probs"] = out["log_probs"]
-        if rl.uses_reference:
-            with timed(timings, "ref"):
-                out = self.groups["ref"].call_rank0("compute_log_probs", batch_ref,
-                                                    rl.ref_forward_micro_batch_size or
-                                                    self.run.ref_config.micro_batch_size)
-            batch["ref_log_probs"] = out["log_probs"]
+        batch.update(self._log_prob_passes(ray.put(batch), timings))
         with timed(timings, "adv"):
             mask = batch["response_mask"]
             token_rewards = scores_to_token_rewards(scores, mask)

@@ -70,9 +70,12 @@ class WorkerGroup:
                     return str(rank)
         return "?"
 
+    def submit(self, method: str, *args, **kwargs) -> List[Any]:
+        """Start a method on every rank without waiting; `wait(refs, method)` collects."""
+        return [getattr(w, method).remote(*args, **kwargs) for w in self.workers]
+
     def call(self, method: str, *args, **kwargs) -> List[Any]:
-        refs = [getattr(w, method).remote(*args, **kwargs) for w in self.workers]
-        return self._get(refs, method)
+        return self._get(self.submit(method, *args, **kwargs), method)
 
     def call_rank0(self, method: str, *args, **kwargs) -> Any:
         """Collective methods: every rank runs it, rank 0's answer is returned."""

@@ -64,6 +64,20 @@ def test_offloading_training_state_during_generation_changes_nothing(work, strai
     assert _deterministic(metrics(run_dir)) == straight
 
 
+def test_overlapped_passes_give_the_same_run(work):
+    """blocking=false runs the old-logprob and reference passes concurrently; with two
+    updates per step (mini batch 8 of 16 prompts) both passes run."""
+    runs = {}
+    for blocking in ("true", "false"):
+        run_dir = work / "runs" / f"blocking_{blocking}"
+        train(work, run_dir, "megatron_training.train_iters=2", "rl_config.save_freq=2",
+              "rl_config.mini_batch_size=8", f"rl_config.blocking={blocking}",
+              "rl_config.val_data_path=null")
+        runs[blocking] = _deterministic(metrics(run_dir))
+    assert runs["true"] == runs["false"]
+    assert all(r["actor/pg_clipfrac"] >= 0 for r in runs["false"])
+
+
 def test_trains_from_a_preprocessed_indexed_dataset(work):
     """examples/data's tiny recipe -> Megatron indexed prompts -> the trainer reads token ids."""
     import subprocess
