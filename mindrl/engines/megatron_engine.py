@@ -53,6 +53,13 @@ class OptimConfig:
     use_distributed_optimizer: bool = True
 
 
+def _to_device(batch: Batch) -> Batch:
+    """Batches travel between processes on the host; the passes run on this rank's device."""
+    target = device.current_device()
+    return {k: v.to(target, non_blocking=True) if isinstance(v, torch.Tensor) else v
+            for k, v in batch.items()}
+
+
 def _minibatch_weight(mask: torch.Tensor, agg_mode: str) -> torch.Tensor:
     """What the mini-batch loss is a mean over: valid tokens, or sequences with tokens."""
     if agg_mode == "token-mean":
@@ -170,7 +177,7 @@ class MegatronEngine:
                           with_entropy: bool = False) -> Dict[str, torch.Tensor]:
         """log p(response_ids[:, t]) [B, R] for the whole batch, identical on every rank."""
         self.model.eval()
-        local = self._dp_slice(batch)
+        local = self._dp_slice(_to_device(batch))
         packed = self._pack(local)
         micro = self._micro_batches(local, packed, micro_batch_size or self.micro_batch_size)
 
@@ -188,7 +195,8 @@ class MegatronEngine:
         keys = ["log_probs"] + (["entropy"] if with_entropy else [])
         shape = local["response_ids"].shape
         result = {k: (torch.cat([o[k] for o in outputs]) if outputs else
-                      torch.zeros(shape, dtype=torch.float32)) for k in keys}
+                      torch.zeros(shape, dtype=torch.float32, device=device.current_device()))
+                  for k in keys}
         if self.ps.get_pipeline_model_parallel_world_size() > 1:
             src = self.ps.get_pipeline_model_parallel_last_rank()
             for k in keys:
@@ -221,11 +229,11 @@ class MegatronEngine:
                                   clip_ratio_high=cfg.clip_ratio_high,
                                   clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode)
         loss = pg
-        kl = torch.zeros(())
+        kl = torch.zeros((), device=logp.device)
         if cfg.use_kl_loss and cfg.kl_coef > 0:
             kl = kl_loss(logp, micro["ref_log_probs"], mask, cfg.kl_penalty, cfg.loss_agg_mode)
             loss = loss + cfg.kl_coef * kl
-        entropy = torch.zeros(())
+        entropy = torch.zeros((), device=logp.device)
         if ent is not None:
             entropy = aggregate_loss(ent, mask, cfg.loss_agg_mode)
             loss = loss - cfg.entropy_coeff * entropy
@@ -243,7 +251,8 @@ class MegatronEngine:
             diff = (logp.detach() - micro["rollout_log_probs"]).abs() * mask
             metrics["rollout/logprob_diff_sum"] = diff.sum()
             metrics["rollout/logprob_diff_count"] = mask.sum()
-            metrics["rollout/logprob_diff_max"] = diff.max() if diff.numel() else torch.zeros(())
+            metrics["rollout/logprob_diff_max"] = (diff.max() if diff.numel()
+                                                   else torch.zeros((), device=diff.device))
         return loss * scale, metrics
 
     def update(self, batch: Batch, mini_batch_size: int, shuffle: bool = False,
@@ -255,6 +264,7 @@ class MegatronEngine:
         """
         if self.optimizer is None:
             raise RuntimeError("this engine was built without an optimizer (reference role)")
+        batch = _to_device(batch)
         n = batch["response_ids"].shape[0]
         if n % mini_batch_size:
             raise ValueError(f"batch of {n} samples does not split into mini batches of "
@@ -262,6 +272,7 @@ class MegatronEngine:
         order = torch.arange(n)
         if shuffle:
             order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+        order = order.to(batch["response_ids"].device)
         history: List[Dict[str, float]] = []
         for start in range(0, n, mini_batch_size):
             idx = order[start:start + mini_batch_size]
@@ -305,12 +316,14 @@ class MegatronEngine:
     def _reduce_metrics(self, losses: list, grad_norm) -> Dict[str, float]:
         keys = ["actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/pg_clipfrac",
                 "actor/ppo_kl", "rollout/logprob_diff_sum", "rollout/logprob_diff_count"]
-        vec = torch.zeros(len(keys) + 1)   # sums, then one max
+        # On the device: the all-reduce below runs on nccl / hccl there.
+        vec = torch.zeros(len(keys) + 1, device=device.current_device())   # sums, then a max
+        zero = vec[0]
         for item in losses or []:
-            vec[:-1] += torch.stack([item.get(k, torch.zeros(())).float().reshape(())
+            vec[:-1] += torch.stack([item.get(k, zero).float().reshape(()).to(vec.device)
                                      for k in keys])
-            vec[-1] = torch.maximum(vec[-1], item.get("rollout/logprob_diff_max",
-                                                      torch.zeros(())).float())
+            vec[-1] = torch.maximum(vec[-1], item.get("rollout/logprob_diff_max", zero)
+                                    .float().to(vec.device))
         for group in self._metric_groups():
             torch.distributed.all_reduce(vec[:-1], group=group)
             torch.distributed.all_reduce(vec[-1:], op=torch.distributed.ReduceOp.MAX,

@@ -85,7 +85,7 @@ class MegatronWorker:
     def compute_log_probs(self, batch: Dict[str, torch.Tensor], micro_batch_size: int,
                           with_entropy: bool = False):
         out = self.engine.compute_log_probs(batch, micro_batch_size, with_entropy)
-        return out if self.rank == 0 else None
+        return {k: v.cpu() for k, v in out.items()} if self.rank == 0 else None
 
     def update(self, batch: Dict[str, torch.Tensor], mini_batch_size: int, shuffle: bool,
                seed: int):
