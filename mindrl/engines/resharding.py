@@ -240,7 +240,7 @@ class Resharder:
         """Regular buckets are packed into one reusable buffer (cast to vLLM's dtype); a module
         larger than a bucket goes alone, straight from where it was gathered or received, and
         the buffer is dropped first, so the peak stays near max(bucket, largest module)."""
-        from mindrl.engines.vllm_engine import fingerprint_tensors
+        from mindrl.engines.weight_fingerprint import fingerprint_tensors
 
         dtype = self.target.dtype
         itemsize = torch.empty((), dtype=dtype).element_size()

@@ -12,8 +12,8 @@ import torch
 from mindrl.ckpt import mapping
 from mindrl.engines.megatron_engine import LossConfig, MegatronEngine, OptimConfig
 from mindrl.engines.resharding import Resharder
-from mindrl.engines.vllm_engine import (VLLMEngineProcess, WeightSyncError,
-                                        checkpoint_fingerprint)
+from mindrl.engines.vllm_engine import VLLMEngineProcess, WeightSyncError
+from mindrl.engines.weight_fingerprint import checkpoint_fingerprint
 from mindrl.models.builder import Parallelism, initialize_parallel
 
 N_SAMPLES = 4

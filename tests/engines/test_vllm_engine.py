@@ -9,8 +9,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from mindrl.config.schema import GenerateConfig, SamplingConfig
 from mindrl.engines.vllm_engine import (RolloutOutput, VLLMEngine, WeightSyncError,
-                                        checkpoint_fingerprint, compare_fingerprints,
-                                        fingerprint_tensors, llm_kwargs, sampling_params)
+                                        llm_kwargs, sampling_params)
+from mindrl.engines.weight_fingerprint import (checkpoint_fingerprint, compare_fingerprints,
+                                               fingerprint_tensors)
 from mindrl.models.tiny import make_tiny_model
 
 N = 4
