@@ -56,6 +56,7 @@ class MegatronConfig:
     no_save_optim: bool = False
     no_save_rng: bool = False
     log_interval: int = 1
+    cpu_threads: int = 1              # torch threads per rank on the CPU device (1 per core)
 
     @property
     def model_parallel_size(self) -> int:
@@ -158,6 +159,8 @@ class SamplingConfig:
     temperature: float = 1.0
     detokenize: bool = False
     seed: Optional[int] = None
+    min_tokens: int = 0               # no EOS before this many tokens
+    ignore_eos: bool = False          # always generate max_tokens (benchmarks, fixed lengths)
 
 
 @dataclass(frozen=True)
@@ -177,6 +180,7 @@ class GenerateConfig:
     enforce_eager: bool = False
     enable_prefix_caching: bool = False
     trust_remote_code: bool = False
+    cpu_threads: int = 1                  # torch threads of the vLLM process (CPU device only)
     offload_train_optimizer: bool = False
     offload_train_grad: bool = False
     offload_train_param: bool = False

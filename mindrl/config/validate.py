@@ -61,6 +61,7 @@ def check_positive(run: RunConfig) -> list[Problem]:
         ("generate_config.max_num_batched_tokens", gen.max_num_batched_tokens),
         ("generate_config.max_model_len", gen.max_model_len),
         ("generate_config.sampling_config.max_tokens", gen.sampling_config.max_tokens),
+        ("generate_config.cpu_threads", gen.cpu_threads),
     ]
     for opt in ("actor_forward_micro_batch_size", "ref_forward_micro_batch_size",
                 "save_freq", "save_limit", "val_freq"):
@@ -68,7 +69,7 @@ def check_positive(run: RunConfig) -> list[Problem]:
             items.append((f"rl_config.{opt}", getattr(rl, opt)))
     for role in run.active_roles:
         for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
-                    "micro_batch_size"):
+                    "micro_batch_size", "cpu_threads"):
             items.append((_role_key(run, role, key), getattr(run.role(role), key)))
     seen: set[str] = set()
     out = []
@@ -245,7 +246,12 @@ def check_batches(run: RunConfig) -> list[Problem]:
         out.append(Problem("megatron_training.global_batch_size", f"is not a multiple of the "
                            f"{idp} vLLM instances (a prompt's samples stay on one instance)",
                            f"use a multiple of {idp}", gbs))
-    need = rl.max_prompt_length + gen.sampling_config.max_tokens
+    sampling = gen.sampling_config
+    if not 0 <= sampling.min_tokens <= sampling.max_tokens:
+        out.append(Problem("generate_config.sampling_config.min_tokens",
+                           f"must be between 0 and max_tokens={sampling.max_tokens}",
+                           "lower min_tokens or raise max_tokens", sampling.min_tokens))
+    need = rl.max_prompt_length + sampling.max_tokens
     if need > mt.seq_length:
         out.append(Problem("megatron_training.seq_length", f"is shorter than max_prompt_length "
                            f"+ max_tokens = {need}", f"set it to at least {need}",

@@ -88,7 +88,8 @@ def sampling_params(cfg: SamplingConfig, n: int, **overrides):
     cfg = dataclasses.replace(cfg, **overrides)
     return SamplingParams(n=n, max_tokens=cfg.max_tokens, logprobs=max(cfg.logprobs, 0),
                           top_p=cfg.top_p, top_k=cfg.top_k, min_p=cfg.min_p,
-                          temperature=cfg.temperature, seed=cfg.seed, detokenize=cfg.detokenize)
+                          temperature=cfg.temperature, seed=cfg.seed, detokenize=cfg.detokenize,
+                          min_tokens=cfg.min_tokens, ignore_eos=cfg.ignore_eos)
 
 
 def _reseeded(params, seed: int):
@@ -372,7 +373,7 @@ class VLLMEngine:
 
 def _serve(conn, model_path, generate_config, seed, kwargs) -> None:
     """Child body: one VLLMEngine, methods called by name over the pipe until None."""
-    torch.set_num_threads(1)
+    torch.set_num_threads(generate_config.cpu_threads if device.is_cpu() else 1)
     try:
         engine = VLLMEngine(model_path, generate_config, seed, **kwargs)
         conn.send((True, {"dtype": engine.dtype, "hf_shapes": engine.hf_shapes,

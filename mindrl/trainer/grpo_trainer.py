@@ -92,7 +92,8 @@ class GRPOTrainer:
             params_dtype=cfg.params_dtype, micro_batch_size=cfg.micro_batch_size, seed=cfg.seed,
             load=cfg.load, optim=optim, loss=loss, pad_id=self.pad_id,
             rollout_model_path=cfg.tokenizer_name_or_path if with_rollout else None,
-            generate_config=self.gen if with_rollout else None, rollout_seed=cfg.seed)
+            generate_config=self.gen if with_rollout else None, rollout_seed=cfg.seed,
+            cpu_threads=cfg.cpu_threads)
 
     def _start(self) -> None:
         from transformers import AutoTokenizer

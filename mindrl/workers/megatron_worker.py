@@ -31,6 +31,7 @@ class RoleSetup:
     rollout_model_path: Optional[str] = None   # HF dir vLLM starts from (actor only)
     generate_config: Any = None
     rollout_seed: int = 0
+    cpu_threads: int = 1           # torch threads of this rank (CPU device only)
 
 
 class MegatronWorker:
@@ -58,6 +59,8 @@ class MegatronWorker:
         from mindrl.models.builder import initialize_parallel
 
         os.environ["MASTER_ADDR"] = master_addr
+        if device.is_cpu():
+            torch.set_num_threads(setup.cpu_threads)
         device.init_distributed(self.rank, self.world_size, master_addr, master_port)
         initialize_parallel(setup.parallel, seed=setup.seed)
         self.engine = MegatronEngine(setup.spec, setup.parallel, setup.params_dtype,

@@ -161,6 +161,17 @@ def test_sequence_budget():
                  "megatron_training.seq_length", "124")
 
 
+def test_min_tokens_within_max_tokens():
+    assert_names(rejected(["+generate_config.sampling_config.min_tokens=4"]),
+                 "generate_config.sampling_config.min_tokens", "max_tokens=3")
+
+
+def test_cpu_threads_positive():
+    err = rejected(["+generate_config.cpu_threads=0", "+actor_config.cpu_threads=0"])
+    assert_names(err, "generate_config.cpu_threads", "at least 1")
+    assert_names(err, "actor_config.cpu_threads", "at least 1")
+
+
 # 7. paths (separate switch) -------------------------------------------------------------
 
 def test_missing_paths_only_with_check_paths(tmp_path, monkeypatch, cpu2):

@@ -147,6 +147,12 @@ def test_generate_n_samples_per_prompt_in_prompt_major_order(engine, prompts):
     assert engine.generate(prompts, n=N, seed=1).response_token_ids != out.response_token_ids
 
 
+def test_ignore_eos_gives_exactly_max_tokens(engine, prompts):
+    out = engine.generate(prompts, n=2, ignore_eos=True)
+    assert {len(ids) for ids in out.response_token_ids} == {MAX_TOKENS}
+    assert set(out.finish_reasons) == {"length"}
+
+
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_sampled_logprobs_match_transformers(engine, prompts, model_dirs, temperature):
     out = engine.generate(prompts, n=N, temperature=temperature)
