@@ -13,6 +13,19 @@ from mindrl.trainer.metrics import moving_average
 CURVE_KEY = "critic/score/mean"
 
 
+def _complete_rows(text: str) -> List[dict]:
+    """metrics.jsonl rows; a last line cut short by a kill is not a row."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    rows = []
+    for i, line in enumerate(lines):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i != len(lines) - 1:
+                raise
+    return rows
+
+
 class Tracker:
     def __init__(self, run_dir: Path, use_tensorboard: bool = True, use_wandb: bool = False,
                  wandb_project: Optional[str] = None, wandb_exp_name: Optional[str] = None,
@@ -21,9 +34,7 @@ class Tracker:
         self.history: List[Dict[str, float]] = []
         self.tb = self.wandb = None
         if use_tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tb = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
+            self.tb = self._tensorboard()
         if use_wandb:
             os.environ.setdefault("WANDB_MODE", wandb_mode)
             import wandb
@@ -31,6 +42,27 @@ class Tracker:
             self.wandb = wandb.init(project=wandb_project or "mindrl", name=wandb_exp_name,
                                     dir=str(self.run_dir), config=config or {}, mode=wandb_mode)
         self._jsonl = open(self.run_dir / "metrics.jsonl", "a")
+
+    def _tensorboard(self, purge_step: Optional[int] = None):
+        from torch.utils.tensorboard import SummaryWriter
+
+        return SummaryWriter(log_dir=str(self.run_dir / "tensorboard"), purge_step=purge_step)
+
+    def rewind(self, step: int) -> None:
+        """A resumed run restarts after checkpoint `step`: rows of steps after it (done, then
+        lost with a crash) are dropped from metrics.jsonl and tensorboard, so every step is
+        recorded once; the rows up to it become the history (the PNG shows the whole run)."""
+        self._jsonl.close()
+        path = self.run_dir / "metrics.jsonl"
+        rows = _complete_rows(path.read_text())
+        self.history = [r for r in rows if r["step"] <= step]
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in self.history))
+        os.replace(tmp, path)
+        self._jsonl = open(path, "a")
+        if self.tb is not None and len(rows) > len(self.history):
+            self.tb.close()
+            self.tb = self._tensorboard(purge_step=step + 1)
 
     def log(self, step: int, metrics: Dict[str, float]) -> None:
         self.history.append({"step": step, **metrics})
