@@ -31,13 +31,15 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, type=Path, help="output directory")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", default="float32", choices=list(DTYPES))
+    parser.add_argument("--head", default="lm", choices=["lm", "scalar"],
+                        help="scalar: a reward model (*ForSequenceClassification, 1 label)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace a non-empty output directory")
     args = parser.parse_args(argv)
     hf_logging.disable_progress_bar()
     try:
         out = make_tiny_model(args.model, args.tokenizer, args.out, seed=args.seed,
-                              dtype=args.dtype, overwrite=args.overwrite)
+                              dtype=args.dtype, overwrite=args.overwrite, head=args.head)
     except (ValueError, FileExistsError) as e:
         parser.exit(2, f"error: {e}\n")
     print(out)

@@ -55,6 +55,9 @@ EMBEDDING = TensorRule("embedding.word_embeddings.weight", ("model.embed_tokens.
                        tp_dim=0, vocab=True)
 FINAL_NORM = TensorRule("decoder.final_layernorm.weight", ("model.norm.weight",))
 OUTPUT = TensorRule("output_layer.weight", ("lm_head.weight",), tp_dim=0, vocab=True)
+# A reward model (spec.head "scalar", HF *ForSequenceClassification with num_labels=1): the
+# [1, hidden] score replaces the LM head under the same Megatron name, replicated over TP.
+SCORE = TensorRule("output_layer.weight", ("score.weight",))
 
 
 def _decoder_layer_rules(spec: ModelSpec) -> List[TensorRule]:
@@ -94,9 +97,19 @@ def layer_rules(spec: ModelSpec) -> List[TensorRule]:
                          f"known: {sorted(ARCHITECTURE_TABLES)}") from None
 
 
+def head_rule(spec: ModelSpec) -> Optional[TensorRule]:
+    """The output layer's rule: score (reward model), lm_head (untied) or None (tied: the
+    embedding serves as the output layer)."""
+    if spec.head == "scalar":
+        return SCORE
+    return None if spec.tied_embeddings else OUTPUT
+
+
 def global_rules(spec: ModelSpec) -> List[TensorRule]:
-    """Non-layer tensors as stored in HF: lm_head only when embeddings are untied."""
-    return [EMBEDDING, FINAL_NORM] + ([] if spec.tied_embeddings else [OUTPUT])
+    """Non-layer tensors as stored in HF: lm_head only when embeddings are untied; score for
+    a reward model."""
+    head = head_rule(spec)
+    return [EMBEDDING, FINAL_NORM] + ([head] if head else [])
 
 
 def iter_rules(spec: ModelSpec) -> Iterator[Tuple[TensorRule, Optional[int]]]:
@@ -106,8 +119,9 @@ def iter_rules(spec: ModelSpec) -> Iterator[Tuple[TensorRule, Optional[int]]]:
         for rule in layer_rules(spec):
             yield rule, layer
     yield FINAL_NORM, None
-    if not spec.tied_embeddings:
-        yield OUTPUT, None
+    head = head_rule(spec)
+    if head is not None:
+        yield head, None
 
 
 def hf_tensor_names(spec: ModelSpec) -> List[str]:
@@ -205,6 +219,8 @@ def expected_hf_shapes(rule: TensorRule, spec: ModelSpec) -> Tuple[Tuple[int, ..
     """Shapes the HF parts must have; the converter checks them before any work."""
     h, d = spec.hidden_size, spec.head_dim
     q, kv = spec.num_attention_heads * d, spec.num_query_groups * d
+    if rule is SCORE:
+        return ((1, h),)
     name = rule.mcore.rsplit(".", 2)[-2] + "." + rule.mcore.rsplit(".", 1)[-1]
     shapes = {
         "word_embeddings.weight": ((spec.vocab_size, h),),
@@ -265,7 +281,7 @@ _LAYER_RE = re.compile(r"^decoder\.layers\.(\d+)\.(.*)$")
 
 def rules_by_mcore_suffix(spec: ModelSpec) -> Dict[str, TensorRule]:
     table = {r.mcore.split("{layer}.", 1)[1]: r for r in layer_rules(spec)}
-    table.update({r.mcore: r for r in (EMBEDDING, FINAL_NORM, OUTPUT)})
+    table.update({r.mcore: r for r in (EMBEDDING, FINAL_NORM, head_rule(spec) or OUTPUT)})
     return table
 
 
@@ -296,8 +312,9 @@ def stage_state_dict(full: Dict[str, torch.Tensor], spec: ModelSpec, tp_rank: in
             out[rule.mcore_name(local)] = shard(rule, full[rule.mcore_name(layer)], tp_rank, tp_size)
     if last:
         out[FINAL_NORM.mcore] = full[FINAL_NORM.mcore]
-        if not spec.tied_embeddings:
-            out[OUTPUT.mcore] = shard(OUTPUT, full[OUTPUT.mcore], tp_rank, tp_size)
+        head = head_rule(spec)
+        if head is not None:
+            out[head.mcore] = shard(head, full[head.mcore], tp_rank, tp_size)
         elif pp_size > 1:
             out[OUTPUT.mcore] = shard(OUTPUT, full[EMBEDDING.mcore], tp_rank, tp_size)
     return out

@@ -26,10 +26,11 @@ def params_per_device(spec: ModelSpec, tp: int, pp: int) -> int:
     h = spec.hidden_size
     emb = spec.padded_vocab_size(tp) * h // tp
     body = layers * _layer_params(spec) // tp
+    head = h if spec.head == "scalar" else emb   # a reward model's score is [1, hidden]
     if pp == 1:
-        return body + emb + h + (0 if spec.tied_embeddings else emb)
+        return body + emb + h + (0 if spec.tied_embeddings else head)
     # PP > 1: the last stage holds the output layer, or a copy of the tied embedding.
-    return max(body + emb, body + h + emb)
+    return max(body + emb, body + h + head)
 
 
 def train_state_bytes(spec: ModelSpec, tp: int, pp: int, dp: int, params_dtype: str,

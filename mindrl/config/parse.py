@@ -141,7 +141,9 @@ def parse(raw: Any, recipe: Optional[str] = None) -> RunConfig:
             spec = shared_model if name == shared.model else _role_model(section, name, model,
                                                                           problems)
             if spec is not None:
-                models[role] = spec
+                # A reward model is its architecture with a scalar score head.
+                models[role] = dataclasses.replace(spec, head="scalar") if role == "reward" \
+                    else spec
     if problems:
         raise ConfigError(problems)
     return RunConfig(model=model, megatron_training=shared, actor_config=roles["actor"],

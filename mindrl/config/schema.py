@@ -109,7 +109,9 @@ class RLConfig:
     blocking: bool = True
     gamma: float = 1.0
     lam: float = 0.95
-    rule_reward: bool = True          # false = score with a reward model (reward role)
+    rule_reward: bool = True          # verifier_function scores the rollouts
+    reward_model: bool = False        # the reward role (reward_config) scores them too
+    reward_model_weight: float = 1.0  # score = rule score + reward_model_weight x model score
     verifier_function: list[str] = field(default_factory=list)
     verifier_weight: list[float] = field(default_factory=list)
     verifier_parallel: int = 1
@@ -196,7 +198,8 @@ class GenerateConfig:
 class PrepareConfig:
     """Artifacts the run makes for itself when missing (the embedded CPU default): a tiny
     random-init HF model (at megatron_training.tokenizer_name_or_path), its Megatron
-    conversion (at megatron_training.load) and a generated task file (at data_path)."""
+    conversion (at megatron_training.load), a generated task file (at data_path) and, with
+    rl_config.reward_model, a random-init reward model (reward_config.load, from `<load>-hf`)."""
 
     tiny_model: Optional[str] = None      # a configs/model name, e.g. tiny-qwen2
     tokenizer: Literal["char", "qwen25"] = "char"
@@ -217,7 +220,7 @@ class RunConfig:
     reward_config: MegatronConfig
     rl_config: RLConfig
     generate_config: GenerateConfig
-    models: dict[str, ModelSpec]      # role -> its architecture
+    models: dict[str, ModelSpec]      # role -> its architecture (reward: scalar head)
     run_dir: Optional[str] = None
     dry_run: bool = False
     prepare: PrepareConfig = field(default_factory=PrepareConfig)
@@ -225,11 +228,12 @@ class RunConfig:
 
     @property
     def active_roles(self) -> list[str]:
-        """Roles that get workers: the reference only with a KL term, reward only as a model."""
+        """Roles that get workers: the reference only with a KL term, reward only with
+        rl_config.reward_model."""
         roles = ["actor"]
         if self.rl_config.uses_reference:
             roles.append("ref")
-        if not self.rl_config.rule_reward:
+        if self.rl_config.reward_model:
             roles.append("reward")
         return roles
 

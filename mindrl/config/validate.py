@@ -153,7 +153,7 @@ def check_resources(run: RunConfig, cluster: ClusterResources) -> list[Problem]:
         res = run.resource(role)
         if res is None:
             why = ("kl_coef > 0 needs a reference model" if role == "ref"
-                   else "rule_reward=false needs a reward model")
+                   else "reward_model=true needs devices for the reward model")
             out.append(Problem(key, f"is missing ({why})", f"add {key}: {{"
                                f"{cluster.resource_key}: N}} or colocate the role",
                                category=STRUCTURE))
@@ -318,6 +318,30 @@ def check_algorithm(run: RunConfig, cluster: ClusterResources) -> list[Problem]:
     return _dedupe(out)
 
 
+def check_reward(run: RunConfig) -> list[Problem]:
+    """Something scores the rollouts, and a reward model starts from its own trained weights
+    (the reward role inherits megatron_training.load, the actor's checkpoint, unless told)."""
+    rl = run.rl_config
+    out: list[Problem] = []
+    if not rl.rule_reward and not rl.reward_model:
+        out.append(Problem("rl_config.reward_model", "is false while rl_config.rule_reward is "
+                           "false: nothing scores the rollouts", "set rl_config.reward_model: "
+                           "true (a reward model, reward_config) or rl_config.rule_reward: true "
+                           "(verifier_function)", False))
+    if not rl.reward_model:
+        return out
+    load = run.reward_config.load
+    if load is None:
+        out.append(Problem("reward_config.load", "is not set: a reward model needs trained "
+                           "weights", "convert the HF reward model with cli/convert_ckpt.py "
+                           "(README: reward model) and point reward_config.load at it", None))
+    elif load == run.actor_config.load:
+        out.append(Problem(_role_key(run, "reward", "load"), "is the actor's checkpoint: a "
+                           "reward model has a score head, not an LM head",
+                           "set reward_config.load to a converted reward model", load))
+    return out
+
+
 def _path_exists(path: str) -> bool:
     """A file, a directory, or an indexed-dataset prefix (PREFIX*.bin/.idx/.jsonl ...)."""
     return os.path.exists(path) or bool(glob.glob(glob.escape(path) + "*"))
@@ -370,6 +394,7 @@ def find_problems(run: RunConfig, cluster: ClusterResources, *,
     out += check_resources(run, cluster)
     out += check_batches(run)
     out += check_algorithm(run, cluster)
+    out += check_reward(run)
     if paths:
         out += check_paths(run)
     return _dedupe(out)

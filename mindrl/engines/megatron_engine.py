@@ -1,4 +1,5 @@
-"""The Megatron actor / reference engine: logprobs, GRPO updates, offload, checkpoints.
+"""The Megatron actor / reference / reward engine: logprobs, GRPO updates, reward-model
+scores, offload, checkpoints.
 
 One instance lives in each rank of a role (TP x PP x DP processes). Batches are dicts of
 tensors following DESIGN.md's data contract; every rank of the role receives the same
@@ -187,19 +188,54 @@ class MegatronEngine:
 
         with torch.no_grad():
             outputs = self._run_schedule(micro, packed.tokens.shape[1], True, collect)
-        result = self._from_last_stage(outputs, local, with_entropy)
+        shape = tuple(local["response_ids"].shape)
+        keys = ["log_probs"] + (["entropy"] if with_entropy else [])
+        result = self._from_last_stage(outputs, {k: shape for k in keys})
         return self._gather_dp(result)
 
-    def _from_last_stage(self, outputs, local: Batch, with_entropy: bool) -> Dict[str, torch.Tensor]:
-        """Broadcast the last pipeline stage's results to every stage of this pipeline."""
-        keys = ["log_probs"] + (["entropy"] if with_entropy else [])
-        shape = local["response_ids"].shape
+    def compute_scores(self, batch: Batch, micro_batch_size: Optional[int] = None
+                       ) -> torch.Tensor:
+        """Reward-model score of each sample [B] (prompt ++ response), identical on every rank.
+
+        The scalar head's output at the sample's last real token (its prompt length + response
+        length - 1, response_mask deciding the latter), where HF's ForSequenceClassification
+        pools: at the last non-padding token. Any batch size works (validation sets are not
+        multiples of micro batch x DP): the batch is padded with copies of its first sample.
+        """
+        if self.spec.head != "scalar":
+            raise RuntimeError(f"compute_scores needs a reward model (head 'scalar'); model "
+                               f"{self.spec.name} has head {self.spec.head!r}")
+        self.model.eval()
+        mbs = micro_batch_size or self.micro_batch_size
+        keys = ("prompt_ids", "prompt_mask", "response_ids", "response_mask")
+        batch = {k: batch[k] for k in keys}
+        n = batch["response_ids"].shape[0]
+        extra = -n % (mbs * self.ps.get_data_parallel_world_size())
+        if extra:
+            batch = {k: torch.cat([v, v[:1].expand(extra, *v.shape[1:])])
+                     for k, v in batch.items()}
+        local = self._dp_slice(_to_device(batch))
+        packed = self._pack(local)
+        micro = self._micro_batches(local, packed, mbs)
+
+        def collect(output, m):   # output [mb, L, 1]: one score per position
+            last = m["prompt_mask"].sum(-1) + m["response_mask"].sum(-1) - 1
+            return {"scores": output[..., 0].float().gather(1, last.long().unsqueeze(1))[:, 0]}
+
+        with torch.no_grad():
+            outputs = self._run_schedule(micro, packed.tokens.shape[1], True, collect)
+        result = self._from_last_stage(outputs, {"scores": (packed.tokens.shape[0],)})
+        return self._gather_dp(result)["scores"][:n]
+
+    def _from_last_stage(self, outputs, shapes: Dict[str, tuple]) -> Dict[str, torch.Tensor]:
+        """Broadcast the last pipeline stage's results ({key: shape}) to every stage of this
+        pipeline."""
         result = {k: (torch.cat([o[k] for o in outputs]) if outputs else
                       torch.zeros(shape, dtype=torch.float32, device=device.current_device()))
-                  for k in keys}
+                  for k, shape in shapes.items()}
         if self.ps.get_pipeline_model_parallel_world_size() > 1:
             src = self.ps.get_pipeline_model_parallel_last_rank()
-            for k in keys:
+            for k in result:
                 result[k] = result[k].contiguous()
                 torch.distributed.broadcast(result[k], src,
                                             group=self.ps.get_pipeline_model_parallel_group())

@@ -82,7 +82,11 @@ def transformer_config(spec: ModelSpec, parallel: Parallelism, params_dtype: str
 def build_gpt_model(spec: ModelSpec, parallel: Parallelism, params_dtype: str = "fp32",
                     pre_process: Optional[bool] = None, post_process: Optional[bool] = None,
                     **config_overrides):
-    """One pipeline stage of the model for this rank (parallel_state must be initialised)."""
+    """One pipeline stage of the model for this rank (parallel_state must be initialised).
+
+    spec.head "scalar" gives a reward model: the last stage outputs [b, s, 1] scores instead
+    of vocab-parallel logits (mindrl/models/scalar_head.py).
+    """
     from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
@@ -105,6 +109,12 @@ def build_gpt_model(spec: ModelSpec, parallel: Parallelism, params_dtype: str = 
         position_embedding_type="rope",
         rotary_base=int(spec.rotary_base),
     )
+    if spec.head == "scalar" and post_process:
+        from mindrl.models.scalar_head import ScalarHead
+
+        # GPTModel always builds a vocab head; a reward model swaps in its [1, hidden] score.
+        model.output_layer = ScalarHead(config)
+    model.head_kind = spec.head   # on every stage: checkpoint loading checks it (mcore_io)
     return model.to(device.current_device())
 
 

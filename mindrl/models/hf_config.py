@@ -15,6 +15,9 @@ from mindrl.models.spec import ModelSpec
 
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama")
 _ARCHITECTURE_CLASSES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}
+# Reward models (spec.head "scalar"): HF's sequence-classification heads with one label.
+_SCORE_CLASSES = {"qwen2": "Qwen2ForSequenceClassification",
+                  "llama": "LlamaForSequenceClassification"}
 
 TokenIds = Optional[Union[int, list[int]]]
 
@@ -26,7 +29,10 @@ def hf_config_from_spec(spec: ModelSpec, torch_dtype: str = "float32",
     """A Qwen2Config or LlamaConfig with the spec's shape.
 
     transformers 5 keeps the RoPE base in ``rope_parameters``; the dtype goes to ``dtype``.
+    A scalar-head spec gives a *ForSequenceClassification config with num_labels=1.
     """
+    scalar = spec.head == "scalar"
+    classes = _SCORE_CLASSES if scalar else _ARCHITECTURE_CLASSES
     common = dict(
         vocab_size=spec.vocab_size,
         hidden_size=spec.hidden_size,
@@ -39,13 +45,14 @@ def hf_config_from_spec(spec: ModelSpec, torch_dtype: str = "float32",
         max_position_embeddings=spec.max_position_embeddings,
         rms_norm_eps=spec.norm_epsilon,
         rope_parameters={"rope_type": "default", "rope_theta": float(spec.rotary_base)},
-        tie_word_embeddings=spec.tied_embeddings,
+        tie_word_embeddings=not spec.untie_embeddings_and_output_weights,
         initializer_range=initializer_range,
         bos_token_id=bos_token_id,
         eos_token_id=eos_token_id,
         pad_token_id=pad_token_id,
         dtype=torch_dtype,
-        architectures=[_ARCHITECTURE_CLASSES[spec.architecture]],
+        architectures=[classes[spec.architecture]],
+        **({"num_labels": 1} if scalar else {}),
     )
     if spec.architecture == "qwen2":
         if not spec.add_qkv_bias:
@@ -84,9 +91,21 @@ def _rope_theta(config: PretrainedConfig, name: str) -> float:
     return float(theta)
 
 
+def _head(config: PretrainedConfig, name: str) -> str:
+    """"scalar" for a *ForSequenceClassification reward model (exactly one label)."""
+    classes = getattr(config, "architectures", None) or []
+    if not any(c.endswith("ForSequenceClassification") for c in classes):
+        return "lm"
+    if config.num_labels != 1:
+        raise ValueError(f"{name}: {classes[0]} with num_labels={config.num_labels}; a reward "
+                         f"model has one score (num_labels=1)")
+    return "scalar"
+
+
 def spec_from_hf_config(config: Union[PretrainedConfig, Mapping[str, Any]], name: str,
                         make_vocab_size_divisible_by: int = 1) -> ModelSpec:
-    """The ModelSpec of an HF Qwen2/Llama config (object or config.json dict)."""
+    """The ModelSpec of an HF Qwen2/Llama config (object or config.json dict); a
+    *ForSequenceClassification config (num_labels=1) gives a scalar-head spec."""
     config = _as_config(config)
     model_type = getattr(config, "model_type", None)
     if model_type not in SUPPORTED_MODEL_TYPES:
@@ -121,4 +140,5 @@ def spec_from_hf_config(config: Union[PretrainedConfig, Mapping[str, Any]], name
         add_qkv_bias=add_qkv_bias,
         kv_channels=kv_channels,
         make_vocab_size_divisible_by=make_vocab_size_divisible_by,
+        head=_head(config, name),
     )

@@ -17,6 +17,9 @@ import yaml
 from mindrl.paths import config_dir, model_config_path
 
 ARCHITECTURES = ("qwen2", "llama")
+# What the last stage computes: vocabulary logits (policy, reference) or one score per token
+# (a reward model: HF *ForSequenceClassification with num_labels=1, tensor score.weight).
+HEADS = ("lm", "scalar")
 
 
 @dataclass(frozen=True)
@@ -36,12 +39,16 @@ class ModelSpec:
     add_qkv_bias: bool
     kv_channels: Optional[int] = None
     make_vocab_size_divisible_by: int = 1
+    head: str = "lm"
 
     def __post_init__(self) -> None:
         if self.architecture not in ARCHITECTURES:
             raise ValueError(
                 f"model {self.name}: architecture={self.architecture!r} is not supported; "
                 f"use one of {ARCHITECTURES}")
+        if self.head not in HEADS:
+            raise ValueError(f"model {self.name}: head={self.head!r} is not supported; "
+                             f"use one of {HEADS}")
         if self.num_attention_heads % self.num_query_groups:
             raise ValueError(
                 f"model {self.name}: num_query_groups={self.num_query_groups} must divide "
@@ -57,7 +64,9 @@ class ModelSpec:
 
     @property
     def tied_embeddings(self) -> bool:
-        return not self.untie_embeddings_and_output_weights
+        """The output layer is the embedding matrix. Never for a scalar head, which has its
+        own [1, hidden] weight whatever the HF config's tie_word_embeddings says."""
+        return not self.untie_embeddings_and_output_weights and self.head == "lm"
 
     def padded_vocab_size(self, tensor_parallel_size: int = 1) -> int:
         """Megatron's vocab rows: a multiple of make_vocab_size_divisible_by x TP."""
@@ -71,8 +80,9 @@ class ModelSpec:
         attn = h * (q + 2 * kv) + q * h + (q + 2 * kv if self.add_qkv_bias else 0)
         mlp = 3 * h * self.ffn_hidden_size
         layer = attn + mlp + 2 * h
-        emb = self.vocab_size * h * (1 if self.tied_embeddings else 2)
-        return self.num_layers * layer + emb + h
+        emb = self.vocab_size * h
+        out = h if self.head == "scalar" else 0 if self.tied_embeddings else emb
+        return self.num_layers * layer + emb + out + h
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any], source: str = "<dict>") -> "ModelSpec":

@@ -8,6 +8,7 @@ generation_config.json and the tokenizer files, loadable by ``AutoModelForCausal
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -61,16 +62,19 @@ def _move_into_place(tmp: Path, out_dir: Path) -> None:
 
 
 def make_tiny_model(model: str, tokenizer: str, out_dir: Union[str, Path], seed: int = 0,
-                    dtype: str = "float32", overwrite: bool = False) -> Path:
+                    dtype: str = "float32", overwrite: bool = False, head: str = "lm") -> Path:
     """Write a random-init HF checkpoint of configs/model/MODEL.yaml with a TOKENIZER-kind
-    tokenizer to OUT_DIR; the same seed gives bit-identical weights. Returns OUT_DIR."""
-    from transformers import AutoModelForCausalLM, GenerationConfig
+    tokenizer to OUT_DIR; the same seed gives bit-identical weights. Returns OUT_DIR.
+
+    head="scalar" writes a reward model (*ForSequenceClassification, num_labels=1)."""
+    from transformers import (AutoModelForCausalLM, AutoModelForSequenceClassification,
+                              GenerationConfig)
 
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r} is not supported; choose one of {', '.join(DTYPES)}")
     out_dir = Path(out_dir).expanduser().resolve()
     _check_out_dir(out_dir, overwrite)
-    spec = load_model_spec(model)
+    spec = dataclasses.replace(load_model_spec(model), head=head)
     tok = build_tokenizer(tokenizer)
     if len(tok) > spec.vocab_size:
         raise ValueError(
@@ -82,7 +86,8 @@ def make_tiny_model(model: str, tokenizer: str, out_dir: Union[str, Path], seed:
     config = hf_config_from_spec(spec, torch_dtype="float32", bos_token_id=tok.pad_token_id,
                                  eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                                  initializer_range=INITIALIZER_RANGE)
-    hf_model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    auto = AutoModelForSequenceClassification if head == "scalar" else AutoModelForCausalLM
+    hf_model = auto.from_config(config, dtype=torch.float32)
     init_weights_(hf_model, seed)
     hf_model.to(DTYPES[dtype])
     hf_model.config.dtype = DTYPES[dtype]

@@ -1,12 +1,13 @@
 """The GRPO driver, one step top to bottom:
 
-    prompts -> rollout (vLLM on the actor) -> rule rewards -> old log-probs (actor, when a
-    batch feeds more than one update) -> ref log-probs (when KL is on) -> advantages ->
-    actor update -> reshard (Megatron -> vLLM)
+    prompts -> rollout (vLLM on the actor) -> rewards (rule verifiers and / or the reward
+    model) -> old log-probs (actor, when a batch feeds more than one update) -> ref
+    log-probs (when KL is on) -> advantages -> actor update -> reshard (Megatron -> vLLM)
 
-The driver holds no model: roles are Ray worker groups (mindrl/workers), rewards run in the
-verifier process pool, the maths is mindrl/algorithms. A rerun resumes from the latest
-complete checkpoint in actor_config.save (model, optimizer, RNG, data position).
+The driver holds no model: roles are Ray worker groups (mindrl/workers; the reward model is
+the "reward" role), rule rewards run in the verifier process pool, the maths is
+mindrl/algorithms. A rerun resumes from the latest complete checkpoint in actor_config.save
+(model, optimizer, RNG, data position).
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ import shutil
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import torch
 
 from mindrl.algorithms import apply_kl_penalty, compute_advantages, scores_to_token_rewards
 from mindrl.config.schema import RunConfig
-from mindrl.trainer.metrics import batch_metrics, perf_metrics
+from mindrl.trainer.metrics import batch_metrics, perf_metrics, reward_model_metrics
 
 
 @contextmanager
@@ -112,14 +113,15 @@ class GRPOTrainer:
                                    shared.global_batch_size, seed=shared.seed)
         self.val_rows = (load_prompt_rows(self.rl.val_data_path)[:self.rl.val_max_prompts]
                          if self.rl.val_data_path else [])
-        self.reward = RuleReward(self.rl.verifier_function, self.rl.verifier_weight,
-                                 verifier_timeout=self.rl.verifier_timeout,
-                                 verifier_parallel=self.rl.verifier_parallel)
+        self.reward = (RuleReward(self.rl.verifier_function, self.rl.verifier_weight,
+                                  verifier_timeout=self.rl.verifier_timeout,
+                                  verifier_parallel=self.rl.verifier_parallel)
+                       if self.rl.rule_reward else None)
         slots = create_placement(self.run)
         self.groups: Dict[str, WorkerGroup] = {}
         setups = {"actor": self._role_setup("actor", with_optim=True, with_rollout=True)}
-        if self.rl.uses_reference:
-            setups["ref"] = self._role_setup("ref", with_optim=False, with_rollout=False)
+        for role in self.run.active_roles[1:]:   # ref, reward: forward only
+            setups[role] = self._role_setup(role, with_optim=False, with_rollout=False)
         for role, setup in setups.items():
             slot = slots[role]
             world = self.run.resource(role).count
@@ -129,6 +131,7 @@ class GRPOTrainer:
         pids = {role: group.wait(refs[role], "setup") for role, group in self.groups.items()}
         (self.run_dir / "workers.json").write_text(json.dumps(pids))   # role -> pid per rank
         self.actor = self.groups["actor"]
+        self.reward_model = self.groups.get("reward")
         self.tracker = Tracker(self.run_dir, self.rl.use_tensorboard, self.rl.use_wandb,
                                self.rl.wandb_project, self.rl.wandb_exp_name, self.rl.wandb_mode)
 
@@ -168,11 +171,26 @@ class GRPOTrainer:
             with self._training_state_offloaded():
                 rollout = self.actor.call_host("generate", prompt_ids, self.n, seed=seed)
         with timed(timings, "reward"):
+            labels = [prompts[i]["label"] for i in rollout.prompt_index]
+            scores, metrics = self._score(rollout, labels)
+        return rollout, scores, labels, metrics
+
+    def _score(self, rollout, labels) -> Tuple[List[float], Dict[str, float]]:
+        """Per sample: rule score (weighted verifiers) + reward_model_weight x reward-model
+        score, each part present when its rl_config switch is on."""
+        scores, metrics = [0.0] * len(rollout), {}
+        if self.reward is not None:
             texts = self.tokenizer.batch_decode(rollout.response_token_ids,
                                                 skip_special_tokens=True)
-            labels = [prompts[i]["label"] for i in rollout.prompt_index]
             scores, metrics = self.reward.score(texts, labels)
-        return rollout, scores, labels, metrics
+        if self.reward_model is not None:
+            model_scores = self.reward_model.call_rank0(
+                "compute_scores", rollout.to_batch(self.pad_id),
+                self.run.reward_config.micro_batch_size)
+            metrics = {**metrics, **reward_model_metrics(model_scores)}
+            weight = self.rl.reward_model_weight
+            scores = [s + weight * m for s, m in zip(scores, model_scores.tolist())]
+        return scores, metrics
 
     def _sample(self, step: int, timings: Dict[str, float]):
         """One batch of rollouts with their scores; with rl_config.dynamic_sampling, only
@@ -302,12 +320,13 @@ class GRPOTrainer:
         prompt_ids = [self._prompt_ids(row) for row in self.val_rows]
         rollout = self.actor.call_host("generate", prompt_ids, rl.val_n_samples,
                                        temperature=rl.val_temperature, seed=step)
-        texts = self.tokenizer.batch_decode(rollout.response_token_ids, skip_special_tokens=True)
         labels = [self.val_rows[i]["label"] for i in rollout.prompt_index]
-        scores, metrics = self.reward.score(texts, labels)
+        scores, metrics = self._score(rollout, labels)
         out = {"val/score": sum(scores) / len(scores)}
         out.update({"val/" + k.split("/", 1)[1]: v for k, v in metrics.items()
                     if k.split("/", 1)[1] in rl.verifier_function})
+        if "critic/reward_model/mean" in metrics:
+            out["val/reward_model"] = metrics["critic/reward_model/mean"]
         return out
 
     def _validation_due(self, step: int, start: int) -> bool:
@@ -326,6 +345,7 @@ class GRPOTrainer:
         self._start()
         try:
             start = self._resume()
+            self.tracker.rewind(start)        # drop rows of steps a crash lost
             self.actor.call("sync_weights")   # vLLM starts from the actor's exact weights
             total = self.run.megatron_training.train_iters
             save_freq = self.rl.save_freq or self.run.megatron_training.save_interval
@@ -347,7 +367,8 @@ class GRPOTrainer:
         finally:
             png = self.tracker.reward_curve()
             self.tracker.close()
-            self.reward.close()
+            if self.reward is not None:
+                self.reward.close()
             for group in self.groups.values():
                 group.shutdown()
             if png is not None:

@@ -41,6 +41,23 @@ def preflight(run: RunConfig) -> None:
                 load_prompt_rows(path)
             except FileNotFoundError as e:
                 raise ValueError(str(e)) from None
+    if "reward" in run.active_roles:
+        check_reward_tokenizer(run)
+
+
+def check_reward_tokenizer(run: RunConfig) -> None:
+    """The reward model reads the actor's token ids: its tokenizer must be the actor's."""
+    actor, reward = (run.actor_config.tokenizer_name_or_path,
+                     run.reward_config.tokenizer_name_or_path)
+    if reward == actor:
+        return
+    from transformers import AutoTokenizer
+
+    if AutoTokenizer.from_pretrained(reward).get_vocab() != \
+            AutoTokenizer.from_pretrained(actor).get_vocab():
+        raise ValueError(f"reward_config.tokenizer_name_or_path={reward} is not the actor's "
+                         f"tokenizer ({actor}): the reward model scores the actor's token ids, "
+                         f"so it needs the same vocabulary; use a reward model trained on it")
 
 
 def write_resolved_config(run: RunConfig, run_dir: Path) -> Path:

@@ -27,6 +27,11 @@ def batch_metrics(batch: Dict[str, torch.Tensor], scores: torch.Tensor,
     return out
 
 
+def reward_model_metrics(scores: torch.Tensor) -> Dict[str, float]:
+    """critic/reward_model/{mean,max,min}: the reward model's raw scores, before weighting."""
+    return _stats("critic/reward_model", scores)
+
+
 def perf_metrics(total_tokens: float, step_seconds: float) -> Dict[str, float]:
     return {"perf/time_per_step": step_seconds,
             "perf/throughput": total_tokens / max(step_seconds, 1e-9)}

@@ -1,7 +1,8 @@
 """Make the artifacts a recipe's `prepare` section asks for, when they are missing.
 
 For the embedded CPU default: a tiny random-init HF model, its Megatron conversion (through
-the converter CLI, in its own process, exactly as a user runs it) and the generated task file.
+the converter CLI, in its own process, exactly as a user runs it) and the generated task file;
+with rl_config.reward_model, a tiny random-init reward model too (HF dir `<reward load>-hf`).
 Existing artifacts are left alone, so a rerun resumes instead of starting over.
 """
 
@@ -47,6 +48,13 @@ def prepare_artifacts(run: RunConfig) -> List[str]:
         if load and not (Path(load) / TRACKER).is_file():
             _convert_to_mcore(hf_dir, Path(load), run.models["actor"])
             made.append(f"Megatron checkpoint (torch_dist, any TP/PP): {load}")
+        rm_load = run.reward_config.load if "reward" in run.active_roles else None
+        if rm_load and not (Path(rm_load) / TRACKER).is_file():
+            rm_hf = Path(rm_load + "-hf")
+            if not (rm_hf / "config.json").is_file():
+                make_tiny_model(p.tiny_model, p.tokenizer, rm_hf, seed=p.seed + 1, head="scalar")
+            _convert_to_mcore(rm_hf, Path(rm_load), run.models["reward"])
+            made.append(f"tiny reward model {p.tiny_model} (scalar head): {rm_hf} -> {rm_load}")
     if p.task == "arith" and shared.data_path and not Path(shared.data_path).is_file():
         from mindrl.data.arith import arith_problems
         from mindrl.data.prompt_file import write_prompt_file

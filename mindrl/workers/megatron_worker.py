@@ -1,4 +1,4 @@
-"""One rank of a Megatron role (actor or reference) inside a Ray actor.
+"""One rank of a Megatron role (actor, reference or reward model) inside a Ray actor.
 
 The actor role's TP0/PP0/DP0 rank also hosts the rollout engine (vLLM in a child process, see
 vllm_engine.VLLMEngineProcess) and is the resharding host; every actor rank takes part in the
@@ -89,6 +89,11 @@ class MegatronWorker:
                           with_entropy: bool = False):
         out = self.engine.compute_log_probs(batch, micro_batch_size, with_entropy)
         return {k: v.cpu() for k, v in out.items()} if self.rank == 0 else None
+
+    def compute_scores(self, batch: Dict[str, torch.Tensor], micro_batch_size: int):
+        """Reward role: one float per sample (rank 0; None elsewhere)."""
+        scores = self.engine.compute_scores(batch, micro_batch_size)
+        return scores.cpu() if self.rank == 0 else None
 
     def update(self, batch: Dict[str, torch.Tensor], mini_batch_size: int, shuffle: bool,
                seed: int):

@@ -47,7 +47,8 @@ def test_memory_counts_match_the_model_at_tp1_pp1():
 
 
 def test_colocate_all_models_puts_every_role_on_the_same_devices(cpu2):
-    run = load_recipe("grpo_tiny_cpu", ["rl_config.rule_reward=false",
+    run = load_recipe("grpo_tiny_cpu", ["+rl_config.reward_model=true",
+                                        "+reward_config.load=/ckpt/rm",
                                         "+rl_config.reward_resource.num_cpus=1",
                                         "rl_config.colocate_all_models=true"], cluster=cpu2)
     plan = make_plan(run, cpu2)

@@ -200,3 +200,29 @@ def test_unrepresentable_specs_are_refused():
     llama = load_model_spec("tiny-llama")
     with pytest.raises(ValueError, match="qkv-only bias"):
         hf_config_from_spec(dataclasses.replace(llama, add_qkv_bias=True))
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen2", "tiny-llama"])
+def test_reward_model_spec_hf_config_round_trip(name):
+    import dataclasses
+    spec = dataclasses.replace(load_model_spec(name), head="scalar")
+    config = hf_config_from_spec(spec)
+    assert config.architectures[0].endswith("ForSequenceClassification")
+    assert config.num_labels == 1
+    assert spec_from_hf_config(config.to_dict(), name, spec.make_vocab_size_divisible_by) == spec
+    assert not spec.tied_embeddings   # a score head is never the embedding
+
+
+def test_classifier_with_several_labels_is_refused():
+    config = {**hf_config_from_spec(load_model_spec("tiny-qwen2")).to_dict(),
+              "architectures": ["Qwen2ForSequenceClassification"],
+              "id2label": {"0": "a", "1": "b"}}
+    with pytest.raises(ValueError, match="num_labels=2"):
+        spec_from_hf_config(config, "rm")
+
+
+
+def test_unknown_head_is_refused():
+    import dataclasses
+    with pytest.raises(ValueError, match="head='value' is not supported"):
+        dataclasses.replace(load_model_spec("tiny-qwen2"), head="value")

@@ -1,9 +1,17 @@
 """End to end through Ray: Megatron actor (TP2) + vLLM rollout + resharding + reference +
-rule reward, driven by cli/train_grpo.py; then kill-free resume equality."""
+rule reward, driven by cli/train_grpo.py; then resume equality, after a clean stop and after
+kill -9 of the driver."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
-from grpo_runs import REQUIRED_KEYS, finite, metrics, train
+from grpo_runs import REPO, REQUIRED_KEYS, finite, metrics, train
 
 NON_DETERMINISTIC = ("timing_s/", "perf/", "val/")
 
@@ -56,6 +64,45 @@ def test_rerun_resumes_and_matches_an_uninterrupted_run(work, straight):
     assert got == straight
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_kill_9_of_the_driver_mid_save_then_rerun_matches_an_uninterrupted_run(work, straight):
+    """SIGKILL the driver while iteration 4's checkpoint is being written (steps 3-4 done
+    after the checkpoint at 2): no worker outlives it, the half-written checkpoint is never
+    taken for a complete one, and the rerun resumes from 2 and equals the straight run."""
+    run_dir = work / "runs" / "killed"
+    env = {**os.environ, "MINDRL_WORK_DIR": str(work)}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.Popen([sys.executable, str(REPO / "cli" / "train_grpo.py"),
+                             f"run_dir={run_dir}", "megatron_training.train_iters=4",
+                             "rl_config.save_freq=2"], env=env, cwd=str(work),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    saving = run_dir / ".tmp_iter_0000004"
+    deadline = time.time() + 400
+    while proc.poll() is None and not saving.exists() and time.time() < deadline:
+        time.sleep(0.002)
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert (run_dir / "latest_checkpointed_iteration.txt").read_text() == "2"
+    workers = json.loads((run_dir / "workers.json").read_text())
+    deadline = time.time() + 60
+    while any(map(_alive, workers["actor"])) and time.time() < deadline:
+        time.sleep(0.5)
+    assert not any(map(_alive, workers["actor"])), "a worker outlived the killed driver"
+
+    train(work, run_dir, "megatron_training.train_iters=4", "rl_config.save_freq=2")
+    assert _deterministic(metrics(run_dir)) == straight   # steps 3, 4 recorded once
+    assert (run_dir / "latest_checkpointed_iteration.txt").read_text() == "4"
+    assert not saving.exists()
+
+
 def test_offloading_training_state_during_generation_changes_nothing(work, straight):
     run_dir = work / "runs" / "offload"
     train(work, run_dir, "megatron_training.train_iters=4", "rl_config.save_freq=2",
@@ -78,8 +125,10 @@ def test_overlapped_passes_give_the_same_run(work):
     assert all(r["actor/pg_clipfrac"] >= 0 for r in runs["false"])
 
 
-def test_trains_from_a_preprocessed_indexed_dataset(work):
-    """examples/data's tiny recipe -> Megatron indexed prompts -> the trainer reads token ids."""
+def test_trains_from_a_preprocessed_indexed_dataset_with_a_reward_model(work):
+    """examples/data's tiny recipe -> Megatron indexed prompts -> the trainer reads token ids.
+    A reward-model role (tiny random scalar head, made and converted by `prepare`) scores the
+    rollouts alongside the arith verifier: score = arith + 0.5 x reward model."""
     import subprocess
     import sys
 
@@ -92,10 +141,19 @@ def test_trains_from_a_preprocessed_indexed_dataset(work):
                     "--output-prefix", str(prefix), "--no-progress"], check=True, cwd=str(work))
     run_dir = work / "runs" / "indexed"
     train(work, run_dir, "megatron_training.train_iters=2", "rl_config.save_freq=2",
-          f"megatron_training.data_path={prefix}", "rl_config.val_data_path=null")
+          f"megatron_training.data_path={prefix}", "rl_config.val_data_path=null",
+          "+rl_config.reward_model=true", "+rl_config.reward_model_weight=0.5",
+          "+rl_config.reward_resource.num_cpus=1", "rl_config.colocate_actor_ref=true",
+          f"+reward_config.load={work / 'models' / 'tiny-rm-mcore'}")
     rows = metrics(run_dir)
     assert [r["step"] for r in rows] == [1, 2]
     assert rows[0]["prompt_length/max"] <= 4   # "a+b=" with the `empty` template, char tokens
+    for row in rows:
+        rm = [row[f"critic/reward_model/{s}"] for s in ("min", "mean", "max")]
+        assert all(finite(v) for v in rm) and rm[0] < rm[2]   # samples score differently
+        assert row["critic/score/mean"] == pytest.approx(row["rewards/arith"] + 0.5 * rm[1],
+                                                         abs=1e-6)
+    assert "reward" in json.loads((run_dir / "workers.json").read_text())
 
 
 def test_dynamic_sampling_fills_the_batch_with_informative_groups(work):

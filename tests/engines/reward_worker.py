@@ -1,0 +1,43 @@
+"""Rank bodies for the reward-model tests (spawned: Megatron stays out of the pytest process)."""
+
+import dataclasses
+
+
+def convert(rank, world, hf_dir, mg_dir, back_dir):
+    """HF sequence-classification dir -> mcore -> HF, with the project's converter."""
+    from mindrl.ckpt import converter
+
+    converter.hf_to_mcore(hf_dir, mg_dir, progress=False, tp=2, pp=2, model_type_hf="qwen2",
+                          add_qkv_bias=True)
+    converter.mcore_to_hf(mg_dir, back_dir, progress=False)
+
+
+def scores_at_layouts(rank, world, ckpt, batch, layouts):
+    """{(tp, pp, sequence_parallel): scores [B]} from MegatronEngine.compute_scores after loading the checkpoint;
+    plus the error of loading the reward checkpoint into a vocab-head model."""
+    from megatron.core import parallel_state as ps
+
+    from mindrl.ckpt import mcore_io
+    from mindrl.engines.megatron_engine import MegatronEngine
+    from mindrl.models.builder import Parallelism, build_gpt_model, initialize_parallel
+
+    spec = mcore_io.read_model_info(mcore_io.resolve_checkpoint_dir(ckpt)).spec
+    out = {}
+    for tp, pp, sp in layouts:
+        parallel = Parallelism(tp, pp, sequence_parallel=sp)
+        initialize_parallel(parallel, seed=1000 + tp * 10 + pp)   # random, not the weights
+        engine = MegatronEngine(spec, parallel, micro_batch_size=3)   # 4 samples: padded
+        mcore_io.load_mcore_checkpoint(engine.module, ckpt)
+        scores = engine.compute_scores(batch)
+        if rank == 0:
+            out[(tp, pp, sp)] = scores
+        ps.destroy_model_parallel()
+    initialize_parallel(Parallelism(1, 1))
+    try:
+        lm = dataclasses.replace(spec, head="lm")
+        mcore_io.load_mcore_checkpoint(build_gpt_model(lm, Parallelism()), ckpt)
+        out["lm_error"] = None
+    except mcore_io.McoreCheckpointError as e:
+        out["lm_error"] = str(e)
+    ps.destroy_model_parallel()
+    return out
