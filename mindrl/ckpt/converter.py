@@ -24,7 +24,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 
-from mindrl.ckpt import hf_io, mapping, mcore_io
+from mindrl.ckpt import fastio, hf_io, mapping, mcore_io
 from mindrl.ckpt.staging import SaveDirError, check_save_dir, staged_dir
 from mindrl.models.spec import ModelSpec
 
@@ -313,34 +313,32 @@ def run_hf_to_mcore(plan: HFToMcorePlan, progress: bool = True) -> Path:
                                     "pipeline_model_parallel_size": plan.pp}]}
     try:
         with single_process_megatron(), staged_dir(plan.save_dir, plan.overwrite) as tmp:
-            mcore_io.warm_up_writer()  # overlaps with the fill below
+            # Built for its checkpoint layout only: its parameters are never initialised nor
+            # filled. The save asks for each parameter just before writing it, and gets it
+            # from the HF files in a reused buffer: one parameter in memory at a time.
             model = build_gpt_model(spec, Parallelism(), plan.params_dtype,
                                     perform_initialization=False)
-            params = dict(model.named_parameters())
-            filled = set()
-            steps = _steps(spec)
-            with _progress(len(steps), "hf->mcore", progress) as bar, torch.no_grad():
-                for label, group in steps:
-                    bar.set_postfix_str(label)
-                    for rule, layer in group:
-                        name = rule.mcore_name(layer)
-                        full = params[name]  # at TP1 PP1 the parameter is the full tensor
-                        # HF bytes go straight into the parameter's memory where the layout
-                        # allows: one read, no temporaries.
-                        views = mapping.mcore_part_views(rule, full, spec)
-                        for hf_name, view in zip(rule.hf_names(layer), views):
-                            plan.weights.read_into(hf_name, view)
-                        if rule.vocab:
-                            full[spec.vocab_size:].zero_()
-                        filled.add(name)
-                    bar.update()
-            unfilled = sorted(set(params) - filled)
+            rules = {rule.mcore_name(layer): (rule, layer)
+                     for rule, layer in mapping.iter_rules(spec)}
+            unfilled = sorted(set(dict(model.named_parameters())) - set(rules))
             if unfilled:
                 raise RuntimeError(f"mapping left Megatron parameters unfilled: {unfilled}")
-            mcore_io.save_mcore_checkpoint(model, tmp, spec, plan.params_dtype,
-                                           hf_assets=hf_assets, release_params=True,
-                                           extra_info=extra, checksums=False)
-            del model, params
+            with _progress(len(rules), "hf->mcore", progress) as bar:
+                def fill(name: str, out: torch.Tensor) -> None:
+                    rule, layer = rules[name]
+                    bar.set_postfix_str(name, refresh=False)
+                    # HF bytes go straight into the buffer where the layout allows.
+                    views = mapping.mcore_part_views(rule, out, spec)
+                    for hf_name, view in zip(rule.hf_names(layer), views):
+                        plan.weights.read_into(hf_name, view)
+                    if rule.vocab:
+                        out[spec.vocab_size:].zero_()
+                    bar.update()
+
+                mcore_io.save_mcore_checkpoint(model, tmp, spec, plan.params_dtype,
+                                               hf_assets=hf_assets, extra_info=extra,
+                                               checksums=False, fill=fill)
+            del model
     finally:
         plan.weights.close()
     return plan.save_dir
@@ -477,18 +475,22 @@ def run_mcore_to_hf(plan: McoreToHFPlan, progress: bool = True) -> Path:
             hf_io.copy_files(plan.tokenizer_dir, tmp, hf_io.TOKENIZER_FILES)
             writer = hf_io.ShardedSafetensorsWriter(tmp, entries, plan.max_shard_bytes)
             steps = _steps(spec)
+            # Each step's tensors are read straight from the checkpoint files into one
+            # reused buffer; the writer copies only what is strided (q/k/v) or cast.
+            arena = fastio.Arena()
             try:
-                with _progress(len(steps), "mcore->hf", progress) as bar:
+                with _progress(len(steps), "mcore->hf", progress) as bar, \
+                        mcore_io.DistcpReader(plan.ckpt_dir) as reader:
                     for label, group in steps:
                         bar.set_postfix_str(label)
                         names = [rule.mcore_name(layer) for rule, layer in group]
-                        tensors = mcore_io.load_tensors({n: sharded[n] for n in names},
-                                                        plan.ckpt_dir, saved)
+                        tensors = mcore_io.read_tensors({n: sharded[n] for n in names},
+                                                        reader, saved, arena)
                         for rule, layer in group:
                             full = tensors.pop(rule.mcore_name(layer))
-                            for hf_name, t in mapping.mcore_to_hf(rule, full, spec,
-                                                                  layer).items():
-                                writer.write(hf_name, t.to(out_dtype))
+                            views = mapping.mcore_part_views(rule, full, spec)
+                            for hf_name, view in zip(rule.hf_names(layer), views):
+                                writer.write(hf_name, view)
                         bar.update()
                 writer.finish()
             except BaseException:

@@ -8,7 +8,8 @@ only loaded with ``weights_only=True`` (and memory-mapped).
 Writing: safetensors needs every tensor's shape and offset in the header, which a converter
 knows from the model spec before it has any tensor. ``ShardedSafetensorsWriter`` therefore
 plans the shards up front, writes each header first and then appends tensors as they are
-produced, so the output is streamed with one tensor in memory, not one shard.
+produced, so the output is streamed with one tensor in memory, not one shard; each shard is
+handed to writeback as it grows and fsynced when complete.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
+
+from mindrl.ckpt import fastio
 
 SAFE_INDEX = "model.safetensors.index.json"
 SAFE_SINGLE = "model.safetensors"
@@ -310,31 +313,50 @@ class ShardedSafetensorsWriter:
         self.shards = plan_shards(list(entries), max_shard_bytes)
         self._order = [(i, e) for i, shard in enumerate(self.shards) for e in shard]
         self._next = 0
-        self._file = None
+        self._file: Optional[int] = None  # fd of the shard being written
         self._shard = -1
+        self._scratch = fastio.Arena()  # strided or cast tensors are copied here
 
     def write(self, name: str, tensor: torch.Tensor) -> None:
+        """Append the next planned tensor. ``tensor`` may be any tensor whose row-major
+        order is the planned one's (e.g. a grouped q/k/v view of a fused weight) and any
+        floating dtype (cast to the planned one): such a tensor is copied into a reused
+        buffer first; a contiguous tensor of the planned dtype is written from its memory."""
         if self._next >= len(self._order):
             raise RuntimeError(f"unplanned tensor {name!r}: every planned tensor is written")
         shard, (want, shape, dtype) = self._order[self._next]
-        if name != want or tuple(tensor.shape) != shape or tensor.dtype != dtype:
+        numel = 1
+        for d in shape:
+            numel *= d
+        same = tuple(tensor.shape) == shape or tensor.numel() == numel
+        castable = tensor.dtype == dtype or (tensor.dtype.is_floating_point and
+                                             dtype.is_floating_point)
+        if name != want or not same or not castable:
             raise RuntimeError(f"writer expected {want} {shape} {dtype}, got {name} "
                                f"{tuple(tensor.shape)} {tensor.dtype}")
         if shard != self._shard:
             self._close_file()
             self._shard = shard
-            self._file = open(self.out_dir / _shard_name(shard, len(self.shards)), "wb")
-            self._file.write(_header_bytes(self.shards[shard]))
+            self._file = os.open(self.out_dir / _shard_name(shard, len(self.shards)),
+                                 os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+            self._flusher = fastio.WriteBehind(self._file)
+            self._offset = 0
+            header = _header_bytes(self.shards[shard])
+            fastio.write_all(self._file, header)
+            self._offset += len(header)
+        tensor = tensor.detach()
         if tensor.numel():
-            flat = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
-            self._file.write(memoryview(flat.numpy()))
+            if not (tensor.is_contiguous() and tensor.dtype == dtype):
+                self._scratch.reset()
+                self._scratch.reserve(fastio.nbytes(tensor.shape, dtype))
+                tensor = self._scratch.take(tensor.shape, dtype).copy_(tensor)
+            self._offset = fastio.write_tensor(self._file, tensor, self._flusher, self._offset)
         self._next += 1
 
     def _close_file(self) -> None:
         if self._file is not None:
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self._file.close()
+            self._flusher.finish()  # fsync
+            os.close(self._file)
             self._file = None
 
     def finish(self) -> List[Path]:
@@ -353,8 +375,9 @@ class ShardedSafetensorsWriter:
 
     def abort(self) -> None:
         if self._file is not None:
-            self._file.close()
+            os.close(self._file)
             self._file = None
+        self._scratch = fastio.Arena()
 
 
 # ------------------------------------------------------------------ small files
