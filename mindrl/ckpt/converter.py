@@ -24,7 +24,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 
-from mindrl.ckpt import fastio, hf_io, mapping, mcore_io
+from mindrl.ckpt import distcp_reader, fastio, hf_io, mapping, mcore_io
 from mindrl.ckpt.staging import SaveDirError, check_save_dir, staged_dir
 from mindrl.models.spec import ModelSpec
 
@@ -480,11 +480,11 @@ def run_mcore_to_hf(plan: McoreToHFPlan, progress: bool = True) -> Path:
             arena = fastio.Arena()
             try:
                 with _progress(len(steps), "mcore->hf", progress) as bar, \
-                        mcore_io.DistcpReader(plan.ckpt_dir) as reader:
+                        distcp_reader.DistcpReader(plan.ckpt_dir) as reader:
                     for label, group in steps:
                         bar.set_postfix_str(label)
                         names = [rule.mcore_name(layer) for rule, layer in group]
-                        tensors = mcore_io.read_tensors({n: sharded[n] for n in names},
+                        tensors = distcp_reader.read_tensors({n: sharded[n] for n in names},
                                                         reader, saved, arena)
                         for rule, layer in group:
                             full = tensors.pop(rule.mcore_name(layer))
