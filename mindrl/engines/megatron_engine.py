@@ -162,11 +162,11 @@ class MegatronEngine:
         logp = vocab_parallel.token_log_probs(output, targets, self.spec.vocab_size,
                                               self.loss_cfg.temperature)
         logp = torch.gather(logp, 1, micro["positions"])
-        ent = None
-        if with_entropy:
-            ent = vocab_parallel.entropy(output, self.spec.vocab_size, self.loss_cfg.temperature)
-            ent = torch.gather(ent, 1, micro["positions"])
-        return logp, ent
+        return logp, self._entropy(output, micro) if with_entropy else None
+
+    def _entropy(self, output: torch.Tensor, micro: dict) -> torch.Tensor:
+        ent = vocab_parallel.entropy(output, self.spec.vocab_size, self.loss_cfg.temperature)
+        return torch.gather(ent, 1, micro["positions"])
 
     # ------------------------------------------------------------------ passes
 
@@ -258,7 +258,10 @@ class MegatronEngine:
     def _policy_loss(self, output, micro, mb_weight: torch.Tensor, num_micro: int):
         cfg = self.loss_cfg
         mask = micro["response_mask"].float()
-        logp, ent = self._token_stats(output, micro, cfg.entropy_coeff > 0)
+        # Entropy is always reported; it enters the loss (and the graph) only with a coefficient.
+        logp, _ = self._token_stats(output, micro, with_entropy=False)
+        with torch.set_grad_enabled(torch.is_grad_enabled() and cfg.entropy_coeff > 0):
+            ent = self._entropy(output, micro)
         old = micro.get("old_log_probs", logp.detach())
         pg, stats = ppo_clip_loss(logp, old, micro["advantages"], mask, clip_ratio=cfg.clip_ratio,
                                   clip_ratio_low=cfg.clip_ratio_low,
@@ -269,9 +272,8 @@ class MegatronEngine:
         if cfg.use_kl_loss and cfg.kl_coef > 0:
             kl = kl_loss(logp, micro["ref_log_probs"], mask, cfg.kl_penalty, cfg.loss_agg_mode)
             loss = loss + cfg.kl_coef * kl
-        entropy = torch.zeros((), device=logp.device)
-        if ent is not None:
-            entropy = aggregate_loss(ent, mask, cfg.loss_agg_mode)
+        entropy = aggregate_loss(ent, mask, cfg.loss_agg_mode)
+        if cfg.entropy_coeff > 0:
             loss = loss - cfg.entropy_coeff * entropy
         # Each micro batch's mean, re-weighted so the sum over micro batches (the schedule
         # divides by their number) and the DP average (DDP) is the mean over the mini batch.

@@ -1,6 +1,7 @@
 """Megatron engine vs an independent transformers computation of the same quantities."""
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -118,4 +119,6 @@ def test_offload_onload_leaves_training_unchanged(setup):
     spec, _, full_by_tp, _ = setup
     res = spawn_local(offload_roundtrip, 2, spec, full_by_tp, _batches(spec.vocab_size), 1, 2)[0]
     assert res["offloaded"] == res["straight"]
+    # Entropy is reported without an entropy term (near ln V for a random init model).
+    assert all(4.0 < m["actor/entropy"] <= math.log(spec.vocab_size) for m in res["straight"])
     assert all(res["emptied"]) and all(f > 0 for f in res["freed"])
