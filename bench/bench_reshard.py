@@ -80,7 +80,8 @@ def memcpy_seconds(total_bytes: int, bucket_bytes: int, repeats: int = 3) -> flo
     return best
 
 
-def rank_body(rank, world, spec, hf_dir, tp, pp, bucket_mbs, warm_repeats):
+def rank_body(rank, world, spec, hf_dir, tp, pp, bucket_mbs, warm_repeats,
+              plain_cpu_linears=False):
     import torch
     from megatron.core import parallel_state as ps
 
@@ -99,7 +100,8 @@ def rank_body(rank, world, spec, hf_dir, tp, pp, bucket_mbs, warm_repeats):
     if rank == 0:
         cfg = GenerateConfig(max_num_seqs=4, max_model_len=256, kv_cache_memory_bytes=64 * MIB,
                              sampling_config=SamplingConfig(max_tokens=4))
-        vllm = VLLMEngineProcess(hf_dir, cfg, load_format="dummy")
+        vllm = VLLMEngineProcess(hf_dir, cfg, load_format="dummy",
+                                 plain_cpu_linears=plain_cpu_linears)
     torch.distributed.barrier()
     results = {"build_s": build_s, "runs": []}
     try:
@@ -154,6 +156,9 @@ def main(argv=None):
     ap.add_argument("--pp", type=int, default=2)
     ap.add_argument("--bucket-mb", default="128,512", help="comma-separated bucket sizes")
     ap.add_argument("--repeats", type=int, default=2, help="warm syncs per bucket size")
+    ap.add_argument("--plain-cpu-linears", action="store_true",
+                    help="vLLM keeps CPU linear weights unpacked: one-copy weight updates, "
+                         "slower generation (VLLMEngine plain_cpu_linears)")
     args = ap.parse_args(argv)
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -171,7 +176,7 @@ def main(argv=None):
         write_config_dir(spec, Path(tmp))
         wall = time.perf_counter()
         res = spawn_local(rank_body, args.tp * args.pp, spec, tmp, args.tp, args.pp, buckets,
-                          args.repeats)[0]
+                          args.repeats, args.plain_cpu_linears)[0]
         wall = time.perf_counter() - wall
 
     print(f"\nreshard {args.model} ({spec.num_layers} layers, {spec.num_parameters() / 1e6:.0f}M "
@@ -209,6 +214,7 @@ def main(argv=None):
     main_row = rows[-1]
     print(json.dumps({"bench": "reshard", "model": args.model, "layers": spec.num_layers,
                       "tp": args.tp, "pp": args.pp, "dtype": "float32",
+                      "plain_cpu_linears": args.plain_cpu_linears,
                       "ratio_to_floor": round(main_row["ratio_to_floor"], 2),
                       "sync_s": round(main_row["sync_s"], 3),
                       "memcpy_s": round(main_row["memcpy_s"], 4),

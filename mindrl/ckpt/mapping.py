@@ -260,6 +260,43 @@ def gather(rule: TensorRule, shards: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.cat(list(shards), dim=rule.tp_dim)
 
 
+def write_shard(rule: TensorRule, spec: ModelSpec, local: torch.Tensor, tp_rank: int,
+                tp_size: int, dests) -> None:
+    """Copy TP rank `tp_rank`'s Megatron shard into its places in the full HF parts `dests`
+    (in rule.hf order); all ranks together fill them as `mcore_to_hf(gather(shards))` would.
+    A replicated tensor is written by TP rank 0 only. Casts to the destination dtype."""
+    if rule.tp_dim is None or tp_size == 1:
+        if tp_rank != 0:
+            return
+        tp_size, tp_rank = 1, 0
+    if rule.vocab:
+        (dest,) = dests
+        rows = local.shape[0]
+        start = tp_rank * rows
+        n = max(0, min(spec.vocab_size - start, rows))
+        if n:
+            dest[start:start + n].copy_(local[:n])
+        return
+    if rule.tp_dim == 1:
+        (dest,) = dests
+        torch.chunk(dest, tp_size, dim=1)[tp_rank].copy_(local)
+        return
+    if rule.fuse == FUSE_QKV:
+        groups, d = spec.num_query_groups, spec.head_dim
+        q_rows = spec.num_attention_heads // groups * d
+        local_groups = groups // tp_size
+        tail = local.shape[1:]
+        grouped = local.view(local_groups, q_rows + 2 * d, *tail)
+        srcs = (grouped[:, :q_rows], grouped[:, q_rows:q_rows + d], grouped[:, q_rows + d:])
+        lo = tp_rank * local_groups
+        for dest, src in zip(dests, srcs):
+            dest.view(groups, -1, *tail)[lo:lo + local_groups].copy_(src)
+        return
+    srcs = torch.chunk(local, 2, dim=0) if rule.fuse == FUSE_GATE_UP else (local,)
+    for dest, src in zip(dests, srcs):
+        torch.chunk(dest, tp_size, dim=0)[tp_rank].copy_(src)
+
+
 def shards_are_row_blocks(rule: TensorRule) -> bool:
     """True when TP rank r's shard is the r-th block of rows of the full tensor (`gather` is a
     concatenation along dim 0), so shards can be received straight into place."""

@@ -13,6 +13,14 @@ For each Megatron tensor, in `mapping.iter_rules` order:
 Other data-parallel replicas hold the same weights and skip the sync. vLLM always receives full
 HF tensors and shards them itself, so any train TP/PP works with any infer TP.
 
+Same-node CPU fast path (`device.is_cpu()` and every rank of the actor on the host's node,
+agreed at the start of each sync): the bucket is a file in /dev/shm that every rank maps; each
+rank copies its own shards straight to their places in the HF layout (`mapping.write_shard`: the
+inverse of TP sharding and fusion, fused per part) and gloo only carries small headers and
+acknowledgements. vLLM's process maps the same file, so the bytes cross once into the bucket
+and once into vLLM's parameters, with no TCP transfer and no gather on the host. Other
+devices, or ranks on other nodes, take the general path below.
+
 Memory on the host: the bucket buffer (bucket_mb) plus one tensor in flight (its TP shards,
 the gathered tensor, its HF parts); a module larger than a bucket (the embedding of a big
 vocabulary) goes alone, without the buffer and without a copy, so the peak stays near
@@ -24,7 +32,11 @@ half-loaded.
 from __future__ import annotations
 
 import math
+import os
+import socket
 import time
+import weakref
+import zlib
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Protocol
 
@@ -32,6 +44,7 @@ import torch
 
 from mindrl import device
 from mindrl.ckpt import mapping
+from mindrl.engines.vllm_engine import WeightSyncError
 from mindrl.models.spec import ModelSpec
 
 _WIRE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -114,6 +127,59 @@ def _send(tensor: torch.Tensor, dst: int) -> None:
     torch.distributed.send(tensor.contiguous(), dst)
 
 
+def _node_id() -> int:
+    """Same value in processes of one machine (one boot), different across machines."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    return zlib.crc32(f"{socket.gethostname()}/{boot}".encode())
+
+
+class _SharedRegion:
+    """A file in /dev/shm mapped as a flat tensor; the creator unlinks it when dropped."""
+
+    def __init__(self, path: str, numel: int, dtype: torch.dtype, create: bool):
+        if create:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+            try:
+                os.ftruncate(fd, numel * torch.empty((), dtype=dtype).element_size())
+            finally:
+                os.close(fd)
+            self._finalizer = weakref.finalize(self, _unlink_quietly, path)
+        self.path, self.numel, self.dtype = path, numel, dtype
+        self.tensor = torch.from_file(path, shared=True, size=numel, dtype=dtype)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+_SHM_DIR = "/dev/shm"
+_END, _ABORT = -1, -2
+
+
+def _layout(bucket: List[Unit], spec: ModelSpec):
+    """[(unit, [(hf name, offset, shape) per part])] of a bucket in the region, in order."""
+    out, offset = [], 0
+    for unit in bucket:
+        parts = []
+        for name, shape in zip(unit.rule.hf_names(unit.layer),
+                               mapping.expected_hf_shapes(unit.rule, spec)):
+            parts.append((name, offset, tuple(shape)))
+            offset += math.prod(shape)
+        out.append((unit, parts))
+    return out
+
+
+def _views(region: torch.Tensor, parts):
+    return [region[o:o + math.prod(shape)].view(shape) for _, o, shape in parts]
+
+
 # ---------------------------------------------------------------------------- the resharder
 
 @dataclass
@@ -163,7 +229,12 @@ class Resharder:
             ps.get_pipeline_model_parallel_group())
         self._tp_ranks = torch.distributed.get_process_group_ranks(
             ps.get_tensor_model_parallel_group())
+        self._mp_ranks = torch.distributed.get_process_group_ranks(
+            ps.get_model_parallel_group())
+        self._rank = torch.distributed.get_rank()
         self._buffer: Optional[torch.Tensor] = None
+        self._region: Optional[_SharedRegion] = None   # shm fast path: the bucket
+        self._region_seq = 0
 
     # ---------------------------------------------------------------- pieces
 
@@ -226,8 +297,17 @@ class Resharder:
         start = time.perf_counter()
         stats = SyncStats()
         if self.is_host:
-            self._host_sync(stats, verify)
+            mode = self._host_handshake()
+            if mode is not None:
+                self._host_sync_shared(stats, verify, *mode)
+            else:
+                self._host_sync(stats, verify)
         elif self.active:
+            mode = self._peer_handshake()
+            if mode is not None:
+                self._peer_sync_shared(*mode)
+                stats.seconds = time.perf_counter() - start
+                return stats
             for unit in self.units:
                 if unit.stage == self.pp_rank:
                     full = self._gather_tp(unit)
@@ -235,6 +315,179 @@ class Resharder:
                         _send(full, self._stage_ranks[0])
         stats.seconds = time.perf_counter() - start
         return stats
+
+    # ---------------------------------------------------------------- shm fast path
+
+    def _peers(self) -> List[int]:
+        return [r for r in self._mp_ranks if r != self._rank]
+
+    def _can_share(self) -> bool:
+        return (device.is_cpu() and os.path.isdir(_SHM_DIR)
+                and os.environ.get("MINDRL_RESHARD_SHM", "1") != "0")
+
+    def _host_handshake(self):
+        """Every peer reports (its node, whether it can share); the host picks the path and
+        tells them: (bucket numel, dtype) for the shm path, None for point to point."""
+        peers, dev = self._peers(), device.current_device()
+        me = _node_id()
+        ok = self._can_share()
+        for peer in peers:
+            report = torch.empty(2, dtype=torch.long, device=dev)
+            torch.distributed.recv(report, peer)
+            ok = ok and int(report[0]) == me and bool(report[1])
+        dtype = self.target.dtype
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        bucket_numel = max(1, int(self.bucket_mb * 2**20) // itemsize)
+        use = ok and dtype in _WIRE_DTYPES
+        decision = torch.tensor([int(use), bucket_numel, _WIRE_DTYPES.index(dtype)
+                                 if dtype in _WIRE_DTYPES else 0, os.getpid()],
+                                dtype=torch.long, device=dev)
+        for peer in peers:
+            torch.distributed.send(decision, peer)
+        return (bucket_numel, dtype) if use else None
+
+    def _peer_handshake(self):
+        dev = device.current_device()
+        host = self._mp_ranks[0]
+        torch.distributed.send(torch.tensor([_node_id(), int(self._can_share())],
+                                            dtype=torch.long, device=dev), host)
+        decision = torch.empty(4, dtype=torch.long, device=dev)
+        torch.distributed.recv(decision, host)
+        use, bucket_numel, code, pid = decision.tolist()
+        return (bucket_numel, _WIRE_DTYPES[code], pid) if use else None
+
+    def _region_path(self, pid: int, seq: int) -> str:
+        return os.path.join(_SHM_DIR, f"mindrl-reshard-{pid}-{seq}")
+
+    def _write_own(self, layout) -> None:
+        """This rank's shards of a bucket's tensors, into the mapped region."""
+        region = self._region.tensor
+        for unit, parts in layout:
+            if unit.stage == self.pp_rank:
+                local = self._params[unit.local_name].detach()
+                mapping.write_shard(unit.rule, self.spec, local, self.tp_rank, self.tp_size,
+                            _views(region, parts))
+
+    def _host_sync_shared(self, stats: SyncStats, verify: bool, bucket_numel: int,
+                          dtype: torch.dtype) -> None:
+        from mindrl.engines.weight_fingerprint import fingerprint_tensors
+
+        peers, dev = self._peers(), device.current_device()
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        expected: Dict[str, torch.Tensor] = {}
+        load_file = getattr(self.target, "load_weights_from_file", None)
+        try:
+            for bucket in plan_buckets(self.units, bucket_numel):
+                t0 = time.perf_counter()
+                layout = _layout(bucket, self.spec)
+                numel = sum(u.numel for u in bucket)
+                if self._region is None or self._region.numel < numel:
+                    self._region = None         # drop first: peak near max(bucket, module)
+                    self._region_seq += 1
+                    self._region = _SharedRegion(
+                        self._region_path(os.getpid(), self._region_seq),
+                        max(numel, bucket_numel), dtype, create=True)
+                header = torch.tensor([self._region_seq, self._region.numel], dtype=torch.long,
+                                      device=dev)
+                for peer in peers:
+                    torch.distributed.send(header, peer)
+                self._write_own(layout)
+                for peer in peers:
+                    ack = torch.empty(2, dtype=torch.long, device=dev)
+                    torch.distributed.recv(ack, peer)
+                    if int(ack[0]) != 0:
+                        unit = bucket[int(ack[1])]
+                        raise WeightSyncError(
+                            f"rank {peer} failed to write {unit.local_name} "
+                            f"({', '.join(unit.rule.hf_names(unit.layer))}) into the bucket")
+                stats.gather_seconds += time.perf_counter() - t0
+                stats.buffer_bytes = max(stats.buffer_bytes, self._region.numel * itemsize)
+                entries = [part for _, parts in layout for part in parts]
+                pairs = list(zip([n for n, _, _ in entries], _views(self._region.tensor,
+                                                                    entries)))
+                if verify:
+                    t0 = time.perf_counter()
+                    expected.update(fingerprint_tensors(pairs))
+                    stats.verify_seconds += time.perf_counter() - t0
+                t0 = time.perf_counter()
+                if load_file is not None:
+                    load_file(self._region.path, self._region.numel, dtype, entries)
+                else:
+                    self.target.load_weights(pairs)
+                stats.load_seconds += time.perf_counter() - t0
+                stats.tensors += len(pairs)
+                stats.bytes += numel * itemsize
+                stats.buckets += 1
+                del pairs
+        except BaseException:
+            self._end_peers(_ABORT)
+            self._drop_region(load_file is not None)
+            raise
+        self._end_peers(_END)
+        if not self.keep_buffer:
+            self._drop_region(load_file is not None)
+        if verify:
+            t0 = time.perf_counter()
+            self.target.check_fingerprint(expected, strict=True)
+            stats.verify_seconds += time.perf_counter() - t0
+
+    def _end_peers(self, code: int) -> None:
+        header = torch.tensor([code, 0], dtype=torch.long, device=device.current_device())
+        for peer in self._peers():
+            try:
+                torch.distributed.send(header, peer)
+            except Exception:      # best effort while failing
+                if code != _ABORT:
+                    raise
+
+    def _drop_region(self, target_maps_it: bool) -> None:
+        if target_maps_it and self._region is not None:
+            release = getattr(self.target, "release_file", None)
+            if release is not None:
+                try:
+                    release(self._region.path)
+                except Exception:
+                    pass
+        self._region = None
+
+    def _peer_sync_shared(self, bucket_numel: int, dtype: torch.dtype, host_pid: int) -> None:
+        dev = device.current_device()
+        host = self._mp_ranks[0]
+        buckets = iter(plan_buckets(self.units, bucket_numel))
+        try:
+            while True:
+                header = torch.empty(2, dtype=torch.long, device=dev)
+                torch.distributed.recv(header, host)
+                seq, numel = header.tolist()
+                if seq == _END:
+                    return
+                if seq == _ABORT:
+                    raise WeightSyncError("the resharding host aborted the weight sync")
+                bucket = next(buckets)
+                if self._region is None or self._region.path != self._region_path(host_pid,
+                                                                                   seq):
+                    self._region = None
+                    self._region = _SharedRegion(self._region_path(host_pid, seq), numel,
+                                                 dtype, create=False)
+                status = torch.tensor([0, 0], dtype=torch.long, device=dev)
+                layout = _layout(bucket, self.spec)
+                failure = None
+                for i, (unit, parts) in enumerate(layout):
+                    if unit.stage != self.pp_rank:
+                        continue
+                    try:
+                        mapping.write_shard(unit.rule, self.spec, self._params[unit.local_name].detach(),
+                                    self.tp_rank, self.tp_size, _views(self._region.tensor, parts))
+                    except Exception as exc:
+                        status = torch.tensor([1, i], dtype=torch.long, device=dev)
+                        failure = WeightSyncError(f"writing {unit.local_name} into the bucket: "
+                                                  f"{type(exc).__name__}: {exc}")
+                        break
+                torch.distributed.send(status, host)
+                if failure is not None:
+                    raise failure
+        finally:
+            self._region = None
 
     def _host_sync(self, stats: SyncStats, verify: bool) -> None:
         """Regular buckets are packed into one reusable buffer (cast to vLLM's dtype); a module

@@ -7,6 +7,7 @@ read its results. Layouts in a world of 4: TP2 (x DP2), PP2 (x DP2), TP2 x PP2.
 import dataclasses
 
 import pytest
+import torch
 from transformers import AutoModelForCausalLM
 
 from mindrl.ckpt import mapping
@@ -59,6 +60,27 @@ def test_plan_buckets_bound_size_and_keep_modules_whole(spec):
     for i, first in enumerate(modules):
         for later in modules[i + 1:]:
             assert not first & later, "a module was split across buckets"
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_write_shard_places_every_rank_like_gather_then_unfuse(spec, tp):
+    """The shared-memory path: each rank writes its shard straight into the HF parts; together
+    they must equal mcore_to_hf(gather(shards)) for every rule (padded vocab included)."""
+    for rule, layer in mapping.iter_rules(spec):
+        if layer not in (None, 0):
+            continue
+        shapes = mapping.expected_hf_shapes(rule, spec)
+        parts = [torch.randn(s) for s in shapes]
+        rows = -(-spec.vocab_size // (spec.make_vocab_size_divisible_by * tp)) \
+            * spec.make_vocab_size_divisible_by * tp
+        full = mapping.hf_to_mcore(rule, parts, spec, rows)
+        shards = [mapping.shard(rule, full, r, tp) for r in range(tp)]
+        ref = mapping.mcore_to_hf(rule, mapping.gather(rule, shards), spec, layer)
+        dests = [torch.full(s, float("nan")) for s in shapes]
+        for r in range(tp):
+            mapping.write_shard(rule, spec, shards[r], r, tp, dests)
+        for (name, want), got in zip(ref.items(), dests):
+            assert torch.equal(want, got), name
 
 
 @pytest.mark.parametrize("layout", LAYOUTS, ids=lambda l: f"tp{l[0]}pp{l[1]}")
