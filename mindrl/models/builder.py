@@ -79,6 +79,17 @@ def transformer_config(spec: ModelSpec, parallel: Parallelism, params_dtype: str
     return TransformerConfig(**values)
 
 
+def _layer_spec():
+    """Megatron's local (no Transformer Engine) layer, with SDPA as its core attention."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+    from mindrl.models.sdpa_attention import SDPAttention
+
+    spec = get_gpt_layer_local_spec(normalization="RMSNorm")
+    spec.submodules.self_attention.submodules.core_attention = SDPAttention
+    return spec
+
+
 def build_gpt_model(spec: ModelSpec, parallel: Parallelism, params_dtype: str = "fp32",
                     pre_process: Optional[bool] = None, post_process: Optional[bool] = None,
                     **config_overrides):
@@ -89,7 +100,6 @@ def build_gpt_model(spec: ModelSpec, parallel: Parallelism, params_dtype: str = 
     """
     from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
     device.prepare_megatron()
     config = transformer_config(spec, parallel, params_dtype, **config_overrides)
@@ -99,7 +109,7 @@ def build_gpt_model(spec: ModelSpec, parallel: Parallelism, params_dtype: str = 
         post_process = parallel_state.is_pipeline_last_stage()
     model = GPTModel(
         config=config,
-        transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
+        transformer_layer_spec=_layer_spec(),
         vocab_size=spec.padded_vocab_size(parallel.tensor_model_parallel_size),
         max_sequence_length=spec.max_position_embeddings,
         pre_process=pre_process,
