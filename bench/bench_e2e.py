@@ -122,6 +122,7 @@ def mindrl_overrides(shape: Shape, work: Path) -> List[str]:
         f"+generate_config.sampling_config.ignore_eos={str(shape.exact_length).lower()}",
         f"generate_config.sampling_config.temperature={s['temperature']}",
         f"generate_config.sampling_config.top_p={s['top_p']}",
+        f"generate_config.sampling_config.seed={s['seed']}",
     ]
 
 
@@ -151,7 +152,7 @@ def run_mindrl(shape: Shape, work: Path) -> List[dict]:
 
 # ---------------------------------------------------------------------------- TRL
 
-def trl_worker(shape: Shape, work: Path, out: Path) -> None:
+def trl_worker(shape: Shape, work: Path, out: Path, gradient_checkpointing: bool) -> None:
     """Runs in its own process: TRL GRPOTrainer on the same checkpoint, prompts, verifier."""
     import warnings
 
@@ -183,7 +184,7 @@ def trl_worker(shape: Shape, work: Path, out: Path) -> None:
         learning_rate=shape.lr, lr_scheduler_type="constant", warmup_steps=0,
         adam_beta1=s["adam_beta1"], adam_beta2=s["adam_beta2"], adam_epsilon=s["adam_eps"],
         weight_decay=s["weight_decay"], max_grad_norm=s["clip_grad"], max_steps=shape.steps,
-        gradient_checkpointing=False, logging_steps=1, report_to="none", save_strategy="no",
+        gradient_checkpointing=gradient_checkpointing, logging_steps=1, report_to="none", save_strategy="no",
         remove_unused_columns=False, dataloader_num_workers=0, disable_tqdm=True)
     dataset = load_dataset("json", data_files=str(p["data"]), split="train")
     tokenizer = AutoTokenizer.from_pretrained(p["hf"])
@@ -235,14 +236,16 @@ def trl_worker(shape: Shape, work: Path, out: Path) -> None:
     out.write_text(json.dumps(steps))
 
 
-def run_trl(shape: Shape, work: Path) -> List[dict]:
+def run_trl(shape: Shape, work: Path, gradient_checkpointing: bool = False) -> List[dict]:
     """TRL in a fresh process (its own threads and memory); its step rows."""
-    out = paths(work, shape)["trl_run"] / "steps.json"
-    shutil.rmtree(out.parent, ignore_errors=True)
-    out.parent.mkdir(parents=True)
+    out = paths(work, shape)["trl_run"] / f"steps{'_gc' if gradient_checkpointing else ''}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.unlink(missing_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": str(shape.threads), "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run([sys.executable, __file__, "--trl-worker", shape.name,
-                           "--steps", str(shape.steps), "--work", str(work), "--out", str(out)],
+                           "--steps", str(shape.steps), "--seed", str(SHARED["seed"]),
+                           "--work", str(work), "--out", str(out)]
+                          + (["--gradient-checkpointing"] if gradient_checkpointing else []),
                           env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"TRL run failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
@@ -303,19 +306,23 @@ def summary(steps: List[dict], shape: Shape) -> dict:
 def print_table(results: Dict[str, Dict[str, dict]]) -> None:
     cols = ("step_s", "gen_s", "logprob_s", "update_s", "sync_s", "reward_s",
             "completion_tokens_per_s", "reward_first", "reward_last")
-    print(f"{'shape':6} {'framework':9} " + " ".join(f"{c:>12}" for c in
+    print(f"{'shape':6} {'framework':11} " + " ".join(f"{c:>12}" for c in
           ("step_s", "gen_s", "logprob_s", "update_s", "sync_s", "reward_s", "tok/s",
            "reward_1st", "reward_last")))
     for shape, by_fw in results.items():
         for fw, s in by_fw.items():
-            print(f"{shape:6} {fw:9} " + " ".join(f"{s[c]:12.3f}" for c in cols))
+            print(f"{shape:6} {fw:11} " + " ".join(f"{s[c]:12.3f}" for c in cols))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shapes", default="tiny,75m")
     ap.add_argument("--steps", type=int, default=None, help="override every shape's steps")
-    ap.add_argument("--frameworks", default="mindrl,trl", help="run only some (no ratio)")
+    ap.add_argument("--frameworks", default="mindrl,trl,trl_default",
+                    help="trl: gradient checkpointing off (the same passes as MindRL); "
+                         "trl_default: TRL's default (on)")
+    ap.add_argument("--seed", type=int, default=SHARED["seed"])
+    ap.add_argument("--gradient-checkpointing", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--work", type=Path, default=ROOT / "work" / "bench_e2e")
     ap.add_argument("--trl-worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
@@ -325,8 +332,10 @@ def main() -> None:
         shape = SHAPES[name]
         return dataclasses.replace(shape, steps=args.steps) if args.steps else shape
 
+    SHARED["seed"] = args.seed
+    args.work = args.work.resolve()
     if args.trl_worker:
-        trl_worker(shape_of(args.trl_worker), args.work, args.out)
+        trl_worker(shape_of(args.trl_worker), args.work, args.out, args.gradient_checkpointing)
         return
     try:
         import trl  # noqa: F401
@@ -340,12 +349,14 @@ def main() -> None:
     for name in args.shapes.split(","):
         shape = shape_of(name)
         results[name] = {}
-        for fw, run in (("mindrl", run_mindrl), ("trl", run_trl)):   # MindRL makes the
-            if fw in args.frameworks.split(","):                     # model, ckpt and data
+        runs = (("mindrl", run_mindrl), ("trl", run_trl),     # MindRL makes the model, its
+                ("trl_default", lambda sh, w: run_trl(sh, w, gradient_checkpointing=True)))
+        for fw, run in runs:                                  # checkpoint and the data
+            if fw in args.frameworks.split(","):
                 print(f"[{name}] {fw}: {shape.steps} steps ...", flush=True)
                 results[name][fw] = summary(run(shape, args.work), shape)
                 print(json.dumps({name: {fw: results[name][fw]}}), flush=True)
-        if len(results[name]) < 2:
+        if not {"mindrl", "trl"} <= set(results[name]):
             continue
         prompt_tokens = statistics.fmean(
             len(json.loads(line)["prompt"]) for line in open(paths(args.work, shape)["data"]))
@@ -360,6 +371,11 @@ def main() -> None:
             "trl_step_s_over_flop_floor": t["step_s"] / floor_s,
             "final_reward_mindrl": m["reward_last"], "final_reward_trl": t["reward_last"],
             "first_reward_mindrl": m["reward_first"], "first_reward_trl": t["reward_first"]}
+        if "trl_default" in results[name]:
+            d = results[name]["trl_default"]
+            figures[name]["speedup_vs_trl_default"] = (m["completion_tokens_per_s"]
+                                                       / d["completion_tokens_per_s"])
+            figures[name]["trl_default_step_s"] = d["step_s"]
         print(json.dumps({name: figures[name]}), flush=True)
     print_table(results)
     if not figures:
@@ -370,6 +386,8 @@ def main() -> None:
         "step_s_over_flop_floor": round(headline["step_s_over_flop_floor"], 3),
         "final_reward_mindrl": round(headline["final_reward_mindrl"], 4),
         "final_reward_trl": round(headline["final_reward_trl"], 4),
+        "speedup_vs_trl_default": (round(headline["speedup_vs_trl_default"], 3)
+                                   if "speedup_vs_trl_default" in headline else None),
         "shape": "75m" if "75m" in figures else next(iter(figures)),
         "shapes": figures}))
 
