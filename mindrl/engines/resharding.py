@@ -33,10 +33,7 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 import time
-import weakref
-import zlib
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Protocol
 
@@ -44,6 +41,7 @@ import torch
 
 from mindrl import device
 from mindrl.ckpt import mapping
+from mindrl.engines.shm_region import SHM_DIR, SharedRegion, node_id
 from mindrl.engines.vllm_engine import WeightSyncError
 from mindrl.models.spec import ModelSpec
 
@@ -127,39 +125,6 @@ def _send(tensor: torch.Tensor, dst: int) -> None:
     torch.distributed.send(tensor.contiguous(), dst)
 
 
-def _node_id() -> int:
-    """Same value in processes of one machine (one boot), different across machines."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-    except OSError:
-        boot = ""
-    return zlib.crc32(f"{socket.gethostname()}/{boot}".encode())
-
-
-class _SharedRegion:
-    """A file in /dev/shm mapped as a flat tensor; the creator unlinks it when dropped."""
-
-    def __init__(self, path: str, numel: int, dtype: torch.dtype, create: bool):
-        if create:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-            try:
-                os.ftruncate(fd, numel * torch.empty((), dtype=dtype).element_size())
-            finally:
-                os.close(fd)
-            self._finalizer = weakref.finalize(self, _unlink_quietly, path)
-        self.path, self.numel, self.dtype = path, numel, dtype
-        self.tensor = torch.from_file(path, shared=True, size=numel, dtype=dtype)
-
-
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-_SHM_DIR = "/dev/shm"
 _END, _ABORT = -1, -2
 
 
@@ -233,7 +198,7 @@ class Resharder:
             ps.get_model_parallel_group())
         self._rank = torch.distributed.get_rank()
         self._buffer: Optional[torch.Tensor] = None
-        self._region: Optional[_SharedRegion] = None   # shm fast path: the bucket
+        self._region: Optional[SharedRegion] = None   # shm fast path: the bucket
         self._region_seq = 0
 
     # ---------------------------------------------------------------- pieces
@@ -322,14 +287,14 @@ class Resharder:
         return [r for r in self._mp_ranks if r != self._rank]
 
     def _can_share(self) -> bool:
-        return (device.is_cpu() and os.path.isdir(_SHM_DIR)
+        return (device.is_cpu() and os.path.isdir(SHM_DIR)
                 and os.environ.get("MINDRL_RESHARD_SHM", "1") != "0")
 
     def _host_handshake(self):
         """Every peer reports (its node, whether it can share); the host picks the path and
         tells them: (bucket numel, dtype) for the shm path, None for point to point."""
         peers, dev = self._peers(), device.current_device()
-        me = _node_id()
+        me = node_id()
         ok = self._can_share()
         for peer in peers:
             report = torch.empty(2, dtype=torch.long, device=dev)
@@ -349,7 +314,7 @@ class Resharder:
     def _peer_handshake(self):
         dev = device.current_device()
         host = self._mp_ranks[0]
-        torch.distributed.send(torch.tensor([_node_id(), int(self._can_share())],
+        torch.distributed.send(torch.tensor([node_id(), int(self._can_share())],
                                             dtype=torch.long, device=dev), host)
         decision = torch.empty(4, dtype=torch.long, device=dev)
         torch.distributed.recv(decision, host)
@@ -357,7 +322,7 @@ class Resharder:
         return (bucket_numel, _WIRE_DTYPES[code], pid) if use else None
 
     def _region_path(self, pid: int, seq: int) -> str:
-        return os.path.join(_SHM_DIR, f"mindrl-reshard-{pid}-{seq}")
+        return os.path.join(SHM_DIR, f"mindrl-reshard-{pid}-{seq}")
 
     def _write_own(self, layout) -> None:
         """This rank's shards of a bucket's tensors, into the mapped region."""
@@ -384,7 +349,7 @@ class Resharder:
                 if self._region is None or self._region.numel < numel:
                     self._region = None         # drop first: peak near max(bucket, module)
                     self._region_seq += 1
-                    self._region = _SharedRegion(
+                    self._region = SharedRegion(
                         self._region_path(os.getpid(), self._region_seq),
                         max(numel, bucket_numel), dtype, create=True)
                 header = torch.tensor([self._region_seq, self._region.numel], dtype=torch.long,
@@ -467,7 +432,7 @@ class Resharder:
                 if self._region is None or self._region.path != self._region_path(host_pid,
                                                                                    seq):
                     self._region = None
-                    self._region = _SharedRegion(self._region_path(host_pid, seq), numel,
+                    self._region = SharedRegion(self._region_path(host_pid, seq), numel,
                                                  dtype, create=False)
                 status = torch.tensor([0, 0], dtype=torch.long, device=dev)
                 layout = _layout(bucket, self.spec)

@@ -16,8 +16,9 @@ Three jobs, kept apart below:
 
 vLLM is driven in-process (the only mode in which `reload_weights` takes an iterator). It
 cannot share a process with an initialised torch.distributed world (it would join that world
-and hang creating its groups), so a Megatron rank hosts it through `VLLMEngineProcess`: the
-same engine in a spawned child, fed weights through shared memory.
+and hang creating its groups), so a Megatron rank hosts it through
+`vllm_process.VLLMEngineProcess`: the same engine in a spawned child, fed weights through
+shared memory.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import traceback
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -471,108 +471,3 @@ class VLLMEngine:
 
     def close(self) -> None:
         self.llm = None
-
-
-# ---------------------------------------------------------------------------- child process
-
-def _serve(conn, model_path, generate_config, seed, kwargs) -> None:
-    """Child body: one VLLMEngine, methods called by name over the pipe until None."""
-    torch.set_num_threads(generate_config.cpu_threads if device.is_cpu() else 1)
-    try:
-        engine = VLLMEngine(model_path, generate_config, seed, **kwargs)
-        conn.send((True, {"dtype": engine.dtype, "hf_shapes": engine.hf_shapes,
-                          "module_of": engine.module_of}))
-    except BaseException as exc:
-        conn.send((False, RuntimeError(f"vLLM failed to start: {exc}\n{traceback.format_exc()}")))
-        return
-    while True:
-        message = conn.recv()
-        if message is None:
-            break
-        method, args, kwargs = message
-        try:
-            conn.send((True, getattr(engine, method)(*args, **kwargs)))
-        except BaseException as exc:
-            if not isinstance(exc, (WeightSyncError, ValueError)):
-                exc = RuntimeError(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
-            conn.send((False, exc))
-
-
-class VLLMEngineProcess:
-    """A VLLMEngine in a spawned child process, with the same methods.
-
-    For processes that belong to a torch.distributed world (a Megatron rank). Tensors cross
-    through torch's shared-memory pickling: a tensor whose storage is already shared (the
-    resharder's bucket buffer) crosses without a copy.
-    """
-
-    wants_shared_memory = True
-
-    def __init__(self, model_path, generate_config: GenerateConfig, seed: int = 0, **kwargs):
-        import torch.multiprocessing as mp
-
-        ctx = mp.get_context("spawn")
-        self._conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_serve, daemon=True,
-                                   args=(child, str(model_path), generate_config, seed, kwargs))
-        self.process.start()
-        child.close()
-        info = self._reply()
-        self.dtype, self.hf_shapes, self.module_of = (info["dtype"], info["hf_shapes"],
-                                                      info["module_of"])
-
-    def _reply(self):
-        try:
-            ok, value = self._conn.recv()
-        except EOFError:
-            raise RuntimeError(f"the vLLM process exited (code {self.process.exitcode})") from None
-        if not ok:
-            raise value
-        return value
-
-    def _call(self, method: str, *args, **kwargs):
-        self._conn.send((method, args, kwargs))
-        return self._reply()
-
-    def generate(self, prompt_token_ids, n: int = 1, **sampling_overrides) -> RolloutOutput:
-        return self._call("generate", prompt_token_ids, n, **sampling_overrides)
-
-    def score(self, prompt_token_ids, response_token_ids) -> List[List[float]]:
-        return self._call("score", prompt_token_ids, response_token_ids)
-
-    def load_weights(self, weights: NamedTensors) -> None:
-        self._call("load_weights", list(weights))
-
-    def load_weights_from_file(self, path: str, numel: int, dtype: torch.dtype,
-                               entries) -> None:
-        """The child maps the shared file itself: only names, offsets and shapes cross."""
-        self._call("load_weights_from_file", path, numel, dtype, list(entries))
-
-    def release_file(self, path: Optional[str] = None) -> None:
-        self._call("release_file", path)
-
-    def fingerprint(self) -> Dict[str, torch.Tensor]:
-        return self._call("fingerprint")
-
-    def check_fingerprint(self, expected, strict: bool = True) -> None:
-        self._call("check_fingerprint", dict(expected), strict)
-
-    def reset_prefix_cache(self) -> None:
-        self._call("reset_prefix_cache")
-
-    def sleep(self) -> None:
-        self._call("sleep")
-
-    def wake_up(self) -> None:
-        self._call("wake_up")
-
-    def close(self) -> None:
-        if self.process.is_alive():
-            try:
-                self._conn.send(None)
-            except (BrokenPipeError, OSError):
-                pass
-            self.process.join(timeout=30)
-        if self.process.is_alive():
-            self.process.kill()
-        self._conn.close()

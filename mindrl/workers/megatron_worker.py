@@ -1,7 +1,7 @@
 """One rank of a Megatron role (actor, reference or reward model) inside a Ray actor.
 
 The actor role's TP0/PP0/DP0 rank also hosts the rollout engine (vLLM in a child process, see
-vllm_engine.VLLMEngineProcess) and is the resharding host; every actor rank takes part in the
+vllm_process.VLLMEngineProcess) and is the resharding host; every actor rank takes part in the
 weight sync. Methods that return data return it from rank 0 only (None elsewhere).
 """
 
@@ -72,7 +72,7 @@ class MegatronWorker:
                 self.engine.optimizer.reload_model_params()
         if setup.rollout_model_path is not None:
             from mindrl.engines.resharding import Resharder
-            from mindrl.engines.vllm_engine import VLLMEngineProcess
+            from mindrl.engines.vllm_process import VLLMEngineProcess
 
             is_host = (ps.get_data_parallel_rank() == 0 and ps.get_tensor_model_parallel_rank() == 0
                        and ps.get_pipeline_model_parallel_rank() == 0)

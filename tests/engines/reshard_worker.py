@@ -12,7 +12,8 @@ import torch
 from mindrl.ckpt import mapping
 from mindrl.engines.megatron_engine import LossConfig, MegatronEngine, OptimConfig
 from mindrl.engines.resharding import Resharder
-from mindrl.engines.vllm_engine import VLLMEngineProcess, WeightSyncError
+from mindrl.engines.vllm_engine import WeightSyncError
+from mindrl.engines.vllm_process import VLLMEngineProcess
 from mindrl.engines.weight_fingerprint import checkpoint_fingerprint
 from mindrl.models.builder import Parallelism, initialize_parallel
 

@@ -1,0 +1,45 @@
+"""Shared-memory pieces of the same-node weight sync: a /dev/shm file mapped as a tensor by
+every process that opens it, and an id that tells whether two processes share a machine."""
+
+from __future__ import annotations
+
+import os
+import socket
+import weakref
+import zlib
+
+import torch
+
+SHM_DIR = "/dev/shm"
+
+
+def node_id() -> int:
+    """Same value in processes of one machine (one boot), different across machines."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    return zlib.crc32(f"{socket.gethostname()}/{boot}".encode())
+
+
+class SharedRegion:
+    """A file in /dev/shm mapped as a flat tensor; the creator unlinks it when dropped."""
+
+    def __init__(self, path: str, numel: int, dtype: torch.dtype, create: bool):
+        if create:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+            try:
+                os.ftruncate(fd, numel * torch.empty((), dtype=dtype).element_size())
+            finally:
+                os.close(fd)
+            self._finalizer = weakref.finalize(self, _unlink_quietly, path)
+        self.path, self.numel, self.dtype = path, numel, dtype
+        self.tensor = torch.from_file(path, shared=True, size=numel, dtype=dtype)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
