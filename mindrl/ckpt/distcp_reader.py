@@ -104,8 +104,8 @@ class DistcpReader:
             fd = self._fds[info.relative_path] = os.open(self.directory / info.relative_path,
                                                          os.O_RDONLY)
         try:
-            meta = torch.load(io.BufferedReader(_FileSlice(fd, info.offset, info.length)),
-                              map_location="meta", weights_only=True)
+            record = io.BufferedReader(_FileSlice(fd, info.offset, info.length))
+            meta = torch.load(record, map_location="meta", weights_only=True)
             start = meta.untyped_storage()._checkpoint_offset
         except Exception as e:
             raise McoreCheckpointError(f"{where}: unreadable record ({e})") from e

@@ -219,14 +219,13 @@ def _finish_rows(state: Dict, fixes: List[RowFix]) -> None:
 def save_mcore_checkpoint(model, root, spec: ModelSpec, params_dtype: str,
                           iteration: Optional[int] = None,
                           hf_assets: Union[None, str, Path, Callable[[Path], None]] = None,
-                          release_params: bool = False, extra_info: Optional[Dict] = None,
+                          extra_info: Optional[Dict] = None,
                           checksums: bool = True,
                           fill: Optional[Callable[[str, torch.Tensor], None]] = None) -> Path:
     """Save ``model`` (this rank's stage, any TP/PP; all ranks call) under ``root``.
 
     hf_assets: an HF model folder whose config and tokenizer files go to the checkpoint's hf/
-    folder, or a callable that fills it (rank 0). release_params is accepted for
-    compatibility and needs nothing any more: views (e.g. the gate and up halves of
+    folder, or a callable that fills it (rank 0). Views (e.g. the gate and up halves of
     linear_fc1) are written from the parameter's own memory, never copied all at once, so a
     save never holds the model twice.
     checksums=False skips torch.save's per-record CRC32, which costs more than the write
@@ -252,9 +251,6 @@ def save_mcore_checkpoint(model, root, spec: ModelSpec, params_dtype: str,
     if rank == 0:
         ckpt.mkdir(parents=True, exist_ok=True)
     dist.barrier()
-    # release_params: nothing to do any more. The writer saves views (the gate and up
-    # halves of linear_fc1) from the parameter's own memory instead of copying them first,
-    # so a save never holds the model twice.
     model_state = model_sharded_state_dict(model)
     state = {STATE_KEY: model_state, "checkpoint_version": CHECKPOINT_VERSION,
              "iteration": iteration or 0}

@@ -31,7 +31,6 @@ half-loaded.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ import torch
 
 from mindrl import device
 from mindrl.ckpt import mapping
+from mindrl.engines.reshard_plan import Unit, bucket_layout, part_views, plan_buckets, plan_units
 from mindrl.engines.shm_region import SHM_DIR, SharedRegion, node_id
 from mindrl.engines.vllm_engine import WeightSyncError
 from mindrl.models.spec import ModelSpec
@@ -60,60 +60,6 @@ class WeightTarget(Protocol):
     def check_fingerprint(self, expected, strict: bool = True) -> None: ...
 
 
-# ---------------------------------------------------------------------------- the plan
-
-@dataclass(frozen=True)
-class Unit:
-    """One Megatron tensor of the full model and where it lives."""
-
-    rule: mapping.TensorRule
-    layer: Optional[int]      # global layer number (None: embedding, final norm, output)
-    stage: int                # pipeline rank that holds it
-    local_name: str           # its parameter name inside that stage's GPTModel
-    module: str               # Megatron module path: tensors that must reach vLLM together
-    numel: int                # elements of its HF parts (vocab padding removed)
-
-
-def plan_units(spec: ModelSpec, pp_size: int) -> List[Unit]:
-    """Every tensor of the model in streaming order, with its pipeline stage."""
-    units = []
-    for rule, layer in mapping.iter_rules(spec):
-        if layer is None:
-            stage = 0 if rule is mapping.EMBEDDING else pp_size - 1
-            local = rule.mcore_name()
-        else:
-            stage = next(s for s in range(pp_size)
-                         if layer in mapping.stage_layers(spec.num_layers, s, pp_size))
-            local = rule.mcore_name(layer - mapping.stage_layers(spec.num_layers, stage,
-                                                                 pp_size).start)
-        numel = sum(math.prod(shape) for shape in mapping.expected_hf_shapes(rule, spec))
-        units.append(Unit(rule, layer, stage, local, rule.mcore_name(layer).rsplit(".", 1)[0],
-                          numel))
-    return units
-
-
-def plan_buckets(units: List[Unit], bucket_numel: int) -> List[List[Unit]]:
-    """Greedy buckets of at most bucket_numel elements that never split a module; a module
-    larger than a bucket gets a bucket of its own."""
-    groups: List[List[Unit]] = []
-    for unit in units:
-        if groups and groups[-1][0].module == unit.module:
-            groups[-1].append(unit)
-        else:
-            groups.append([unit])
-    buckets: List[List[Unit]] = []
-    size = 0
-    for group in groups:
-        group_numel = sum(u.numel for u in group)
-        if buckets and size + group_numel <= bucket_numel:
-            buckets[-1].extend(group)
-            size += group_numel
-        else:
-            buckets.append(list(group))
-            size = group_numel
-    return buckets
-
-
 # ---------------------------------------------------------------------------- point to point
 
 def _send(tensor: torch.Tensor, dst: int) -> None:
@@ -126,23 +72,6 @@ def _send(tensor: torch.Tensor, dst: int) -> None:
 
 
 _END, _ABORT = -1, -2
-
-
-def _layout(bucket: List[Unit], spec: ModelSpec):
-    """[(unit, [(hf name, offset, shape) per part])] of a bucket in the region, in order."""
-    out, offset = [], 0
-    for unit in bucket:
-        parts = []
-        for name, shape in zip(unit.rule.hf_names(unit.layer),
-                               mapping.expected_hf_shapes(unit.rule, spec)):
-            parts.append((name, offset, tuple(shape)))
-            offset += math.prod(shape)
-        out.append((unit, parts))
-    return out
-
-
-def _views(region: torch.Tensor, parts):
-    return [region[o:o + math.prod(shape)].view(shape) for _, o, shape in parts]
 
 
 # ---------------------------------------------------------------------------- the resharder
@@ -331,7 +260,7 @@ class Resharder:
             if unit.stage == self.pp_rank:
                 local = self._params[unit.local_name].detach()
                 mapping.write_shard(unit.rule, self.spec, local, self.tp_rank, self.tp_size,
-                            _views(region, parts))
+                            part_views(region, parts))
 
     def _host_sync_shared(self, stats: SyncStats, verify: bool, bucket_numel: int,
                           dtype: torch.dtype) -> None:
@@ -344,7 +273,7 @@ class Resharder:
         try:
             for bucket in plan_buckets(self.units, bucket_numel):
                 t0 = time.perf_counter()
-                layout = _layout(bucket, self.spec)
+                layout = bucket_layout(bucket, self.spec)
                 numel = sum(u.numel for u in bucket)
                 if self._region is None or self._region.numel < numel:
                     self._region = None         # drop first: peak near max(bucket, module)
@@ -368,7 +297,7 @@ class Resharder:
                 stats.gather_seconds += time.perf_counter() - t0
                 stats.buffer_bytes = max(stats.buffer_bytes, self._region.numel * itemsize)
                 entries = [part for _, parts in layout for part in parts]
-                pairs = list(zip([n for n, _, _ in entries], _views(self._region.tensor,
+                pairs = list(zip([n for n, _, _ in entries], part_views(self._region.tensor,
                                                                     entries)))
                 if verify:
                     t0 = time.perf_counter()
@@ -435,14 +364,14 @@ class Resharder:
                     self._region = SharedRegion(self._region_path(host_pid, seq), numel,
                                                  dtype, create=False)
                 status = torch.tensor([0, 0], dtype=torch.long, device=dev)
-                layout = _layout(bucket, self.spec)
+                layout = bucket_layout(bucket, self.spec)
                 failure = None
                 for i, (unit, parts) in enumerate(layout):
                     if unit.stage != self.pp_rank:
                         continue
                     try:
                         mapping.write_shard(unit.rule, self.spec, self._params[unit.local_name].detach(),
-                                    self.tp_rank, self.tp_size, _views(self._region.tensor, parts))
+                                    self.tp_rank, self.tp_size, part_views(self._region.tensor, parts))
                     except Exception as exc:
                         status = torch.tensor([1, i], dtype=torch.long, device=dev)
                         failure = WeightSyncError(f"writing {unit.local_name} into the bucket: "

@@ -29,6 +29,7 @@ def logits_from_checkpoints(rank, world_size, cases, tokens, wrong_shape_ckpt=No
     from mindrl.ckpt import mcore_io
     from mindrl.models.builder import Parallelism, build_gpt_model, initialize_parallel
     from mindrl.models.forward import gather_vocab_parallel, pipeline_forward
+    from mcore_load import load_error
 
     out = {}
     for name, ckpt, divisible, layouts in cases:
@@ -55,11 +56,5 @@ def logits_from_checkpoints(rank, world_size, cases, tokens, wrong_shape_ckpt=No
     if wrong_shape_ckpt is not None:  # a model of another shape gets a clear error
         info = mcore_io.read_model_info(mcore_io.resolve_checkpoint_dir(wrong_shape_ckpt))
         spec = dataclasses.replace(info.spec, ffn_hidden_size=2 * info.spec.ffn_hidden_size)
-        initialize_parallel(Parallelism())
-        try:
-            mcore_io.load_mcore_checkpoint(build_gpt_model(spec, Parallelism()), wrong_shape_ckpt)
-            out["wrong_shape_error"] = None
-        except mcore_io.McoreCheckpointError as e:
-            out["wrong_shape_error"] = str(e)
-        ps.destroy_model_parallel()
+        out["wrong_shape_error"] = load_error(spec, wrong_shape_ckpt)
     return out

@@ -19,7 +19,8 @@ def scores_at_layouts(rank, world, ckpt, batch, layouts):
 
     from mindrl.ckpt import mcore_io
     from mindrl.engines.megatron_engine import MegatronEngine
-    from mindrl.models.builder import Parallelism, build_gpt_model, initialize_parallel
+    from mindrl.models.builder import Parallelism, initialize_parallel
+    from mcore_load import load_error
 
     spec = mcore_io.read_model_info(mcore_io.resolve_checkpoint_dir(ckpt)).spec
     out = {}
@@ -32,12 +33,5 @@ def scores_at_layouts(rank, world, ckpt, batch, layouts):
         if rank == 0:
             out[(tp, pp, sp)] = scores
         ps.destroy_model_parallel()
-    initialize_parallel(Parallelism(1, 1))
-    try:
-        lm = dataclasses.replace(spec, head="lm")
-        mcore_io.load_mcore_checkpoint(build_gpt_model(lm, Parallelism()), ckpt)
-        out["lm_error"] = None
-    except mcore_io.McoreCheckpointError as e:
-        out["lm_error"] = str(e)
-    ps.destroy_model_parallel()
+    out["lm_error"] = load_error(dataclasses.replace(spec, head="lm"), ckpt)
     return out

@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM
 from mindrl.ckpt import mapping
 from mindrl.config.schema import GenerateConfig, SamplingConfig
 from mindrl.distributed import spawn_local
-from mindrl.engines.resharding import plan_buckets, plan_units
+from mindrl.engines.reshard_plan import plan_buckets, plan_units
 from mindrl.models.spec import load_model_spec
 from mindrl.models.tiny import make_tiny_model
 

@@ -22,14 +22,27 @@ REQUIRED_KEYS = (
     + ["rollout/logprob_diff_max", "rollout/logprob_diff_mean"])
 
 
-def train(work: Path, run_dir: Path, *overrides: str, timeout: int = 900):
+def _command(work: Path, run_dir: Path, overrides):
+    """The CLI command and its environment: a private Ray cluster, paths under `work`."""
     env = {**os.environ, "MINDRL_WORK_DIR": str(work)}
     env.pop("RAY_ADDRESS", None)
     cmd = [sys.executable, str(REPO / "cli" / "train_grpo.py"), f"run_dir={run_dir}", *overrides]
+    return cmd, env
+
+
+def train(work: Path, run_dir: Path, *overrides: str, timeout: int = 900):
+    cmd, env = _command(work, run_dir, overrides)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
                           cwd=str(work))
     assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}"
     return proc
+
+
+def start(work: Path, run_dir: Path, *overrides: str, stdout=subprocess.PIPE):
+    """The run in the background (a test that kills or watches it); stderr is piped."""
+    cmd, env = _command(work, run_dir, overrides)
+    return subprocess.Popen(cmd, env=env, cwd=str(work), stdout=stdout,
+                            stderr=subprocess.PIPE, text=True)
 
 
 def metrics(run_dir: Path) -> list:

@@ -6,12 +6,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
-from grpo_runs import REPO, REQUIRED_KEYS, finite, metrics, train
+from grpo_runs import REQUIRED_KEYS, finite, metrics, start, train
 
 NON_DETERMINISTIC = ("timing_s/", "perf/", "val/")
 
@@ -77,12 +76,8 @@ def test_kill_9_of_the_driver_mid_save_then_rerun_matches_an_uninterrupted_run(w
     after the checkpoint at 2): no worker outlives it, the half-written checkpoint is never
     taken for a complete one, and the rerun resumes from 2 and equals the straight run."""
     run_dir = work / "runs" / "killed"
-    env = {**os.environ, "MINDRL_WORK_DIR": str(work)}
-    env.pop("RAY_ADDRESS", None)
-    proc = subprocess.Popen([sys.executable, str(REPO / "cli" / "train_grpo.py"),
-                             f"run_dir={run_dir}", "megatron_training.train_iters=4",
-                             "rl_config.save_freq=2"], env=env, cwd=str(work),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = start(work, run_dir, "megatron_training.train_iters=4", "rl_config.save_freq=2",
+                 stdout=subprocess.DEVNULL)
     saving = run_dir / ".tmp_iter_0000004"
     deadline = time.time() + 400
     while proc.poll() is None and not saving.exists() and time.time() < deadline:
@@ -129,7 +124,6 @@ def test_trains_from_a_preprocessed_indexed_dataset_with_a_reward_model(work):
     """examples/data's tiny recipe -> Megatron indexed prompts -> the trainer reads token ids.
     A reward-model role (tiny random scalar head, made and converted by `prepare`) scores the
     rollouts alongside the arith verifier: score = arith + 0.5 x reward model."""
-    import subprocess
     import sys
 
     from grpo_runs import REPO

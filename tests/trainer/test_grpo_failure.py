@@ -4,21 +4,14 @@ and the last complete checkpoint stays loadable."""
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
-from grpo_runs import REPO
+from grpo_runs import start
 
 
 def test_dead_reference_worker_stops_the_run_naming_it(tmp_path):
     run_dir = tmp_path / "runs" / "dies"
-    env = {**os.environ, "MINDRL_WORK_DIR": str(tmp_path)}
-    env.pop("RAY_ADDRESS", None)
-    proc = subprocess.Popen([sys.executable, str(REPO / "cli" / "train_grpo.py"),
-                             f"run_dir={run_dir}", "megatron_training.train_iters=400",
-                             "rl_config.save_freq=2"], env=env, cwd=str(tmp_path),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start(tmp_path, run_dir, "megatron_training.train_iters=400", "rl_config.save_freq=2")
     try:
         deadline = time.time() + 400
         metrics = run_dir / "metrics.jsonl"

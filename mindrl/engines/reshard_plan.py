@@ -1,0 +1,83 @@
+"""The weight sync's plan, pure functions of the model spec: every Megatron tensor in
+streaming order with its pipeline stage (`plan_units`), buckets that never split a module
+(`plan_buckets`), and where each HF part sits inside a bucket (`bucket_layout`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import List, Optional
+
+import torch
+
+from mindrl.ckpt import mapping
+from mindrl.models.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One Megatron tensor of the full model and where it lives."""
+
+    rule: mapping.TensorRule
+    layer: Optional[int]      # global layer number (None: embedding, final norm, output)
+    stage: int                # pipeline rank that holds it
+    local_name: str           # its parameter name inside that stage's GPTModel
+    module: str               # Megatron module path: tensors that must reach vLLM together
+    numel: int                # elements of its HF parts (vocab padding removed)
+
+
+def plan_units(spec: ModelSpec, pp_size: int) -> List[Unit]:
+    """Every tensor of the model in streaming order, with its pipeline stage."""
+    units = []
+    for rule, layer in mapping.iter_rules(spec):
+        if layer is None:
+            stage = 0 if rule is mapping.EMBEDDING else pp_size - 1
+            local = rule.mcore_name()
+        else:
+            stage = next(s for s in range(pp_size)
+                         if layer in mapping.stage_layers(spec.num_layers, s, pp_size))
+            local = rule.mcore_name(layer - mapping.stage_layers(spec.num_layers, stage,
+                                                                 pp_size).start)
+        numel = sum(math.prod(shape) for shape in mapping.expected_hf_shapes(rule, spec))
+        units.append(Unit(rule, layer, stage, local, rule.mcore_name(layer).rsplit(".", 1)[0],
+                          numel))
+    return units
+
+
+def plan_buckets(units: List[Unit], bucket_numel: int) -> List[List[Unit]]:
+    """Greedy buckets of at most bucket_numel elements that never split a module; a module
+    larger than a bucket gets a bucket of its own."""
+    groups: List[List[Unit]] = []
+    for unit in units:
+        if groups and groups[-1][0].module == unit.module:
+            groups[-1].append(unit)
+        else:
+            groups.append([unit])
+    buckets: List[List[Unit]] = []
+    size = 0
+    for group in groups:
+        group_numel = sum(u.numel for u in group)
+        if buckets and size + group_numel <= bucket_numel:
+            buckets[-1].extend(group)
+            size += group_numel
+        else:
+            buckets.append(list(group))
+            size = group_numel
+    return buckets
+
+
+def bucket_layout(bucket: List[Unit], spec: ModelSpec):
+    """[(unit, [(hf name, offset, shape) per part])] of a bucket in the region, in order."""
+    out, offset = [], 0
+    for unit in bucket:
+        parts = []
+        for name, shape in zip(unit.rule.hf_names(unit.layer),
+                               mapping.expected_hf_shapes(unit.rule, spec)):
+            parts.append((name, offset, tuple(shape)))
+            offset += math.prod(shape)
+        out.append((unit, parts))
+    return out
+
+
+def part_views(region: torch.Tensor, parts):
+    return [region[o:o + math.prod(shape)].view(shape) for _, o, shape in parts]
