@@ -4,12 +4,11 @@ Three jobs, kept apart below:
 
 - generate: token-id prompts in, responses + the sampled tokens' log-probs out, and the
   padded tensors of DESIGN.md's data contract (`RolloutOutput.to_batch`).
-- load weights in place: vLLM's ``reload_weights`` through ``collective_rpc`` with an
-  in-process iterator (``model.load_weights`` leaves empty parameters on the CPU build,
-  PLATFORM_NOTES), a refresh of output heads tied to a reloaded embedding (the CPU build keeps
-  a packed copy that the reload leaves stale), then a prefix-cache reset. Any failure is
-  fatal (`WeightSyncError`): vLLM may hold half-loaded, meta or mixed weights and must not
-  generate again.
+- load weights in place, through ``collective_rpc`` with an in-process iterator, by the
+  loader `vllm_weights.load_mode` picks for the model (on CPU: straight into oneDNN's packed
+  weights, or into plain parameters; elsewhere vLLM's ``reload_weights``), then a
+  prefix-cache reset. Any failure is fatal (`WeightSyncError`): vLLM may hold half-loaded,
+  meta or mixed weights and must not generate again.
 - fingerprint: a cheap per-HF-tensor digest of the weights vLLM is really computing with,
   derived from vLLM's own fused-module metadata (not from mindrl/ckpt/mapping.py), so that a
   wrong mapping entry shows up as a mismatch against an independent reference.
@@ -24,7 +23,6 @@ shared memory.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
@@ -160,102 +158,9 @@ class RolloutOutput:
                 **self.response_tensors(pad_id, response_length)}
 
 
+from mindrl.engines import vllm_weights
 from mindrl.engines.weight_fingerprint import NamedTensors, compare_fingerprints
 from mindrl.engines.weight_fingerprint import vllm_view as _vllm_view
-
-
-def _model_dtype(worker) -> torch.dtype:
-    return next(worker.model_runner.get_model().parameters()).dtype
-
-
-_CPU_PLAIN_LINEAR = {"on": False}
-
-
-def _use_plain_cpu_linears() -> None:
-    """Keep the CPU build's linear and output-head weights as plain torch tensors.
-
-    vLLM's CPU build repacks every linear weight into a oneDNN handler at load time and frees
-    the weight; an in-place reload must then rebuild each layer (materialise, load, repack,
-    copy back): for qwen2.5-0.5b it costs about 8x a memcpy of the weights, dominated by the
-    repack. With plain weights (``torch.nn.functional.linear``, the fp32 kernel Megatron
-    uses) a weight update is one copy into vLLM's own parameters, but decoding is about 2x
-    slower (see `VLLMEngine`). The patch is process-wide and must be in place before the model
-    is built; other layer kinds keep vLLM's dispatch. A VLLMEngine started without it in the
-    same process checks `_weights_in_checkpoint_format` and keeps vLLM's reload.
-    """
-    import vllm.model_executor.layers.utils as vllm_utils
-
-    if _CPU_PLAIN_LINEAR["on"]:
-        return
-    original = vllm_utils.dispatch_cpu_unquantized_gemm
-
-    def dispatch(layer, remove_weight):
-        weight = getattr(layer, "weight", None)
-        if weight is None or weight.is_meta or weight.ndim != 2:
-            return original(layer, remove_weight)
-        layer.cpu_linear = torch.nn.functional.linear
-        layer._mindrl_plain_weight = True
-
-    dispatch.__wrapped__ = original
-    vllm_utils.dispatch_cpu_unquantized_gemm = dispatch
-    _CPU_PLAIN_LINEAR["on"] = True
-
-
-def _weights_in_checkpoint_format(worker) -> bool:
-    """True when every weight vLLM computes with is the loaded tensor itself (unquantized, no
-    repacked copy), so that a weight update is a plain ``model.load_weights``."""
-    from vllm.model_executor.layers.linear import LinearBase, UnquantizedLinearMethod
-    from vllm.model_executor.layers.vocab_parallel_embedding import (
-        UnquantizedEmbeddingMethod, VocabParallelEmbedding)
-
-    if not device.is_cpu():    # GPU/NPU: vLLM's reload (other platforms post-process weights)
-        return False
-    model = worker.model_runner.get_model()
-    if any(p.numel() == 0 or p.is_meta for p in model.parameters()):
-        return False
-    for module in model.modules():
-        if isinstance(module, (LinearBase, VocabParallelEmbedding)):
-            method = getattr(module, "quant_method", None)
-            if not isinstance(method, (UnquantizedLinearMethod, UnquantizedEmbeddingMethod)):
-                return False
-            if device.is_cpu() and not getattr(module, "_mindrl_plain_weight",
-                                               isinstance(module, VocabParallelEmbedding)
-                                               and not hasattr(module, "cpu_linear")):
-                return False
-    return True
-
-
-def _load_in_place(worker, weights) -> None:
-    """Straight into vLLM's parameters (their weight loaders shard and fuse): valid only when
-    `_weights_in_checkpoint_format` holds. A tied output head shares the embedding's tensor."""
-    model = worker.model_runner.get_model()
-    with torch.no_grad():
-        model.load_weights(weights)
-
-
-def _reload_weights(worker, weights, loaded_modules: List[str]) -> None:
-    """vLLM's in-place reload, then re-process output heads tied to a reloaded module: on CPU
-    they keep a packed copy of the embedding that the reload does not refresh."""
-    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
-
-    # A bucket leaves most modules unloaded on purpose; vLLM warns once per module and call.
-    quiet = [logging.getLogger("vllm.model_executor.model_loader.reload." + m)
-             for m in ("layerwise", "inplace")]
-    levels = [log.level for log in quiet]
-    for log in quiet:
-        log.setLevel(logging.ERROR)
-    try:
-        worker.reload_weights(weights_iterator=weights)
-    finally:
-        for log, level in zip(quiet, levels):
-            log.setLevel(level)
-    model = worker.model_runner.get_model()
-    loaded = {id(p) for name in loaded_modules
-              for p in model.get_submodule(name).parameters(recurse=False)}
-    for name, module in model.named_modules():
-        if (isinstance(module, ParallelLMHead) and name not in loaded_modules
-                and id(module.weight) in loaded):
-            module.quant_method.process_weights_after_loading(module)
 
 
 # ---------------------------------------------------------------------------- the engine
@@ -286,15 +191,17 @@ class VLLMEngine:
 
     def __init__(self, model_path, generate_config: GenerateConfig, seed: int = 0,
                  logprobs_mode: str = "processed_logprobs", plain_cpu_linears: bool = False,
-                 **llm_overrides):
+                 load_mode: Optional[str] = None, **llm_overrides):
         """`logprobs_mode` "processed_logprobs": the log-probs of the distribution actually
         sampled from (after temperature), what the actor's temperature-scaled log-probs
         reproduce; vLLM's default "raw_logprobs" ignores the temperature.
-        plain_cpu_linears (CPU only): keep linear weights unpacked (`_use_plain_cpu_linears`)
+        plain_cpu_linears (CPU only): keep linear weights unpacked (`vllm_weights.use_plain_cpu_linears`)
         so a weight update is one in-place copy (about 10x faster than vLLM's reload), at the
         price of generation: torch's fp32 GEMM is about 2x slower than oneDNN's packed one for
         decode-sized batches (qwen2.5-0.5b shape, 1 thread: 38 vs 77 tokens/s). Off by
-        default: keeps vLLM's oneDNN repacking and its layer-by-layer reload."""
+        default: keeps vLLM's oneDNN repacking and its layer-by-layer reload.
+        load_mode: None picks the fastest loader that fits the model
+        (`vllm_weights.load_mode`); "reload" forces vLLM's own reload."""
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             raise RuntimeError(
                 "vLLM cannot start in a process that is part of a torch.distributed world (it "
@@ -306,11 +213,16 @@ class VLLMEngine:
         kwargs = llm_kwargs(generate_config, seed, logprobs_mode, device.is_cpu())
         kwargs.update(llm_overrides)
         if device.is_cpu() and plain_cpu_linears:
-            _use_plain_cpu_linears()
+            vllm_weights.use_plain_cpu_linears()
         self.llm = LLM(model=str(model_path), **kwargs)
-        self.dtype = self.llm.collective_rpc(_model_dtype)[0]
-        # One copy per weight (model.load_weights) instead of vLLM's layer-by-layer reload.
-        self.in_place = all(self.llm.collective_rpc(_weights_in_checkpoint_format))
+        self.dtype = self.llm.collective_rpc(vllm_weights.model_dtype)[0]
+        modes = set(self.llm.collective_rpc(vllm_weights.load_mode))
+        self.load_mode = modes.pop() if len(modes) == 1 else "reload"
+        if load_mode is not None:       # "reload" is valid for every model; others must fit
+            if load_mode not in ("reload", self.load_mode):
+                raise ValueError(f"load_mode={load_mode!r} does not fit this model (it allows "
+                                 f"'reload' or {self.load_mode!r})")
+            self.load_mode = load_mode
         self._failure: Optional[str] = None
         self._mapped = None
         view = self._view(with_digest=False)
@@ -401,10 +313,13 @@ class VLLMEngine:
             pairs = tracker.pairs = list(weights)
             self._check_names(pairs)
             modules = sorted({self.module_of[name] for name, _ in pairs})
-            if self.in_place:
-                self.llm.collective_rpc(_load_in_place, args=(iter(tracker),))
+            if self.load_mode == "in_place":
+                self.llm.collective_rpc(vllm_weights.load_in_place, args=(iter(tracker),))
+            elif self.load_mode == "packed":
+                self.llm.collective_rpc(vllm_weights.load_packed, args=(iter(tracker), modules))
             else:
-                self.llm.collective_rpc(_reload_weights, args=(iter(tracker), modules))
+                self.llm.collective_rpc(vllm_weights.reload_weights,
+                                        args=(iter(tracker), modules))
             self.llm.reset_prefix_cache()
         except Exception as exc:
             where = f" at {tracker.last!r}" if tracker.last else ""

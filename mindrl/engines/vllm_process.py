@@ -23,7 +23,7 @@ def _serve(conn, model_path, generate_config, seed, kwargs) -> None:
     try:
         engine = VLLMEngine(model_path, generate_config, seed, **kwargs)
         conn.send((True, {"dtype": engine.dtype, "hf_shapes": engine.hf_shapes,
-                          "module_of": engine.module_of}))
+                          "module_of": engine.module_of, "load_mode": engine.load_mode}))
     except BaseException as exc:
         conn.send((False, RuntimeError(f"vLLM failed to start: {exc}\n{traceback.format_exc()}")))
         return
@@ -62,6 +62,7 @@ class VLLMEngineProcess:
         info = self._reply()
         self.dtype, self.hf_shapes, self.module_of = (info["dtype"], info["hf_shapes"],
                                                       info["module_of"])
+        self.load_mode = info["load_mode"]
 
     def _reply(self):
         try:

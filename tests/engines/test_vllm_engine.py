@@ -10,6 +10,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from mindrl.config.schema import GenerateConfig, SamplingConfig
 from mindrl.engines.vllm_engine import (RolloutOutput, VLLMEngine, WeightSyncError,
                                         llm_kwargs, sampling_params)
+from mindrl.engines.vllm_process import VLLMEngineProcess
 from mindrl.engines.weight_fingerprint import (checkpoint_fingerprint, compare_fingerprints,
                                                fingerprint_tensors)
 from mindrl.models.tiny import make_tiny_model
@@ -104,6 +105,15 @@ def engine(model_dirs):
 
 
 @pytest.fixture(scope="module")
+def reload_engine(model_dirs):
+    """vLLM's own reload path (the GPU/NPU one), kept tested on CPU; in a child process, as
+    vLLM's in-process world allows one engine per process."""
+    eng = VLLMEngineProcess(model_dirs[0], CONFIG, seed=0, load_mode="reload")
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="module")
 def prompts(model_dirs):
     tok = AutoTokenizer.from_pretrained(model_dirs[0])
     return [tok.encode(t) for t in TEXTS]
@@ -177,11 +187,15 @@ def test_fingerprint_equals_the_checkpoint(engine, model_dirs):
         engine.check_fingerprint(checkpoint_fingerprint(model_dirs[1], engine.dtype))
 
 
-def test_load_weights_in_buckets_switches_the_model(engine, prompts, model_dirs):
+@pytest.mark.parametrize("mode", ["packed", "reload"])
+def test_load_weights_in_buckets_switches_the_model(engine, reload_engine, prompts, model_dirs,
+                                                    mode):
     """Load another checkpoint module by module: vLLM then computes exactly that model (the
     tied output head included, whose packed copy the plain reload leaves stale on CPU)."""
     from safetensors.torch import load_file
 
+    engine = engine if mode == "packed" else reload_engine
+    assert engine.load_mode == mode
     state = load_file(str(model_dirs[1] / "model.safetensors"))
     by_module = {}
     for name, tensor in state.items():

@@ -1,0 +1,204 @@
+"""How weights get into a running vLLM model, worker side (functions run by ``collective_rpc``).
+
+Three loaders, picked once per engine by `load_mode`:
+
+- ``in_place`` (CPU, plain linears): every weight vLLM computes with is a plain parameter, so a
+  load is ``model.load_weights``: one copy per tensor through vLLM's own weight loaders.
+- ``packed`` (CPU, vLLM's default oneDNN linears, infer TP 1): `load_packed` hands each linear
+  its fused weight as a view of the caller's buffer (the parts of a fused module sit side by
+  side in the resharder's bucket, so no copy) and lets vLLM's own post-processing pack it
+  for oneDNN; embeddings, heads and norms are copied. The one pass over the bytes is the
+  oneDNN pack itself.
+- ``reload`` (everything else: GPU, NPU, quantized or unknown modules, infer TP > 1): vLLM's
+  ``reload_weights``, which materialises each layer, runs its weight loaders and
+  post-processes it.
+
+Module structure comes from vLLM itself (``packed_modules_mapping``, ``output_partition_sizes``),
+as in `weight_fingerprint.vllm_view`, never from mindrl/ckpt/mapping.py.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Dict, Iterable, List, Sequence, Tuple
+
+import torch
+
+from mindrl import device
+
+NamedTensors = Iterable[Tuple[str, torch.Tensor]]
+
+
+def model_dtype(worker) -> torch.dtype:
+    return next(worker.model_runner.get_model().parameters()).dtype
+
+
+_CPU_PLAIN_LINEAR = {"on": False}
+
+
+def use_plain_cpu_linears() -> None:
+    """Keep the CPU build's linear and output-head weights as plain torch tensors.
+
+    vLLM's CPU build repacks every linear weight into a oneDNN handler at load time and frees
+    the weight, so every weight update repacks (about 2 GB/s on one core). With plain weights
+    (``torch.nn.functional.linear``) a weight update is one copy into vLLM's own parameters,
+    but decode-sized GEMMs are slower (about 2x at 8 sequences, 5-10% at 64: see `VLLMEngine`).
+    The patch is process-wide and must be in place before the model is built; other layer
+    kinds keep vLLM's dispatch.
+    """
+    import vllm.model_executor.layers.utils as vllm_utils
+
+    if _CPU_PLAIN_LINEAR["on"]:
+        return
+    original = vllm_utils.dispatch_cpu_unquantized_gemm
+
+    def dispatch(layer, remove_weight):
+        weight = getattr(layer, "weight", None)
+        if weight is None or weight.is_meta or weight.ndim != 2:
+            return original(layer, remove_weight)
+        layer.cpu_linear = torch.nn.functional.linear
+        layer._mindrl_plain_weight = True
+
+    dispatch.__wrapped__ = original
+    vllm_utils.dispatch_cpu_unquantized_gemm = dispatch
+    _CPU_PLAIN_LINEAR["on"] = True
+
+
+def _modules_with_weights(model):
+    for name, module in model.named_modules():
+        if any(True for _ in module.parameters(recurse=False)):
+            yield name, module
+
+
+def load_mode(worker) -> str:
+    """``in_place``, ``packed`` or ``reload`` (see the module docstring) for this model."""
+    from vllm.distributed import get_tensor_model_parallel_world_size
+    from vllm.model_executor.layers.linear import LinearBase, UnquantizedLinearMethod
+    from vllm.model_executor.layers.vocab_parallel_embedding import (
+        UnquantizedEmbeddingMethod, VocabParallelEmbedding)
+
+    if not device.is_cpu():    # GPU/NPU: vLLM's reload (other platforms post-process weights)
+        return "reload"
+    model = worker.model_runner.get_model()
+    plain = packed = True
+    for _, module in _modules_with_weights(model):
+        method = getattr(module, "quant_method", None)
+        if isinstance(module, LinearBase):
+            if not isinstance(method, UnquantizedLinearMethod):
+                return "reload"
+            is_plain = getattr(module, "_mindrl_plain_weight", False)
+            plain, packed = plain and is_plain, packed and not is_plain
+        elif isinstance(module, VocabParallelEmbedding):
+            if not isinstance(method, UnquantizedEmbeddingMethod):
+                return "reload"
+            plain = plain and getattr(module, "_mindrl_plain_weight", not hasattr(module,
+                                                                                  "cpu_linear"))
+        elif method is not None:
+            return "reload"
+    if plain and not any(p.numel() == 0 or p.is_meta for p in model.parameters()):
+        return "in_place"
+    return "packed" if packed and get_tensor_model_parallel_world_size() == 1 else "reload"
+
+
+def load_in_place(worker, weights: NamedTensors) -> None:
+    """Straight into vLLM's parameters (their weight loaders shard and fuse): valid only in
+    ``in_place`` mode. A tied output head shares the embedding's tensor."""
+    model = worker.model_runner.get_model()
+    with torch.no_grad():
+        model.load_weights(weights)
+
+
+def _side_by_side(parts: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The row-wise concatenation of `parts`: a view when they already lie one after the other
+    in one storage (the resharder's bucket), else a copy."""
+    first = parts[0]
+    contiguous = all(p.is_contiguous() for p in parts)
+    adjacent = contiguous and all(
+        b.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+        and b.storage_offset() == a.storage_offset() + a.numel()
+        for a, b in zip(parts, parts[1:]))
+    if not adjacent:
+        return torch.cat(list(parts))
+    rows = sum(p.shape[0] for p in parts)
+    return torch.as_strided(first, (rows, *first.shape[1:]), first.stride(),
+                            first.storage_offset())
+
+
+def _copy_rows(param: torch.Tensor, src: torch.Tensor) -> None:
+    """Into a (possibly vocab-padded) parameter; padding rows are zeroed as vLLM's loader does."""
+    rows = src.shape[0]
+    param[:rows].copy_(src)
+    if param.dim() and param.shape[0] > rows:
+        param[rows:].zero_()
+
+
+def _load_module(module, mod_name: str, fused, by_name, loaded: set) -> None:
+    from torch.nn import Parameter
+    from vllm.model_executor.layers.linear import LinearBase
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
+    prefix, _, leaf = mod_name.rpartition(".")
+    prefix = prefix + "." if prefix else ""
+    if isinstance(module, LinearBase):
+        parts = [prefix + part for part in fused.get(leaf, [leaf])]
+        if getattr(module, "bias", None) is not None:
+            module.bias.copy_(torch.cat([by_name[p + ".bias"] for p in parts]))
+        weight = _side_by_side([by_name[p + ".weight"] for p in parts])
+        module.weight = Parameter(weight, requires_grad=False)
+        module.quant_method.process_weights_after_loading(module)   # packs, then frees it
+        return
+    for pname, param in module.named_parameters(recurse=False):
+        _copy_rows(param.data, by_name[f"{prefix}{leaf}.{pname}"])
+        loaded.add(id(param))
+    if isinstance(module, ParallelLMHead):
+        module.quant_method.process_weights_after_loading(module)
+    elif hasattr(module, "cpu_linear"):
+        # An input embedding only looks rows up; the oneDNN copy vLLM made of it at start-up
+        # is never used and would now be stale: drop it (and its memory).
+        del module.cpu_linear
+
+
+def load_packed(worker, weights: NamedTensors, modules: List[str]) -> None:
+    """``packed`` mode: whole modules (every tensor of each listed module) into vLLM."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
+    model = worker.model_runner.get_model()
+    fused = getattr(model, "packed_modules_mapping", None) or {}
+    by_name: Dict[str, torch.Tensor] = dict(weights)
+    loaded = set()
+    with torch.no_grad():
+        for mod_name in modules:
+            try:
+                _load_module(model.get_submodule(mod_name), mod_name, fused, by_name, loaded)
+            except Exception as exc:
+                raise RuntimeError(f"loading vLLM module {mod_name}: {type(exc).__name__}: "
+                                   f"{exc}") from exc
+    for name, module in model.named_modules():     # output heads tied to a loaded embedding
+        if (isinstance(module, ParallelLMHead) and name not in modules
+                and id(module.weight) in loaded):
+            module.quant_method.process_weights_after_loading(module)
+
+
+def reload_weights(worker, weights: NamedTensors, loaded_modules: List[str]) -> None:
+    """vLLM's in-place reload, then re-process output heads tied to a reloaded module: on CPU
+    they keep a packed copy of the embedding that the reload does not refresh."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
+    # A bucket leaves most modules unloaded on purpose; vLLM warns once per module and call.
+    quiet = [logging.getLogger("vllm.model_executor.model_loader.reload." + m)
+             for m in ("layerwise", "inplace")]
+    levels = [log.level for log in quiet]
+    for log in quiet:
+        log.setLevel(logging.ERROR)
+    try:
+        worker.reload_weights(weights_iterator=weights)
+    finally:
+        for log, level in zip(quiet, levels):
+            log.setLevel(level)
+    model = worker.model_runner.get_model()
+    loaded = {id(p) for name in loaded_modules
+              for p in model.get_submodule(name).parameters(recurse=False)}
+    for name, module in model.named_modules():
+        if (isinstance(module, ParallelLMHead) and name not in loaded_modules
+                and id(module.weight) in loaded):
+            module.quant_method.process_weights_after_loading(module)
