@@ -9,8 +9,9 @@ its child process (VLLMEngineProcess, random "dummy" weights, no checkpoint on d
 the resharding host. Per bucket size: one cold sync, then timed warm syncs (median), then one
 verified sync (fingerprints of everything sent, compared with vLLM's afterwards).
 The floor: on rank 0, copying the same number of bytes through a buffer of the bucket's size
-(memcpy bandwidth, measured in the same run). Peak extra memory: RSS sampled every 2 ms on
-rank 0 and in the vLLM process, minus their RSS just before the sync.
+(memcpy bandwidth, measured in the same run). Peak extra memory: private memory (RSS less
+shared pages) sampled every 2 ms on rank 0 and in the vLLM process, minus its value just
+before the sync, plus the shared bucket buffer on the host.
 Prints a table, then one JSON line.
 """
 
@@ -31,22 +32,30 @@ MIB = 2 ** 20
 
 
 class PeakRSS:
-    """Samples the RSS of some processes in a thread; peak minus the value at start."""
+    """Samples the private memory (RSS minus file/shm-backed pages) of some processes in a
+    thread; peak minus the value at start. Shared pages are left out because mapping vLLM's
+    shared weights adds them to a writer's RSS without taking new memory; the sync's own
+    shared buffer (the bucket) is added back from its stats."""
 
     def __init__(self, pids, interval=0.002):
         import psutil
 
         self.procs = [psutil.Process(p) for p in pids]
         self.interval, self.stop = interval, threading.Event()
-        self.base = [p.memory_info().rss for p in self.procs]
+        self.base = [self._private(p) for p in self.procs]
         self.peak = list(self.base)
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
         while not self.stop.is_set():
             for i, p in enumerate(self.procs):
-                self.peak[i] = max(self.peak[i], p.memory_info().rss)
+                self.peak[i] = max(self.peak[i], self._private(p))
             time.sleep(self.interval)
+
+    @staticmethod
+    def _private(proc) -> int:
+        info = proc.memory_info()
+        return info.rss - info.shared
 
     def __enter__(self):
         self.thread.start()
@@ -81,7 +90,7 @@ def memcpy_seconds(total_bytes: int, bucket_bytes: int, repeats: int = 3) -> flo
 
 
 def rank_body(rank, world, spec, hf_dir, tp, pp, bucket_mbs, warm_repeats,
-              plain_cpu_linears=False):
+              cpu_weights="packed"):
     import torch
     from megatron.core import parallel_state as ps
 
@@ -101,7 +110,8 @@ def rank_body(rank, world, spec, hf_dir, tp, pp, bucket_mbs, warm_repeats,
         cfg = GenerateConfig(max_num_seqs=4, max_model_len=256, kv_cache_memory_bytes=64 * MIB,
                              sampling_config=SamplingConfig(max_tokens=4))
         vllm = VLLMEngineProcess(hf_dir, cfg, load_format="dummy",
-                                 plain_cpu_linears=plain_cpu_linears)
+                                 plain_cpu_linears=cpu_weights != "packed",
+                                 share_weights=cpu_weights == "shared")
     torch.distributed.barrier()
     results = {"build_s": build_s, "runs": []}
     try:
@@ -156,9 +166,11 @@ def main(argv=None):
     ap.add_argument("--pp", type=int, default=2)
     ap.add_argument("--bucket-mb", default="128,512", help="comma-separated bucket sizes")
     ap.add_argument("--repeats", type=int, default=2, help="warm syncs per bucket size")
-    ap.add_argument("--plain-cpu-linears", action="store_true",
-                    help="vLLM keeps CPU linear weights unpacked: one-copy weight updates, "
-                         "slower generation (VLLMEngine plain_cpu_linears)")
+    ap.add_argument("--cpu-weights", choices=["packed", "plain", "shared"], default="packed",
+                    help="vLLM's CPU weights: packed for oneDNN (the default; each sync "
+                         "repacks), plain (one copy per sync into vLLM's parameters) or shared "
+                         "(plain, in shared memory the ranks write directly; "
+                         "generate_config.cpu_weights)")
     args = ap.parse_args(argv)
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -176,7 +188,7 @@ def main(argv=None):
         write_config_dir(spec, Path(tmp))
         wall = time.perf_counter()
         res = spawn_local(rank_body, args.tp * args.pp, spec, tmp, args.tp, args.pp, buckets,
-                          args.repeats, args.plain_cpu_linears)[0]
+                          args.repeats, args.cpu_weights)[0]
         wall = time.perf_counter() - wall
 
     print(f"\nreshard {args.model} ({spec.num_layers} layers, {spec.num_parameters() / 1e6:.0f}M "
@@ -192,7 +204,8 @@ def main(argv=None):
         warm = [w["stats"]["seconds"] for w in run["warm"]]
         warm_s = statistics.median(warm)
         mid = sorted(run["warm"], key=lambda w: w["stats"]["seconds"])[len(warm) // 2]["stats"]
-        host_extra = max([w["host_extra"] for w in run["warm"]] + [run["cold"]["host_extra"]])
+        host_extra = max([w["host_extra"] for w in run["warm"]]
+                         + [run["cold"]["host_extra"]]) + mid["buffer_bytes"]
         vllm_extra = max([w["vllm_extra"] for w in run["warm"]] + [run["cold"]["vllm_extra"]])
         row = {"bucket_mb": run["bucket_mb"], "buffer_mib": mid["buffer_bytes"] / MIB,
                "buckets": mid["buckets"], "bytes": mid["bytes"], "memcpy_s": run["memcpy_s"],
@@ -210,11 +223,12 @@ def main(argv=None):
               f"{row['peak_extra_mib']:>9.0f} {row['vllm_peak_extra_mib']:>9.0f}")
     print("warm s: median of the warm syncs; ratio: warm / memcpy; gather/pack/load: seconds "
           "inside the sync (TP gather + PP receive / un-fuse + copy into the bucket / vLLM "
-          "load_weights); host/vLLM +MiB: peak RSS above the pre-sync RSS, rank 0 / vLLM process")
+          "load_weights); host/vLLM +MiB: peak private memory above the pre-sync value, rank 0 (plus "
+          "the shared bucket) / vLLM process")
     main_row = rows[-1]
     print(json.dumps({"bench": "reshard", "model": args.model, "layers": spec.num_layers,
                       "tp": args.tp, "pp": args.pp, "dtype": "float32",
-                      "plain_cpu_linears": args.plain_cpu_linears,
+                      "cpu_weights": args.cpu_weights,
                       "ratio_to_floor": round(main_row["ratio_to_floor"], 2),
                       "sync_s": round(main_row["sync_s"], 3),
                       "memcpy_s": round(main_row["memcpy_s"], 4),

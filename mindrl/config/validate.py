@@ -124,6 +124,11 @@ def check_parallelism(run: RunConfig) -> list[Problem]:
                                "another, so weights cannot be resharded by whole slices",
                                f"use an inference TP that divides or is a multiple of {ttp}",
                                itp))
+    if gen.cpu_weights == "shared" and (itp, ipp) != (1, 1):
+        out.append(Problem("generate_config.cpu_weights", "shared needs vLLM unsharded "
+                           f"(infer TP x PP = {itp} x {ipp})",
+                           "set infer_tensor/pipeline_parallel_size to 1, or cpu_weights: "
+                           "packed", gen.cpu_weights))
     if ipp >= 1 and spec.num_layers % ipp:
         out.append(Problem("generate_config.infer_pipeline_parallel_size",
                            f"does not divide {spec.name} num_layers={spec.num_layers}",

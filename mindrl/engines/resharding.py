@@ -31,6 +31,7 @@ half-loaded.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ import torch
 from mindrl import device
 from mindrl.ckpt import mapping
 from mindrl.engines.reshard_plan import Unit, bucket_layout, part_views, plan_buckets, plan_units
-from mindrl.engines.shm_region import SHM_DIR, SharedRegion, node_id
+from mindrl.engines.shm_region import SHM_DIR, SharedRegion, node_id, sweep_stale
 from mindrl.engines.vllm_engine import WeightSyncError
 from mindrl.models.spec import ModelSpec
 
@@ -72,6 +73,8 @@ def _send(tensor: torch.Tensor, dst: int) -> None:
 
 
 _END, _ABORT = -1, -2
+_P2P, _BUCKET, _DIRECT = 0, 1, 2     # how a sync moves the bytes (agreed per sync)
+_BUCKET_PREFIX = "mindrl-reshard"
 
 
 # ---------------------------------------------------------------------------- the resharder
@@ -129,6 +132,7 @@ class Resharder:
         self._buffer: Optional[torch.Tensor] = None
         self._region: Optional[SharedRegion] = None   # shm fast path: the bucket
         self._region_seq = 0
+        self._weights: Optional[SharedRegion] = None   # vLLM's shared weights, when it has them
 
     # ---------------------------------------------------------------- pieces
 
@@ -191,24 +195,31 @@ class Resharder:
         start = time.perf_counter()
         stats = SyncStats()
         if self.is_host:
-            mode = self._host_handshake()
-            if mode is not None:
-                self._host_sync_shared(stats, verify, *mode)
+            mode, *args = self._host_handshake(verify)
+            if mode == _DIRECT:
+                self._host_sync_direct(stats, verify, *args)
+            elif mode == _BUCKET:
+                self._host_sync_shared(stats, verify, *args)
             else:
                 self._host_sync(stats, verify)
         elif self.active:
-            mode = self._peer_handshake()
-            if mode is not None:
-                self._peer_sync_shared(*mode)
-                stats.seconds = time.perf_counter() - start
-                return stats
-            for unit in self.units:
-                if unit.stage == self.pp_rank:
-                    full = self._gather_tp(unit)
-                    if full is not None:   # TP rank 0 of a stage other than the host's
-                        _send(full, self._stage_ranks[0])
+            mode, *args = self._peer_handshake()
+            if mode == _DIRECT:
+                self._peer_sync_direct(*args)
+            elif mode == _BUCKET:
+                self._peer_sync_shared(*args)
+            else:
+                self._send_full_tensors()
         stats.seconds = time.perf_counter() - start
         return stats
+
+    def _send_full_tensors(self) -> None:
+        """Peer side of the general path: each stage's TP rank 0 sends its full tensors."""
+        for unit in self.units:
+            if unit.stage == self.pp_rank:
+                full = self._gather_tp(unit)
+                if full is not None:   # TP rank 0 of a stage other than the host's
+                    _send(full, self._stage_ranks[0])
 
     # ---------------------------------------------------------------- shm fast path
 
@@ -219,9 +230,10 @@ class Resharder:
         return (device.is_cpu() and os.path.isdir(SHM_DIR)
                 and os.environ.get("MINDRL_RESHARD_SHM", "1") != "0")
 
-    def _host_handshake(self):
+    def _host_handshake(self, verify: bool):
         """Every peer reports (its node, whether it can share); the host picks the path and
-        tells them: (bucket numel, dtype) for the shm path, None for point to point."""
+        tells them: [mode, bucket numel, dtype code, host pid, verify]. Shared weights also
+        send their places. Returns (mode, *what the host's side of that mode needs)."""
         peers, dev = self._peers(), device.current_device()
         me = node_id()
         ok = self._can_share()
@@ -229,29 +241,40 @@ class Resharder:
             report = torch.empty(2, dtype=torch.long, device=dev)
             torch.distributed.recv(report, peer)
             ok = ok and int(report[0]) == me and bool(report[1])
-        dtype = self.target.dtype
+        shared = getattr(self.target, "shared_weights", None)
+        dtype = shared.dtype if shared is not None else self.target.dtype
         itemsize = torch.empty((), dtype=dtype).element_size()
         bucket_numel = max(1, int(self.bucket_mb * 2**20) // itemsize)
-        use = ok and dtype in _WIRE_DTYPES
-        decision = torch.tensor([int(use), bucket_numel, _WIRE_DTYPES.index(dtype)
-                                 if dtype in _WIRE_DTYPES else 0, os.getpid()],
+        mode = _P2P
+        if ok and dtype in _WIRE_DTYPES:
+            mode = _DIRECT if shared is not None else _BUCKET
+        decision = torch.tensor([mode, bucket_numel, _WIRE_DTYPES.index(dtype)
+                                 if dtype in _WIRE_DTYPES else 0, os.getpid(), int(verify)],
                                 dtype=torch.long, device=dev)
         for peer in peers:
             torch.distributed.send(decision, peer)
-        return (bucket_numel, dtype) if use else None
+            if mode == _DIRECT:
+                torch.distributed.send_object_list([shared], peer)
+        if mode == _DIRECT:
+            return mode, shared
+        return (mode, bucket_numel, dtype) if mode == _BUCKET else (mode,)
 
     def _peer_handshake(self):
         dev = device.current_device()
         host = self._mp_ranks[0]
         torch.distributed.send(torch.tensor([node_id(), int(self._can_share())],
                                             dtype=torch.long, device=dev), host)
-        decision = torch.empty(4, dtype=torch.long, device=dev)
+        decision = torch.empty(5, dtype=torch.long, device=dev)
         torch.distributed.recv(decision, host)
-        use, bucket_numel, code, pid = decision.tolist()
-        return (bucket_numel, _WIRE_DTYPES[code], pid) if use else None
+        mode, bucket_numel, code, pid, verify = decision.tolist()
+        if mode == _DIRECT:
+            box = [None]
+            torch.distributed.recv_object_list(box, host)
+            return mode, box[0], bool(verify)
+        return (mode, bucket_numel, _WIRE_DTYPES[code], pid) if mode == _BUCKET else (mode,)
 
     def _region_path(self, pid: int, seq: int) -> str:
-        return os.path.join(SHM_DIR, f"mindrl-reshard-{pid}-{seq}")
+        return os.path.join(SHM_DIR, f"{_BUCKET_PREFIX}-{pid}-{seq}")
 
     def _write_own(self, layout) -> None:
         """This rank's shards of a bucket's tensors, into the mapped region."""
@@ -277,6 +300,7 @@ class Resharder:
                 numel = sum(u.numel for u in bucket)
                 if self._region is None or self._region.numel < numel:
                     self._region = None         # drop first: peak near max(bucket, module)
+                    sweep_stale(_BUCKET_PREFIX)
                     self._region_seq += 1
                     self._region = SharedRegion(
                         self._region_path(os.getpid(), self._region_seq),
@@ -382,6 +406,73 @@ class Resharder:
                     raise failure
         finally:
             self._region = None
+
+    # ---------------------------------------------------------------- shared weights
+
+    def _weight_views(self, shared, unit: Unit) -> List[torch.Tensor]:
+        """The unit's HF tensors inside vLLM's shared weights (the file stays mapped)."""
+        if self._weights is None or self._weights.path != shared.path:
+            self._weights = None
+            self._weights = SharedRegion(shared.path, shared.numel, shared.dtype, create=False)
+        flat = self._weights.tensor
+        return [flat[o:o + math.prod(shape)].view(shape)
+                for o, shape in (shared.places[name] for name in unit.rule.hf_names(unit.layer))]
+
+    def _write_weights(self, shared) -> Optional[str]:
+        """This rank's shards of every tensor, straight into vLLM's weights; what failed."""
+        for unit in self.units:
+            if unit.stage != self.pp_rank:
+                continue
+            try:
+                mapping.write_shard(unit.rule, self.spec, self._params[unit.local_name].detach(),
+                                    self.tp_rank, self.tp_size, self._weight_views(shared, unit))
+            except Exception as exc:
+                return (f"rank {self._rank} writing {unit.local_name} "
+                        f"({', '.join(unit.rule.hf_names(unit.layer))}) into vLLM's weights: "
+                        f"{type(exc).__name__}: {exc}")
+        return None
+
+    def _host_sync_direct(self, stats: SyncStats, verify: bool, shared) -> None:
+        """Every rank writes its shards into vLLM's shared weights at once; no bucket, no
+        transfer. A rank that fails leaves them half-written: vLLM is marked unusable.
+        verify: the expected fingerprints come from full tensors gathered the general way
+        (`_hf_parts`), independent of the shared layout and of `mapping.write_shard`."""
+        from mindrl.engines.weight_fingerprint import fingerprint_tensors
+
+        t0 = time.perf_counter()
+        failures = [self._write_weights(shared)]
+        for peer in self._peers():
+            box = [None]
+            torch.distributed.recv_object_list(box, peer)
+            failures.append(box[0])
+        failures = [f for f in failures if f]
+        stats.gather_seconds = time.perf_counter() - t0
+        if failures:
+            self.target.invalidate("; ".join(failures))
+            raise WeightSyncError("weight sync into vLLM's shared weights failed: "
+                                  + "; ".join(failures))
+        t0 = time.perf_counter()
+        self.target.weights_written()
+        stats.load_seconds = time.perf_counter() - t0
+        itemsize = torch.empty((), dtype=shared.dtype).element_size()
+        stats.tensors = len(shared.places)
+        stats.bytes = sum(math.prod(shape) for _, shape in shared.places.values()) * itemsize
+        stats.buckets = 1
+        if verify:
+            t0 = time.perf_counter()
+            expected = {}
+            for unit in self.units:
+                expected.update(fingerprint_tensors(self._hf_parts(unit).items()))
+            self.target.check_fingerprint(expected, strict=True)
+            stats.verify_seconds = time.perf_counter() - t0
+
+    def _peer_sync_direct(self, shared, verify: bool) -> None:
+        failure = self._write_weights(shared)
+        torch.distributed.send_object_list([failure], self._mp_ranks[0])
+        if failure:
+            raise WeightSyncError(failure)
+        if verify:
+            self._send_full_tensors()
 
     def _host_sync(self, stats: SyncStats, verify: bool) -> None:
         """Regular buckets are packed into one reusable buffer (cast to vLLM's dtype); a module

@@ -1,5 +1,6 @@
 """Shared-memory pieces of the same-node weight sync: a /dev/shm file mapped as a tensor by
-every process that opens it, and an id that tells whether two processes share a machine."""
+every process that opens it, an id that tells whether two processes share a machine, and a
+sweep of files left behind by killed processes."""
 
 from __future__ import annotations
 
@@ -36,6 +37,32 @@ class SharedRegion:
             self._finalizer = weakref.finalize(self, _unlink_quietly, path)
         self.path, self.numel, self.dtype = path, numel, dtype
         self.tensor = torch.from_file(path, shared=True, size=numel, dtype=dtype)
+
+
+def sweep_stale(prefix: str) -> None:
+    """Unlink ``SHM_DIR/<prefix>-<pid>[-...]`` files whose creating process is gone: a SIGKILL
+    skips the creator's unlink, and /dev/shm is memory (vLLM's shared weights: the model's
+    size)."""
+    try:
+        names = os.listdir(SHM_DIR)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(prefix + "-"):
+            continue
+        pid = name[len(prefix) + 1:].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            _unlink_quietly(os.path.join(SHM_DIR, name))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _unlink_quietly(path: str) -> None:

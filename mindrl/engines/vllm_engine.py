@@ -184,6 +184,27 @@ class _NameTracker:
             yield name, tensor
 
 
+@dataclass(frozen=True)
+class SharedWeights:
+    """Where vLLM's weights live when they are shared: a /dev/shm file of `numel` elements of
+    `dtype`, and each HF tensor's (element offset, shape) in it."""
+
+    path: str
+    numel: int
+    dtype: torch.dtype
+    places: Dict[str, Tuple[int, Tuple[int, ...]]]
+
+
+SHARED_WEIGHTS_PREFIX = "mindrl-vllm-weights"
+
+
+def shared_weights_path(pid: int) -> str:
+    from mindrl.engines.shm_region import SHM_DIR, sweep_stale
+
+    sweep_stale(SHARED_WEIGHTS_PREFIX)
+    return os.path.join(SHM_DIR, f"{SHARED_WEIGHTS_PREFIX}-{pid}")
+
+
 class VLLMEngine:
     """vLLM in this process. The process must not be part of a torch.distributed world."""
 
@@ -191,7 +212,8 @@ class VLLMEngine:
 
     def __init__(self, model_path, generate_config: GenerateConfig, seed: int = 0,
                  logprobs_mode: str = "processed_logprobs", plain_cpu_linears: bool = False,
-                 load_mode: Optional[str] = None, **llm_overrides):
+                 load_mode: Optional[str] = None, share_weights: bool = False,
+                 **llm_overrides):
         """`logprobs_mode` "processed_logprobs": the log-probs of the distribution actually
         sampled from (after temperature), what the actor's temperature-scaled log-probs
         reproduce; vLLM's default "raw_logprobs" ignores the temperature.
@@ -201,7 +223,10 @@ class VLLMEngine:
         decode-sized batches (qwen2.5-0.5b shape, 1 thread: 38 vs 77 tokens/s). Off by
         default: keeps vLLM's oneDNN repacking and its layer-by-layer reload.
         load_mode: None picks the fastest loader that fits the model
-        (`vllm_weights.load_mode`); "reload" forces vLLM's own reload."""
+        (`vllm_weights.load_mode`); "reload" forces vLLM's own reload.
+        share_weights (CPU, with plain_cpu_linears): vLLM's parameters move into a shared
+        file that the actor's ranks write straight into (`vllm_weights.share_weights`);
+        `shared_weights` then says where each HF tensor lives."""
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             raise RuntimeError(
                 "vLLM cannot start in a process that is part of a torch.distributed world (it "
@@ -230,6 +255,16 @@ class VLLMEngine:
         # HF name -> the vLLM module that loads it: one load_weights call must carry all of a
         # module's tensors.
         self.module_of = {name: owner for name, (_, _, owner) in view.items()}
+        self.shared_weights: Optional[SharedWeights] = None
+        if share_weights:
+            path = shared_weights_path(os.getpid())
+            numel, dtype, places = self.llm.collective_rpc(vllm_weights.share_weights,
+                                                           args=(path,))[0]
+            shapes = {name: tuple(shape) for name, (_, shape) in places.items()}
+            if shapes != {name: tuple(shape) for name, shape in self.hf_shapes.items()}:
+                raise RuntimeError(f"shared weight places {sorted(shapes)} disagree with "
+                                   f"vLLM's tensors {sorted(self.hf_shapes)}")
+            self.shared_weights = SharedWeights(path, numel, dtype, places)
 
     # ---------------------------------------------------------------- generation
 
@@ -328,6 +363,16 @@ class VLLMEngine:
                 raise
             raise WeightSyncError(f"vLLM weight load failed{where}: {type(exc).__name__}: "
                                   f"{exc}") from exc
+
+    def weights_written(self) -> None:
+        """The actor has written new weights into `shared_weights`: drop what was computed
+        from the old ones (the prefix cache)."""
+        self._usable()
+        self.llm.reset_prefix_cache()
+
+    def invalidate(self, reason: str) -> None:
+        """Someone else left vLLM's weights half-written: refuse all further work."""
+        self._failure = reason
 
     def load_weights_from_file(self, path: str, numel: int, dtype: torch.dtype,
                                entries: Sequence[Tuple[str, int, Tuple[int, ...]]]) -> None:

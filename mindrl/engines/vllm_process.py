@@ -23,7 +23,8 @@ def _serve(conn, model_path, generate_config, seed, kwargs) -> None:
     try:
         engine = VLLMEngine(model_path, generate_config, seed, **kwargs)
         conn.send((True, {"dtype": engine.dtype, "hf_shapes": engine.hf_shapes,
-                          "module_of": engine.module_of, "load_mode": engine.load_mode}))
+                          "module_of": engine.module_of, "load_mode": engine.load_mode,
+                          "shared_weights": engine.shared_weights}))
     except BaseException as exc:
         conn.send((False, RuntimeError(f"vLLM failed to start: {exc}\n{traceback.format_exc()}")))
         return
@@ -62,7 +63,7 @@ class VLLMEngineProcess:
         info = self._reply()
         self.dtype, self.hf_shapes, self.module_of = (info["dtype"], info["hf_shapes"],
                                                       info["module_of"])
-        self.load_mode = info["load_mode"]
+        self.load_mode, self.shared_weights = info["load_mode"], info["shared_weights"]
 
     def _reply(self):
         try:
@@ -90,6 +91,12 @@ class VLLMEngineProcess:
                                entries) -> None:
         """The child maps the shared file itself: only names, offsets and shapes cross."""
         self._call("load_weights_from_file", path, numel, dtype, list(entries))
+
+    def weights_written(self) -> None:
+        self._call("weights_written")
+
+    def invalidate(self, reason: str) -> None:
+        self._call("invalidate", reason)
 
     def release_file(self, path: Optional[str] = None) -> None:
         self._call("release_file", path)

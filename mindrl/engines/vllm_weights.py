@@ -202,3 +202,73 @@ def reload_weights(worker, weights: NamedTensors, loaded_modules: List[str]) -> 
         if (isinstance(module, ParallelLMHead) and name not in loaded_modules
                 and id(module.weight) in loaded):
             module.quant_method.process_weights_after_loading(module)
+
+
+# ---------------------------------------------------------------------------- shared weights
+
+def share_weights(worker, path: str):
+    """Move every parameter of the model into one new shared file at `path` (``in_place`` mode
+    only: plain weights, infer TP 1) and say where each HF tensor lives in it.
+
+    Processes that map the file (the actor's ranks, `resharding`) then write new weights
+    straight into the memory vLLM computes with: a weight update is one copy, made by the
+    writers. Returns (numel, dtype, {HF name: (element offset, shape)}); the file is unlinked
+    when this process drops it.
+    """
+    from vllm.distributed import get_tensor_model_parallel_world_size
+
+    from mindrl.engines.shm_region import SharedRegion
+
+    if load_mode(worker) != "in_place" or get_tensor_model_parallel_world_size() != 1:
+        raise ValueError("shared weights need plain CPU weights (plain_cpu_linears) and "
+                         "infer TP 1")
+    model = worker.model_runner.get_model()
+    params = list({id(p): p for p in model.parameters()}.values())
+    dtype = params[0].dtype
+    region = SharedRegion(path, sum(p.numel() for p in params), dtype, create=True)
+    offset_of, offset = {}, 0
+    with torch.no_grad():
+        for p in params:
+            view = region.tensor[offset:offset + p.numel()].view(p.shape)
+            view.copy_(p.data)
+            p.data = view
+            offset_of[id(p)] = offset
+            offset += p.numel()
+    worker._mindrl_shared_weights = region          # lives as long as the model
+    return region.numel, dtype, hf_places(model, offset_of)
+
+
+def hf_places(model, offset_of) -> Dict[str, Tuple[int, Tuple[int, ...]]]:
+    """{HF name: (offset, shape)} given each parameter's element offset: a fused linear's part
+    is its block of rows (vLLM's ``packed_modules_mapping`` order and
+    ``output_partition_sizes``); a vocab-padded table's HF rows come first."""
+    from vllm.model_executor.layers.linear import LinearBase
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
+    fused = getattr(model, "packed_modules_mapping", None) or {}
+    places: Dict[str, Tuple[int, Tuple[int, ...]]] = {}
+    named = set()
+    for mod_name, module in _modules_with_weights(model):
+        prefix, _, leaf = mod_name.rpartition(".")
+        prefix = prefix + "." if prefix else ""
+        if isinstance(module, LinearBase):
+            parts = fused.get(leaf, [leaf])
+            sizes = list(getattr(module, "output_partition_sizes", [module.output_size]))
+            if len(sizes) != len(parts):
+                sizes = [sum(sizes)]
+            for pname, param in module.named_parameters(recurse=False):
+                cols = param.shape[1] if param.dim() == 2 else 1
+                row = 0
+                for part, rows in zip(parts, sizes):
+                    places[f"{prefix}{part}.{pname}"] = (offset_of[id(param)] + row * cols,
+                                                        (rows, *param.shape[1:]))
+                    row += rows
+            continue
+        for pname, param in module.named_parameters(recurse=False):
+            if isinstance(module, ParallelLMHead) and id(param) in named:
+                continue                  # a tied head: the embedding's tensor, named there
+            rows = getattr(module, "org_vocab_size", None)
+            shape = (rows, *param.shape[1:]) if rows is not None else tuple(param.shape)
+            places[f"{prefix}{leaf}.{pname}"] = (offset_of[id(param)], shape)
+            named.add(id(param))
+    return places

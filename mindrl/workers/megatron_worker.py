@@ -77,8 +77,10 @@ class MegatronWorker:
             is_host = (ps.get_data_parallel_rank() == 0 and ps.get_tensor_model_parallel_rank() == 0
                        and ps.get_pipeline_model_parallel_rank() == 0)
             if is_host:
+                shared = device.is_cpu() and setup.generate_config.cpu_weights == "shared"
                 self.rollout = VLLMEngineProcess(setup.rollout_model_path, setup.generate_config,
-                                                 seed=setup.rollout_seed)
+                                                 seed=setup.rollout_seed,
+                                                 plain_cpu_linears=shared, share_weights=shared)
             self.resharder = Resharder(self.engine.model, setup.spec, target=self.rollout,
                                        bucket_mb=setup.generate_config.reshard_bucket_mb)
         return os.getpid()

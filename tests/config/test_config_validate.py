@@ -91,6 +91,15 @@ def test_infer_and_train_tp_must_divide_one_another(cpu8):
     assert_names(err, "generate_config.infer_tensor_parallel_size", "training TP=2")
 
 
+def test_shared_cpu_weights_need_unsharded_vllm(cpu8):
+    err = rejected(["+generate_config.cpu_weights=shared",
+                    "generate_config.infer_tensor_parallel_size=2",
+                    "rl_config.actor_resource.num_cpus=2"], cpu8)
+    assert_names(err, "generate_config.cpu_weights", "infer TP x PP = 2 x 1", "packed")
+    assert_names(rejected(["+generate_config.cpu_weights=shard"]), "generate_config.cpu_weights",
+                 "shared")
+
+
 # 5. resources -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("count", [0, -2])

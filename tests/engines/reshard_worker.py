@@ -56,63 +56,100 @@ def _max_diff(a, b, mask):
 
 
 def sync_layouts(rank, world, spec, vllm_dir, layout_dirs, fulls, layouts, prompts, gen_cfg):
-    """Per layout: sync fresh weights, compare logprobs, train one step, sync, compare.
+    """Per layout: sync fresh weights, compare logprobs, train one step, sync, compare; then the
+    last layout again into a vLLM whose weights the ranks write directly (shared weights).
 
     fulls[i]: full Megatron state dict of layout_dirs[i] at layouts[i]'s TP (built by the
     caller: mapping's vocab padding trips the CPU compat layer inside a rank).
     """
-    from megatron.core import parallel_state as ps
-
     vllm = VLLMEngineProcess(vllm_dir, gen_cfg) if rank == 0 else None
-    out = {"layouts": {}}
+    shared = (VLLMEngineProcess(vllm_dir, gen_cfg, plain_cpu_linears=True, share_weights=True)
+              if rank == 0 else None)
+    out = {"layouts": {}, "modes": (vllm.load_mode, shared.load_mode) if rank == 0 else None}
     try:
         for i, (tp, pp) in enumerate(layouts):
-            engine = _engine(spec, fulls[i], tp, pp, lr=1e-2)
-            resharder = Resharder(engine.model, spec, target=vllm, bucket_mb=0.1)
-            res = {"sync": resharder.sync(verify=True)}
-            if vllm is not None:   # mapping-free check: vLLM now equals the layout's HF dir
-                vllm.check_fingerprint(checkpoint_fingerprint(layout_dirs[i], vllm.dtype))
-
-            # (b) vLLM's sampled-token logprobs == Megatron's on the same sequences
-            batch = _rollout(vllm, prompts, seed=100 + i)
-            mask = batch["response_mask"].float()
-            old = engine.compute_log_probs(batch)["log_probs"]
-            res["diff_before"] = _max_diff(batch["rollout_log_probs"], old, mask)
-
-            # (c) one large-lr step, sync: vLLM follows the new weights
-            g = torch.Generator().manual_seed(i)
-            adv = torch.randn(batch["response_ids"].shape[0], 1, generator=g).sign()
-            engine.update({**batch, "advantages": adv.expand_as(mask) * mask},
-                          mini_batch_size=batch["response_ids"].shape[0])
-            new = engine.compute_log_probs(batch)["log_probs"]
-            res["sync_after_update"] = resharder.sync(verify=True)
-            if vllm is not None:
-                p_len = batch["prompt_mask"].sum(1)
-                prompts_b = [batch["prompt_ids"][b, -int(p_len[b]):].tolist()
-                             for b in range(len(p_len))]
-                resp_b = [batch["response_ids"][b, :int(mask[b].sum())].tolist()
-                          for b in range(len(p_len))]
-                scored = vllm.score(prompts_b, resp_b)
-                rescored = torch.zeros_like(old)
-                for b, lps in enumerate(scored):
-                    rescored[b, :len(lps)] = torch.tensor(lps)
-                res["diff_rescored_vs_new"] = _max_diff(rescored, new, mask)
-                res["diff_rescored_vs_old"] = _max_diff(rescored, old, mask)
-            res["diff_new_vs_old"] = _max_diff(new, old, mask)
-            batch2 = _rollout(vllm, prompts, seed=200 + i)
-            new2 = engine.compute_log_probs(batch2)["log_probs"]
-            res["diff_after"] = _max_diff(batch2["rollout_log_probs"], new2,
-                                          batch2["response_mask"].float())
-            res["tokens"] = int(mask.sum())
-            out["layouts"][(tp, pp)] = res
-            ps.destroy_model_parallel()
-
+            out["layouts"][(tp, pp)] = _sync_and_train(spec, vllm, layout_dirs[i], fulls[i],
+                                                       tp, pp, prompts, i)
+        out["shared"] = _sync_and_train(spec, shared, layout_dirs[-1], fulls[-1], *layouts[-1],
+                                        prompts, len(layouts))
+        out["shared_failure"] = _failed_direct_write(spec, shared, fulls[-1], layouts[-1])
         out["wrong_entries"] = _wrong_mapping_entries(spec, layout_dirs[-1], fulls[-1],
                                                       layouts[-1], vllm)
     finally:
-        if vllm is not None:
-            vllm.close()
+        for engine in (vllm, shared):
+            if engine is not None:
+                engine.close()
     return out if rank == 0 else None
+
+
+def _sync_and_train(spec, vllm, layout_dir, full, tp, pp, prompts, i):
+    from megatron.core import parallel_state as ps
+
+    engine = _engine(spec, full, tp, pp, lr=1e-2)
+    resharder = Resharder(engine.model, spec, target=vllm, bucket_mb=0.1)
+    res = {"sync": resharder.sync(verify=True)}
+    if vllm is not None:   # mapping-free check: vLLM now equals the layout's HF dir
+        vllm.check_fingerprint(checkpoint_fingerprint(layout_dir, vllm.dtype))
+
+    # (b) vLLM's sampled-token logprobs == Megatron's on the same sequences
+    batch = _rollout(vllm, prompts, seed=100 + i)
+    mask = batch["response_mask"].float()
+    old = engine.compute_log_probs(batch)["log_probs"]
+    res["diff_before"] = _max_diff(batch["rollout_log_probs"], old, mask)
+
+    # (c) one large-lr step, sync: vLLM follows the new weights
+    g = torch.Generator().manual_seed(i)
+    adv = torch.randn(batch["response_ids"].shape[0], 1, generator=g).sign()
+    engine.update({**batch, "advantages": adv.expand_as(mask) * mask},
+                  mini_batch_size=batch["response_ids"].shape[0])
+    new = engine.compute_log_probs(batch)["log_probs"]
+    res["sync_after_update"] = resharder.sync(verify=True)
+    if vllm is not None:
+        p_len = batch["prompt_mask"].sum(1)
+        prompts_b = [batch["prompt_ids"][b, -int(p_len[b]):].tolist()
+                     for b in range(len(p_len))]
+        resp_b = [batch["response_ids"][b, :int(mask[b].sum())].tolist()
+                  for b in range(len(p_len))]
+        scored = vllm.score(prompts_b, resp_b)
+        rescored = torch.zeros_like(old)
+        for b, lps in enumerate(scored):
+            rescored[b, :len(lps)] = torch.tensor(lps)
+        res["diff_rescored_vs_new"] = _max_diff(rescored, new, mask)
+        res["diff_rescored_vs_old"] = _max_diff(rescored, old, mask)
+    res["diff_new_vs_old"] = _max_diff(new, old, mask)
+    batch2 = _rollout(vllm, prompts, seed=200 + i)
+    new2 = engine.compute_log_probs(batch2)["log_probs"]
+    res["diff_after"] = _max_diff(batch2["rollout_log_probs"], new2,
+                                  batch2["response_mask"].float())
+    res["tokens"] = int(mask.sum())
+    ps.destroy_model_parallel()
+    return res
+
+
+def _failed_direct_write(spec, shared, full, layout):
+    """A rank that cannot write its shard (a wrong place for one tensor): every rank raises
+    naming it, and vLLM, half-written, refuses to generate. Breaks `shared` for good."""
+    from megatron.core import parallel_state as ps
+
+    engine = _engine(spec, full, *layout)
+    name = "model.layers.1.mlp.down_proj.weight"      # held by the last stage only
+    if shared is not None:
+        places = dict(shared.shared_weights.places)
+        offset, shape = places[name]
+        places[name] = (offset, (shape[0] + 1, shape[1]))
+        shared.shared_weights = dataclasses.replace(shared.shared_weights, places=places)
+    result = {}
+    try:
+        Resharder(engine.model, spec, target=shared).sync()
+    except WeightSyncError as exc:
+        result["error"] = str(exc)
+    if shared is not None:
+        try:
+            shared.generate([[5, 6]], n=1)
+        except WeightSyncError as exc:
+            result["after"] = str(exc)
+    ps.destroy_model_parallel()
+    return result
 
 
 def _swap_parts(fuse, first, second):

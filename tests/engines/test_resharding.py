@@ -108,3 +108,23 @@ def test_wrong_mapping_entry_is_caught_by_fingerprint(run, label, names):
     assert "mindrl/ckpt/mapping.py" in message
     for name in names:
         assert f".{name}.weight" in message
+
+
+def test_cpu_loaders_in_use(run):
+    assert run["modes"] == ("packed", "in_place")
+
+
+def test_shared_weights_written_by_the_ranks_follow_megatron(run):
+    """vLLM's weights in shared memory, written directly by TP2 x PP2 ranks: same checks."""
+    res = run["shared"]
+    assert res["sync"].buckets == 1 and res["sync"].tensors == 26
+    assert res["diff_before"] <= TOL, res["diff_before"]
+    assert res["diff_new_vs_old"] > 0.05
+    assert res["diff_rescored_vs_new"] <= TOL and res["diff_rescored_vs_old"] > 0.05
+    assert res["diff_after"] <= TOL, res["diff_after"]
+
+
+def test_a_failed_direct_write_names_the_tensor_and_is_fatal(run):
+    failure = run["shared_failure"]
+    assert "linear_fc2" in failure["error"] and "down_proj" in failure["error"]
+    assert "unusable" in failure["after"]
