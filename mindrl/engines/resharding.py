@@ -21,6 +21,12 @@ acknowledgements. vLLM's process maps the same file, so the bytes cross once int
 and once into vLLM's parameters, with no TCP transfer and no gather on the host. Other
 devices, or ranks on other nodes, take the general path below.
 
+Shared-weights path (the same conditions, and a vLLM started with ``share_weights``,
+``generate_config.cpu_weights: shared``): vLLM's own parameters live in a /dev/shm file, so
+every rank writes its shards straight into them at once: no bucket, no vLLM load, one copy
+in all. A verified sync then gathers full tensors the general way for the expected
+fingerprints, independent of the shared layout.
+
 Memory on the host: the bucket buffer (bucket_mb) plus one tensor in flight (its TP shards,
 the gathered tensor, its HF parts); a module larger than a bucket (the embedding of a big
 vocabulary) goes alone, without the buffer and without a copy, so the peak stays near

@@ -217,11 +217,11 @@ class VLLMEngine:
         """`logprobs_mode` "processed_logprobs": the log-probs of the distribution actually
         sampled from (after temperature), what the actor's temperature-scaled log-probs
         reproduce; vLLM's default "raw_logprobs" ignores the temperature.
-        plain_cpu_linears (CPU only): keep linear weights unpacked (`vllm_weights.use_plain_cpu_linears`)
-        so a weight update is one in-place copy (about 10x faster than vLLM's reload), at the
-        price of generation: torch's fp32 GEMM is about 2x slower than oneDNN's packed one for
-        decode-sized batches (qwen2.5-0.5b shape, 1 thread: 38 vs 77 tokens/s). Off by
-        default: keeps vLLM's oneDNN repacking and its layer-by-layer reload.
+        plain_cpu_linears (CPU only): keep linear weights unpacked
+        (`vllm_weights.use_plain_cpu_linears`) so a weight update is one copy, at the price of
+        decode speed: torch's fp32 GEMM against oneDNN's packed one, qwen2.5-0.5b shape, 1
+        thread, 64 sequences: 71 vs 88 tokens/s (75M shape, 2 threads: 375 vs 316). Off by
+        default.
         load_mode: None picks the fastest loader that fits the model
         (`vllm_weights.load_mode`); "reload" forces vLLM's own reload.
         share_weights (CPU, with plain_cpu_linears): vLLM's parameters move into a shared
