@@ -42,6 +42,7 @@ def _worker(direction: str, src: str, dst: str) -> None:
     # One-time imports are process start-up, reported as CLI overhead, not conversion time.
     import megatron.core.dist_checkpointing  # noqa: F401
     import megatron.core.models.gpt  # noqa: F401
+    import megatron.core.models.gpt.gpt_layer_specs  # noqa: F401  (the builder imports it late)
     import mindrl.models.builder  # noqa: F401
     import mindrl.models.hf_config  # noqa: F401
 

@@ -90,7 +90,7 @@ def memcpy_seconds(total_bytes: int, bucket_bytes: int, repeats: int = 3) -> flo
 
 
 def rank_body(rank, world, spec, hf_dir, tp, pp, bucket_mbs, warm_repeats,
-              cpu_weights="packed"):
+              cpu_weights="packed", keep_buffer=False):
     import torch
     from megatron.core import parallel_state as ps
 
@@ -116,7 +116,8 @@ def rank_body(rank, world, spec, hf_dir, tp, pp, bucket_mbs, warm_repeats,
     results = {"build_s": build_s, "runs": []}
     try:
         for bucket_mb in bucket_mbs:
-            resharder = Resharder(engine.model, spec, target=vllm, bucket_mb=bucket_mb)
+            resharder = Resharder(engine.model, spec, target=vllm, bucket_mb=bucket_mb,
+                                  keep_buffer=keep_buffer)
             run = {"bucket_mb": bucket_mb, "warm": []}
             for i in range(warm_repeats + 2):   # cold, warm..., verified
                 verify = i == warm_repeats + 1
@@ -171,6 +172,8 @@ def main(argv=None):
                          "repacks), plain (one copy per sync into vLLM's parameters) or shared "
                          "(plain, in shared memory the ranks write directly; "
                          "generate_config.cpu_weights)")
+    ap.add_argument("--keep-buffer", action="store_true",
+                    help="keep the shared bucket buffers between syncs (Resharder keep_buffer)")
     args = ap.parse_args(argv)
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -188,7 +191,7 @@ def main(argv=None):
         write_config_dir(spec, Path(tmp))
         wall = time.perf_counter()
         res = spawn_local(rank_body, args.tp * args.pp, spec, tmp, args.tp, args.pp, buckets,
-                          args.repeats, args.cpu_weights)[0]
+                          args.repeats, args.cpu_weights, args.keep_buffer)[0]
         wall = time.perf_counter() - wall
 
     print(f"\nreshard {args.model} ({spec.num_layers} layers, {spec.num_parameters() / 1e6:.0f}M "
@@ -228,7 +231,7 @@ def main(argv=None):
     main_row = rows[-1]
     print(json.dumps({"bench": "reshard", "model": args.model, "layers": spec.num_layers,
                       "tp": args.tp, "pp": args.pp, "dtype": "float32",
-                      "cpu_weights": args.cpu_weights,
+                      "cpu_weights": args.cpu_weights, "keep_buffer": args.keep_buffer,
                       "ratio_to_floor": round(main_row["ratio_to_floor"], 2),
                       "sync_s": round(main_row["sync_s"], 3),
                       "memcpy_s": round(main_row["memcpy_s"], 4),

@@ -5,12 +5,12 @@ the output directory is vetted before anything is written; a bad input is a
 ``ConversionError`` that names the file, tensor or flag. Then they run in one process (a gloo
 world of 1, TP1 PP1) and write into a staging directory renamed into place at the end.
 
-HF -> mcore builds the Megatron model without initialising it, fills it one layer at a time
-from safetensors reads (one layer's HF tensors in memory), and saves one torch_dist
+HF -> mcore builds the Megatron model without initialising it and saves one torch_dist
 checkpoint (mcore_io) that loads at any TP/PP; --target-tensor/pipeline-parallel-size are
-checked against the model and recorded, not baked into files. mcore -> HF reads the
-checkpoint one layer at a time into fresh buffers and streams safetensors shards. Names and
-layouts come from mapping.py only.
+checked against the model and recorded, not baked into files. mcore -> HF streams
+safetensors shards. Either way a tensor whose bytes need no transform (all of them when the
+dtype is kept: copy_plan) is copied from file to file, never held in memory; the others go
+through one reused buffer, one tensor at a time. Names and layouts come from mapping.py only.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 
-from mindrl.ckpt import distcp_reader, fastio, hf_io, mapping, mcore_io
+from mindrl.ckpt import copy_plan, distcp_reader, fastio, hf_io, mapping, mcore_io
 from mindrl.ckpt.staging import SaveDirError, check_save_dir, staged_dir
 from mindrl.models.spec import ModelSpec
 
@@ -314,8 +314,10 @@ def run_hf_to_mcore(plan: HFToMcorePlan, progress: bool = True) -> Path:
     try:
         with single_process_megatron(), staged_dir(plan.save_dir, plan.overwrite) as tmp:
             # Built for its checkpoint layout only: its parameters are never initialised nor
-            # filled. The save asks for each parameter just before writing it, and gets it
-            # from the HF files in a reused buffer: one parameter in memory at a time.
+            # filled. The save asks for each parameter just before writing it and gets where
+            # its bytes lie in the HF files (copied file to file: copy_plan), or, where it
+            # must be computed (a cast, a torch pickle), the parameter filled from the HF
+            # files in a reused buffer: at most one parameter in memory at a time.
             model = build_gpt_model(spec, Parallelism(), plan.params_dtype,
                                     perform_initialization=False)
             rules = {rule.mcore_name(layer): (rule, layer)
@@ -335,9 +337,18 @@ def run_hf_to_mcore(plan: HFToMcorePlan, progress: bool = True) -> Path:
                         out[spec.vocab_size:].zero_()
                     bar.update()
 
+                def pieces(name: str, param: torch.Tensor):
+                    rule, layer = rules[name]
+                    found = copy_plan.mcore_pieces(rule, layer, spec, tuple(param.shape),
+                                                   param.dtype, plan.weights)
+                    if found is not None:
+                        bar.set_postfix_str(name, refresh=False)
+                        bar.update()
+                    return found
+
                 mcore_io.save_mcore_checkpoint(model, tmp, spec, plan.params_dtype,
                                                hf_assets=hf_assets, extra_info=extra,
-                                               checksums=False, fill=fill)
+                                               checksums=False, fill=fill, pieces=pieces)
             del model
     finally:
         plan.weights.close()
@@ -475,28 +486,38 @@ def run_mcore_to_hf(plan: McoreToHFPlan, progress: bool = True) -> Path:
             hf_io.copy_files(plan.tokenizer_dir, tmp, hf_io.TOKENIZER_FILES)
             writer = hf_io.ShardedSafetensorsWriter(tmp, entries, plan.max_shard_bytes)
             steps = _steps(spec)
-            # Each step's tensors are read straight from the checkpoint files into one
-            # reused buffer; the writer copies only what is strided (q/k/v) or cast.
             arena = fastio.Arena()
             try:
                 with _progress(len(steps), "mcore->hf", progress) as bar, \
                         distcp_reader.DistcpReader(plan.ckpt_dir) as reader:
                     for label, group in steps:
                         bar.set_postfix_str(label)
-                        names = [rule.mcore_name(layer) for rule, layer in group]
-                        tensors = distcp_reader.read_tensors({n: sharded[n] for n in names},
-                                                        reader, saved, arena)
                         for rule, layer in group:
-                            full = tensors.pop(rule.mcore_name(layer))
-                            views = mapping.mcore_part_views(rule, full, spec)
-                            for hf_name, view in zip(rule.hf_names(layer), views):
-                                writer.write(hf_name, view)
+                            _write_hf_parts(rule, layer, spec, sharded, saved, reader, writer,
+                                            arena)
                         bar.update()
                 writer.finish()
             except BaseException:
                 writer.abort()
                 raise
     return plan.save_dir
+
+
+def _write_hf_parts(rule: mapping.TensorRule, layer: Optional[int], spec: ModelSpec,
+                    sharded: Dict, saved: Dict[str, Tuple], reader, writer, arena) -> None:
+    """Write the HF tensors of one Megatron tensor: copied from the checkpoint files as they
+    are where their bytes lie there in order (copy_plan), else read into one reused buffer
+    and written from it (the writer copies what is strided or cast)."""
+    name = rule.mcore_name(layer)
+    names = rule.hf_names(layer)
+    parts = copy_plan.hf_pieces(rule, spec, sharded[name], reader, writer.dtype(names[0]))
+    if parts is not None:
+        for hf_name, pieces in zip(names, parts):
+            writer.write_pieces(hf_name, pieces)
+        return
+    full = distcp_reader.read_tensors({name: sharded[name]}, reader, saved, arena)[name]
+    for hf_name, view in zip(names, mapping.mcore_part_views(rule, full, spec)):
+        writer.write(hf_name, view)
 
 
 def mcore_to_hf(load_dir, save_dir, progress: bool = True, **options) -> Path:

@@ -3,8 +3,9 @@
 ``dist_checkpointing.load`` unpickles every record into fresh memory and then copies it into
 place; for a converter that streams layer by layer, DistcpReader reads each record's small
 header and then the tensor bytes directly (pread) into the destination, for chunks saved at
-any TP/PP. Missing, truncated or incomplete data raise McoreCheckpointError naming the file
-and tensor.
+any TP/PP. ``box_pieces`` says instead where a box's bytes lie in the files, for copying them
+from file to file without reading them into memory (copy_plan). Missing, truncated or
+incomplete data raise McoreCheckpointError naming the file and tensor.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import dataclasses
 import io
 import os
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
@@ -78,6 +79,7 @@ class DistcpReader:
             raise McoreCheckpointError(f"{self.directory / '.metadata'}: unreadable "
                                        f"({e})") from e
         self._fds: Dict[str, int] = {}
+        self._records: Dict[Tuple[str, Tuple[int, ...]], Tuple] = {}
 
     def close(self) -> None:
         for fd in self._fds.values():
@@ -91,7 +93,14 @@ class DistcpReader:
         self.close()
 
     def _record(self, key: str, offsets) -> Tuple[int, int, torch.Tensor, str]:
-        """(fd, file offset of the data, meta tensor with the saved layout, file name)."""
+        """(fd, file offset of the data, meta tensor with the saved layout, file name), read
+        once per record (q, k and v are each several boxes of one record)."""
+        found = self._records.get((key, tuple(offsets)))
+        if found is None:
+            found = self._records[(key, tuple(offsets))] = self._read_record(key, offsets)
+        return found
+
+    def _read_record(self, key: str, offsets) -> Tuple[int, int, torch.Tensor, str]:
         from torch.distributed.checkpoint.metadata import MetadataIndex
 
         info = self.metadata.storage_data[MetadataIndex(key, torch.Size(offsets))]
@@ -115,32 +124,39 @@ class DistcpReader:
             raise McoreCheckpointError(f"{where}: record shorter than its tensor")
         return fd, info.offset + start, meta, where
 
-    def read_box(self, key: str, offsets, out: torch.Tensor) -> None:
-        """Fill ``out`` with the global tensor ``key``'s box at ``offsets`` of out's shape,
-        from however many saved chunks (any TP/PP the checkpoint was saved at) cover it."""
+    def _tensor_metadata(self, key: str):
         from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
         md = self.metadata.state_dict_metadata.get(key)
         if not isinstance(md, TensorStorageMetadata):
             raise McoreCheckpointError(f"{self.directory}: tensor {key!r} is not in the "
                                        f"checkpoint")
-        offsets = tuple(int(o) for o in offsets)
-        shape = tuple(out.shape)
-        covered = 0
-        for chunk in md.chunks:
+        return md
+
+    def _overlaps(self, key: str, offsets, shape):
+        """(chunk, lo, hi) for each saved chunk of ``key`` overlapping the box, [lo, hi) in
+        global coordinates, with the chunk's record (fd, data offset, meta, where)."""
+        for chunk in self._tensor_metadata(key).chunks:
             lo = [max(a, b) for a, b in zip(offsets, chunk.offsets)]
             hi = [min(a + n, b + m) for a, n, b, m in zip(offsets, shape, chunk.offsets,
                                                           chunk.sizes)]
             if any(h <= low for low, h in zip(lo, hi)):
                 continue
-            fd, start, meta, where = self._record(key, chunk.offsets)
-            if tuple(meta.shape) != tuple(chunk.sizes):
-                raise McoreCheckpointError(f"{where}: record shape {tuple(meta.shape)}, "
-                                           f"metadata says {tuple(chunk.sizes)}")
+            record = self._record(key, chunk.offsets)
+            if tuple(record[2].shape) != tuple(chunk.sizes):
+                raise McoreCheckpointError(f"{record[3]}: record shape "
+                                           f"{tuple(record[2].shape)}, metadata says "
+                                           f"{tuple(chunk.sizes)}")
+            yield chunk, lo, hi, record
+
+    def read_box(self, key: str, offsets, out: torch.Tensor) -> None:
+        """Fill ``out`` with the global tensor ``key``'s box at ``offsets`` of out's shape,
+        from however many saved chunks (any TP/PP the checkpoint was saved at) cover it."""
+        offsets = tuple(int(o) for o in offsets)
+        covered = 0
+        for chunk, lo, hi, (fd, start, meta, where) in self._overlaps(key, offsets, out.shape):
             dst = out[tuple(slice(low - o, h - o) for low, h, o in zip(lo, hi, offsets))]
-            plain = (meta.is_contiguous() and meta.storage_offset() == 0 and
-                     meta.untyped_storage().nbytes() == meta.numel() * meta.element_size())
-            if (plain and meta.dtype == out.dtype and dst.is_contiguous() and
+            if (_plain(meta) and meta.dtype == out.dtype and dst.is_contiguous() and
                     tuple(dst.shape) == tuple(chunk.sizes)):
                 _pread(fd, start, dst, where)  # the common case: no temporary
             else:
@@ -150,15 +166,106 @@ class DistcpReader:
                                        meta.storage_offset())
                 dst.copy_(src[tuple(slice(low - c, h - c)
                                     for low, h, c in zip(lo, hi, chunk.offsets))])
-            n = 1
-            for low, h in zip(lo, hi):
-                n *= h - low
-            covered += n
+            covered += _numel(h - low for low, h in zip(lo, hi))
         want = out.numel()
         if covered != want:
             raise McoreCheckpointError(f"{self.directory}: the saved chunks of {key!r} cover "
                                        f"{covered} of the {want} values at {offsets} "
                                        f"(incomplete or overlapping checkpoint)")
+
+    def box_pieces(self, key: str, offsets, shape, dtype: torch.dtype
+                   ) -> Optional[List[fastio.FileBytes]]:
+        """The box's bytes as file ranges in row-major order, for copying them as they are:
+        when the saved chunks hold the box in ``dtype``, each its part as one contiguous run
+        that follows the previous part's (a TP1 save; TP splits of the first dimension).
+        None otherwise: read_box then gathers the box (and reports what is wrong)."""
+        offsets, shape = tuple(int(o) for o in offsets), tuple(int(n) for n in shape)
+        if self._tensor_metadata(key).properties.dtype != dtype:
+            return None
+        parts = []
+        for chunk, lo, hi, (fd, start, meta, where) in self._overlaps(key, offsets, shape):
+            in_chunk = _span(chunk.sizes, [low - c for low, c in zip(lo, chunk.offsets)],
+                             [h - c for h, c in zip(hi, chunk.offsets)])
+            in_box = _span(shape, [low - o for low, o in zip(lo, offsets)],
+                           [h - o for h, o in zip(hi, offsets)])
+            if not _plain(meta) or in_chunk is None or in_box is None:
+                return None
+            size = meta.element_size()
+            parts.append((in_box, fastio.FileBytes(fd, start + in_chunk[0] * size,
+                                                   in_chunk[1] * size, where)))
+        parts.sort(key=lambda part: part[0])
+        at = 0
+        for (first, count), _ in parts:
+            if first != at:
+                return None  # a gap or an overlap: let read_box report it
+            at += count
+        return [piece for _, piece in parts] if at == _numel(shape) else None
+
+
+def _plain(meta: torch.Tensor) -> bool:
+    """The record's tensor is its whole storage, contiguous: its bytes are the values."""
+    return (meta.is_contiguous() and meta.storage_offset() == 0 and
+            meta.untyped_storage().nbytes() == meta.numel() * meta.element_size())
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _span(sizes, lo, hi) -> Optional[Tuple[int, int]]:
+    """(first element, count) of the region [lo, hi) of a row-major array of ``sizes`` when
+    the region is one contiguous run of elements; None when it is not."""
+    extent = [h - low for low, h in zip(lo, hi)]
+    outer = next((i for i, e in enumerate(extent) if e != 1), len(extent))
+    if any(lo[j] != 0 or hi[j] != sizes[j] for j in range(outer + 1, len(sizes))):
+        return None
+    first, stride = 0, 1
+    for j in reversed(range(len(sizes))):
+        first += lo[j] * stride
+        stride *= int(sizes[j])
+    return first, _numel(extent)
+
+
+def entry_layout(sh):
+    """(local shape, dtype, build): build(buffer) gives the ShardedTensors that fill a buffer
+    of the entry's local shape, each a view of it."""
+    from megatron.core.dist_checkpointing.mapping import ShardedTensor, ShardedTensorFactory
+
+    if isinstance(sh, ShardedTensorFactory):
+        # e.g. linear_fc1, saved as [gate; up] halves: read them straight into their places
+        # in one buffer.
+        return sh.data.shape, sh.data.dtype, lambda buffer: dataclasses.replace(
+            sh, data=buffer).build()
+    if isinstance(sh, ShardedTensor):
+        return tuple(sh.local_shape), sh.dtype, lambda buffer: [
+            dataclasses.replace(sh, data=buffer)]
+    raise McoreCheckpointError(f"cannot read {type(sh).__name__} entries")
+
+
+RowBox = Tuple[int, int, str, Tuple[int, ...], int]
+
+
+def row_boxes(entry) -> Optional[List[RowBox]]:
+    """What a sharded entry's local tensor is made of, as blocks of its rows:
+    (first local row, rows, checkpoint key, global offsets of the first row, the key's axis
+    for local rows). None when a part is not such a block (then only read_tensors reads it).
+    """
+    shape, dtype, build = entry_layout(entry)
+    row = _numel(shape[1:]) if shape else 0
+    if not row:
+        return None
+    boxes = []
+    for part in build(torch.empty(shape, dtype=dtype, device="meta")):
+        data = part.data
+        if (getattr(part, "flattened_range", None) is not None or not data.is_contiguous() or
+                tuple(data.shape[1:]) != tuple(shape[1:]) or data.storage_offset() % row):
+            return None
+        boxes.append((data.storage_offset() // row, data.shape[0], part.key,
+                      tuple(part.global_offset), part.prepend_axis_num))
+    return sorted(boxes)
 
 
 def read_tensors(entries: Dict, reader: DistcpReader, saved_shapes: Dict[str, Tuple],
@@ -170,20 +277,7 @@ def read_tensors(entries: Dict, reader: DistcpReader, saved_shapes: Dict[str, Tu
     reset here, so earlier results are overwritten). Vocab-row tensors saved with other
     padding get the rows they share and zeros beyond.
     """
-    from megatron.core.dist_checkpointing.mapping import ShardedTensor, ShardedTensorFactory
-
-    def parts_of(sh):
-        if isinstance(sh, ShardedTensorFactory):
-            # e.g. linear_fc1, saved as [gate; up] halves: read them straight into their
-            # places in one buffer.
-            return sh.data.shape, sh.data.dtype, lambda buffer: dataclasses.replace(
-                sh, data=buffer).build()
-        if isinstance(sh, ShardedTensor):
-            return tuple(sh.local_shape), sh.dtype, lambda buffer: [
-                dataclasses.replace(sh, data=buffer)]
-        raise McoreCheckpointError(f"cannot read {type(sh).__name__} entries")
-
-    plans = {name: parts_of(sh) for name, sh in entries.items()}
+    plans = {name: entry_layout(sh) for name, sh in entries.items()}
     if arena is not None:
         arena.reset()
         arena.reserve(sum(fastio.nbytes(shape, dtype) + 64

@@ -1,8 +1,11 @@
 """The torch_dist writer behind save_mcore_checkpoint: Megatron's dist_checkpointing.save with
-its files written in this process, one per rank, in state-dict order, fsynced once.
+its files written in this process, one per rank, in state-dict order, durable when done.
 
 Megatron's default writer forks writer processes and reports through a spawned manager
 process (seconds of start-up on a CPU host); a sequential in-process write needs none of it.
+Each file goes out through a ``fastio.DirectWriter``. A converter that knows where a
+parameter's bytes lie in its input files (``pieces``) has them copied from file to file into
+the record torch.save writes around them (``skip_data``): the tensor is never in memory.
 The output is the same torch_dist checkpoint (DCP metadata + torch.save records), loadable by
 ``dist_checkpointing.load`` at any TP/PP.
 """
@@ -12,11 +15,14 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from typing import Callable, Optional
+from typing import Callable, List, Optional
 
 import torch
 
 from mindrl.ckpt import fastio
+
+
+Pieces = Callable[[str, torch.Tensor], Optional[List[fastio.Piece]]]
 
 
 class ParamSource:
@@ -25,16 +31,37 @@ class ParamSource:
     torch.save writes a tensor's whole storage, so a view (e.g. the gate or up half of
     linear_fc1) is first copied into a tensor of its own, in a reused arena rather than in
     fresh memory. With ``fill``, a view of a parameter is produced by filling the whole
-    parameter into the arena (once for all its views) instead of read from the model.
+    parameter into the arena (once for all its views) instead of read from the model. With
+    ``pieces`` (``pieces(name, param)``: the parameter's bytes as file pieces, or None), a
+    contiguous view of a parameter is described by file pieces and never produced at all.
     """
 
-    def __init__(self, model, fill: Optional[Callable[[str, torch.Tensor], None]]):
+    def __init__(self, model, fill: Optional[Callable[[str, torch.Tensor], None]],
+                 pieces: Optional[Pieces] = None):
         self._fill = fill
+        self._pieces = pieces
         self._params = {p.untyped_storage().data_ptr(): (name, p)
                         for name, p in model.named_parameters()} if fill is not None else {}
         self._arena = fastio.Arena()      # the parameter being written
         self._scratch_arena = fastio.Arena()  # copies of strided views
         self._current = None  # (storage ptr, filled tensor in the arena)
+        self._described = (None, None)  # (parameter name, its pieces): for all its views
+
+    def pieces(self, tensor: torch.Tensor) -> Optional[List[fastio.Piece]]:
+        """``tensor``'s bytes as file pieces when it is a contiguous view of a parameter
+        that ``pieces`` describes; None when they must be produced (call the source)."""
+        found = self._params.get(tensor.untyped_storage().data_ptr())
+        if found is None or self._pieces is None or not tensor.is_contiguous():
+            return None
+        name, param = found
+        if self._described[0] != name:
+            self._described = (name, self._pieces(name, param))
+        whole = self._described[1]
+        if whole is None:
+            return None
+        size = tensor.element_size()
+        start = (tensor.storage_offset() - param.storage_offset()) * size
+        return fastio.slice_pieces(whole, start, start + tensor.numel() * size)
 
     def __call__(self, tensor: torch.Tensor) -> torch.Tensor:
         tensor = tensor.detach()
@@ -63,6 +90,7 @@ class ParamSource:
 
     def done(self) -> None:
         self._current = None
+        self._described = (None, None)
         self._arena = self._scratch_arena = None
 
 
@@ -157,22 +185,26 @@ def _streaming_writer_class():
                            self.results_queue])
 
     def _write_in_process(transforms, source, rank, buckets, results_queue) -> None:
+        from torch.serialization import get_crc32_options
+
+        # A record written around a hole holds no checksum of the bytes put there later.
+        holes = not transforms.extensions and not get_crc32_options()
         results = {}
         try:
             for i, (path, key, (bytes_data, tensor_data)) in enumerate(buckets):
                 out = []
-                with open(path, "wb", buffering=1 << 20) as stream:
-                    flusher = fastio.WriteBehind(stream.fileno())
+                with fastio.DirectWriter(path) as stream:
                     for item, data in bytes_data:
                         out.append(_write_item(transforms, stream, data, item, key,
                                                SerializationFormat.TORCH_SAVE))
                     for item, tensor in tensor_data:
-                        out.append(_write_item(transforms, stream, source(tensor), item, key,
-                                               SerializationFormat.TORCH_SAVE))
-                        stream.flush()
-                        flusher.written(stream.tell())
-                    stream.flush()
-                    flusher.finish()
+                        tensor = tensor.detach()
+                        pieces = source.pieces(tensor) if holes else None
+                        if pieces is None:
+                            out.append(_write_item(transforms, stream, source(tensor), item,
+                                                   key, SerializationFormat.TORCH_SAVE))
+                        else:
+                            out.append(_write_record(stream, tensor, pieces, item, key))
                 results[i] = out
         except Exception as e:  # reported by retrieve_write_results, as Megatron does
             results = e
@@ -180,6 +212,30 @@ def _streaming_writer_class():
 
     _STREAMING_WRITER = _StreamingWriter
     return _STREAMING_WRITER
+
+
+def _write_record(stream: fastio.DirectWriter, tensor: torch.Tensor, pieces, item, key: str):
+    """What DCP's _write_item writes for a tensor (a torch.save record at the stream's end,
+    and its WriteResult), with the storage bytes copied from ``pieces`` into the hole that
+    torch.save leaves under skip_data: the same record, the tensor never in memory."""
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.storage import WriteResult
+
+    size = tensor.numel() * tensor.element_size()
+    if fastio.pieces_nbytes(pieces) != size:
+        raise RuntimeError(f"{key}: {fastio.pieces_nbytes(pieces)} bytes of pieces for a "
+                           f"tensor of {size} bytes {tuple(tensor.shape)}")
+    offset = stream.tell()
+    stand_in = torch.empty(tensor.shape, dtype=tensor.dtype)  # only its layout is pickled
+    stream.fill_hole(pieces)
+    with torch.serialization.skip_data():
+        torch.save(stand_in, stream)
+    if not stream.hole_filled():
+        raise RuntimeError(f"{stream.path}: torch.save left no hole for {key} "
+                           f"{tuple(tensor.shape)}")
+    length = stream.tell() - offset
+    return WriteResult(index=item.index, size_in_bytes=length,
+                       storage_data=_StorageInfo(key, offset, length))
 
 
 @contextlib.contextmanager

@@ -8,8 +8,9 @@ only loaded with ``weights_only=True`` (and memory-mapped).
 Writing: safetensors needs every tensor's shape and offset in the header, which a converter
 knows from the model spec before it has any tensor. ``ShardedSafetensorsWriter`` therefore
 plans the shards up front, writes each header first and then appends tensors as they are
-produced, so the output is streamed with one tensor in memory, not one shard; each shard is
-handed to writeback as it grows and fsynced when complete.
+produced, so the output is streamed with one tensor in memory, not one shard. A tensor that
+is a plain copy of input bytes is given as file pieces and never held in memory at all. Each
+shard goes out through a ``fastio.DirectWriter`` (durable when complete).
 """
 
 from __future__ import annotations
@@ -142,6 +143,12 @@ class HFWeights:
             return handle[name]
         return handle.read(name, *self._info[name])
 
+    def file_bytes(self, name: str) -> Optional[fastio.FileBytes]:
+        """Where the tensor's bytes lie in its file, for copying them as they are; None for a
+        torch pickle (its bytes are only reachable through torch.load)."""
+        handle = self._handles[self._files[name]]
+        return handle.file_bytes(name) if isinstance(handle, _SafetensorsFile) else None
+
     def read_into(self, name: str, out: torch.Tensor) -> None:
         """Fill ``out`` with one tensor. A contiguous ``out`` of the stored dtype and shape is
         read into directly (no temporary); anything else goes through one and is cast."""
@@ -201,22 +208,21 @@ class _SafetensorsFile:
         self.read_into(name, out)
         return out
 
+    def file_bytes(self, name: str) -> fastio.FileBytes:
+        begin, end = self._offsets[name]
+        return fastio.FileBytes(self._fd, self._base + begin, end - begin,
+                                f"{self.path}: tensor {name!r}")
+
     def read_into(self, name: str, out: torch.Tensor) -> None:
         """pread the tensor's bytes into a contiguous tensor of its dtype and size."""
-        begin, end = self._offsets[name]
-        if end - begin != out.numel() * out.element_size():
-            raise HFCheckpointError(f"{self.path}: tensor {name!r} holds {end - begin} bytes, "
-                                    f"expected {out.numel() * out.element_size()}")
-        if end == begin:
-            return
-        view = memoryview(out.detach().reshape(-1).view(torch.uint8).numpy())
-        done = 0
-        while done < len(view):
-            got = os.preadv(self._fd, [view[done:]], self._base + begin + done)
-            if got <= 0:
-                raise HFCheckpointError(f"{self.path}: tensor {name!r} ends early "
-                                        f"(file truncated while reading?)")
-            done += got
+        where = self.file_bytes(name)
+        if where.nbytes != out.numel() * out.element_size():
+            raise HFCheckpointError(f"{where.what} holds {where.nbytes} bytes, expected "
+                                    f"{out.numel() * out.element_size()}")
+        try:
+            fastio.pread_into(where.fd, where.offset, out, where.what)
+        except EOFError as e:
+            raise HFCheckpointError(str(e)) from None
 
     def close(self) -> None:
         if self._fd is not None:
@@ -312,52 +318,70 @@ class ShardedSafetensorsWriter:
         self.out_dir = Path(out_dir)
         self.shards = plan_shards(list(entries), max_shard_bytes)
         self._order = [(i, e) for i, shard in enumerate(self.shards) for e in shard]
+        self._dtypes = {name: dtype for _, (name, _, dtype) in self._order}
         self._next = 0
-        self._file: Optional[int] = None  # fd of the shard being written
+        self._file: Optional[fastio.DirectWriter] = None  # the shard being written
         self._shard = -1
         self._scratch = fastio.Arena()  # strided or cast tensors are copied here
+
+    def dtype(self, name: str) -> torch.dtype:
+        """The planned dtype of a tensor."""
+        return self._dtypes[name]
 
     def write(self, name: str, tensor: torch.Tensor) -> None:
         """Append the next planned tensor. ``tensor`` may be any tensor whose row-major
         order is the planned one's (e.g. a grouped q/k/v view of a fused weight) and any
         floating dtype (cast to the planned one): such a tensor is copied into a reused
         buffer first; a contiguous tensor of the planned dtype is written from its memory."""
-        if self._next >= len(self._order):
-            raise RuntimeError(f"unplanned tensor {name!r}: every planned tensor is written")
-        shard, (want, shape, dtype) = self._order[self._next]
+        shape, dtype = self._planned(name)
         numel = 1
         for d in shape:
             numel *= d
         same = tuple(tensor.shape) == shape or tensor.numel() == numel
         castable = tensor.dtype == dtype or (tensor.dtype.is_floating_point and
                                              dtype.is_floating_point)
-        if name != want or not same or not castable:
-            raise RuntimeError(f"writer expected {want} {shape} {dtype}, got {name} "
+        if not same or not castable:
+            raise RuntimeError(f"writer expected {name} {shape} {dtype}, got {name} "
                                f"{tuple(tensor.shape)} {tensor.dtype}")
-        if shard != self._shard:
-            self._close_file()
-            self._shard = shard
-            self._file = os.open(self.out_dir / _shard_name(shard, len(self.shards)),
-                                 os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-            self._flusher = fastio.WriteBehind(self._file)
-            self._offset = 0
-            header = _header_bytes(self.shards[shard])
-            fastio.write_all(self._file, header)
-            self._offset += len(header)
         tensor = tensor.detach()
         if tensor.numel():
             if not (tensor.is_contiguous() and tensor.dtype == dtype):
                 self._scratch.reset()
                 self._scratch.reserve(fastio.nbytes(tensor.shape, dtype))
                 tensor = self._scratch.take(tensor.shape, dtype).copy_(tensor)
-            self._offset = fastio.write_tensor(self._file, tensor, self._flusher, self._offset)
+            self._file.write(tensor.reshape(-1).view(torch.uint8).numpy())
         self._next += 1
+
+    def write_pieces(self, name: str, pieces: Sequence[fastio.Piece]) -> None:
+        """Append the next planned tensor as file pieces holding its bytes in the planned
+        dtype and row-major order: copied from file to file, never held in memory."""
+        shape, dtype = self._planned(name)
+        want = tensor_nbytes(shape, dtype)
+        if fastio.pieces_nbytes(pieces) != want:
+            raise RuntimeError(f"writer expected {want} bytes for {name}, got "
+                               f"{fastio.pieces_nbytes(pieces)}")
+        self._file.write_pieces(pieces)
+        self._next += 1
+
+    def _planned(self, name: str) -> Tuple[Shape, torch.dtype]:
+        """The next planned tensor's shape and dtype, its shard open for writing."""
+        if self._next >= len(self._order):
+            raise RuntimeError(f"unplanned tensor {name!r}: every planned tensor is written")
+        shard, (want, shape, dtype) = self._order[self._next]
+        if name != want:
+            raise RuntimeError(f"writer expected {want} {shape} {dtype}, got {name}")
+        if shard != self._shard:
+            self._close_file()
+            self._shard = shard
+            self._file = fastio.DirectWriter(self.out_dir /
+                                             _shard_name(shard, len(self.shards)))
+            self._file.write(_header_bytes(self.shards[shard]))
+        return shape, dtype
 
     def _close_file(self) -> None:
         if self._file is not None:
-            self._flusher.finish()  # fsync
-            os.close(self._file)
-            self._file = None
+            file, self._file = self._file, None
+            file.finish()  # fsync
 
     def finish(self) -> List[Path]:
         """Close the last shard and write the index; every planned tensor must be written."""
@@ -375,8 +399,8 @@ class ShardedSafetensorsWriter:
 
     def abort(self) -> None:
         if self._file is not None:
-            os.close(self._file)
-            self._file = None
+            file, self._file = self._file, None
+            file.abort()
         self._scratch = fastio.Arena()
 
 

@@ -221,7 +221,8 @@ def save_mcore_checkpoint(model, root, spec: ModelSpec, params_dtype: str,
                           hf_assets: Union[None, str, Path, Callable[[Path], None]] = None,
                           extra_info: Optional[Dict] = None,
                           checksums: bool = True,
-                          fill: Optional[Callable[[str, torch.Tensor], None]] = None) -> Path:
+                          fill: Optional[Callable[[str, torch.Tensor], None]] = None,
+                          pieces: Optional[distcp_writer.Pieces] = None) -> Path:
     """Save ``model`` (this rank's stage, any TP/PP; all ranks call) under ``root``.
 
     hf_assets: an HF model folder whose config and tokenizer files go to the checkpoint's hf/
@@ -236,10 +237,13 @@ def save_mcore_checkpoint(model, root, spec: ModelSpec, params_dtype: str,
     before its bytes are written, so the model's own parameters are never touched (a
     converter builds the model for its checkpoint layout only; the model then holds no
     weights and one parameter at a time is in memory). Every parameter must be fillable.
+    pieces: with fill and checksums=False, ``pieces(parameter name, parameter)`` may say
+    where a parameter's bytes already lie in files (fastio pieces, in row-major order); they
+    are then copied from file to file, never read into memory. None falls back to fill.
 
-    Files are written in this process, one file per rank, in state-dict order, fsynced once
-    (Megatron's default writer forks writer processes and reports through a spawned manager
-    process: seconds of start-up on a CPU host for nothing a single sequential write needs).
+    Files are written in this process, one file per rank, in state-dict order, durable when
+    done (Megatron's default writer forks writer processes and reports through a spawned
+    manager process: seconds of start-up on a CPU host for nothing a sequential write needs).
     The format is the same torch_dist checkpoint (DCP metadata + torch.save records).
     """
     import torch.distributed as dist
@@ -254,7 +258,7 @@ def save_mcore_checkpoint(model, root, spec: ModelSpec, params_dtype: str,
     model_state = model_sharded_state_dict(model)
     state = {STATE_KEY: model_state, "checkpoint_version": CHECKPOINT_VERSION,
              "iteration": iteration or 0}
-    source = distcp_writer.ParamSource(model, fill)
+    source = distcp_writer.ParamSource(model, fill, pieces)
     with distcp_writer.torch_save_crc32(checksums), distcp_writer.streaming_writer(source):
         dist_checkpointing.save(state, str(ckpt), sharded_strategy=distcp_writer.save_strategy())
     if rank == 0:

@@ -136,7 +136,7 @@ class Resharder:
             ps.get_model_parallel_group())
         self._rank = torch.distributed.get_rank()
         self._buffer: Optional[torch.Tensor] = None
-        self._region: Optional[SharedRegion] = None   # shm fast path: the bucket
+        self._regions: List[Optional[SharedRegion]] = [None, None]   # shm bucket buffers
         self._region_seq = 0
         self._weights: Optional[SharedRegion] = None   # vLLM's shared weights, when it has them
 
@@ -254,6 +254,8 @@ class Resharder:
         mode = _P2P
         if ok and dtype in _WIRE_DTYPES:
             mode = _DIRECT if shared is not None else _BUCKET
+        if mode == _BUCKET and hasattr(self.target, "submit_load_from_file"):
+            bucket_numel = max(1, bucket_numel // 2)    # two buffers: fill one, load the other
         decision = torch.tensor([mode, bucket_numel, _WIRE_DTYPES.index(dtype)
                                  if dtype in _WIRE_DTYPES else 0, os.getpid(), int(verify)],
                                 dtype=torch.long, device=dev)
@@ -282,60 +284,83 @@ class Resharder:
     def _region_path(self, pid: int, seq: int) -> str:
         return os.path.join(SHM_DIR, f"{_BUCKET_PREFIX}-{pid}-{seq}")
 
-    def _write_own(self, layout) -> None:
-        """This rank's shards of a bucket's tensors, into the mapped region."""
-        region = self._region.tensor
-        for unit, parts in layout:
-            if unit.stage == self.pp_rank:
-                local = self._params[unit.local_name].detach()
-                mapping.write_shard(unit.rule, self.spec, local, self.tp_rank, self.tp_size,
-                            part_views(region, parts))
+    def _bucket_region(self, slot: int, numel: int, size: int, dtype) -> SharedRegion:
+        """The shared buffer of `slot`, grown to hold `numel` elements. A slot is reused only
+        once vLLM is done with the bucket it last held."""
+        region = self._regions[slot]
+        if region is None or region.numel < numel:
+            self._regions[slot] = None          # drop first: peak near max(bucket, module)
+            sweep_stale(_BUCKET_PREFIX)
+            self._region_seq += 1
+            region = self._regions[slot] = SharedRegion(
+                self._region_path(os.getpid(), self._region_seq), max(numel, size), dtype,
+                create=True, seq=self._region_seq)
+        return region
+
+    def _collect_acks(self, bucket: List[Unit]) -> None:
+        dev = device.current_device()
+        for peer in self._peers():
+            ack = torch.empty(2, dtype=torch.long, device=dev)
+            torch.distributed.recv(ack, peer)
+            if int(ack[0]) != 0:
+                unit = bucket[int(ack[1])]
+                raise WeightSyncError(
+                    f"rank {peer} failed to write {unit.local_name} "
+                    f"({', '.join(unit.rule.hf_names(unit.layer))}) into the bucket")
 
     def _host_sync_shared(self, stats: SyncStats, verify: bool, bucket_numel: int,
                           dtype: torch.dtype) -> None:
+        """Bucket by bucket through shared buffers. With a vLLM in another process the ranks
+        fill the next bucket while vLLM loads the current one: two buffers, each of half the
+        bucket size (`_host_handshake` halves it), so together they stay within bucket_mb."""
         from mindrl.engines.weight_fingerprint import fingerprint_tensors
 
         peers, dev = self._peers(), device.current_device()
         itemsize = torch.empty((), dtype=dtype).element_size()
         expected: Dict[str, torch.Tensor] = {}
+        submit = getattr(self.target, "submit_load_from_file", None)
         load_file = getattr(self.target, "load_weights_from_file", None)
+        slots = 2 if submit is not None else 1
+        pending = None                 # waits for the load in flight
         try:
-            for bucket in plan_buckets(self.units, bucket_numel):
+            for index, bucket in enumerate(plan_buckets(self.units, bucket_numel)):
                 t0 = time.perf_counter()
                 layout = bucket_layout(bucket, self.spec)
                 numel = sum(u.numel for u in bucket)
-                if self._region is None or self._region.numel < numel:
-                    self._region = None         # drop first: peak near max(bucket, module)
-                    sweep_stale(_BUCKET_PREFIX)
-                    self._region_seq += 1
-                    self._region = SharedRegion(
-                        self._region_path(os.getpid(), self._region_seq),
-                        max(numel, bucket_numel), dtype, create=True)
-                header = torch.tensor([self._region_seq, self._region.numel], dtype=torch.long,
-                                      device=dev)
+                region = self._bucket_region(index % slots, numel, bucket_numel, dtype)
+                header = torch.tensor([region.seq, region.numel], dtype=torch.long, device=dev)
                 for peer in peers:
                     torch.distributed.send(header, peer)
-                self._write_own(layout)
-                for peer in peers:
-                    ack = torch.empty(2, dtype=torch.long, device=dev)
-                    torch.distributed.recv(ack, peer)
-                    if int(ack[0]) != 0:
-                        unit = bucket[int(ack[1])]
-                        raise WeightSyncError(
-                            f"rank {peer} failed to write {unit.local_name} "
-                            f"({', '.join(unit.rule.hf_names(unit.layer))}) into the bucket")
+                for unit, parts in layout:
+                    if unit.stage == self.pp_rank:
+                        try:
+                            mapping.write_shard(unit.rule, self.spec,
+                                                self._params[unit.local_name].detach(),
+                                                self.tp_rank, self.tp_size,
+                                                part_views(region.tensor, parts))
+                        except Exception as exc:
+                            raise WeightSyncError(
+                                f"rank {self._rank} failed to write {unit.local_name} "
+                                f"({', '.join(unit.rule.hf_names(unit.layer))}) into the "
+                                f"bucket: {type(exc).__name__}: {exc}") from exc
+                self._collect_acks(bucket)
                 stats.gather_seconds += time.perf_counter() - t0
-                stats.buffer_bytes = max(stats.buffer_bytes, self._region.numel * itemsize)
+                stats.buffer_bytes = max(stats.buffer_bytes, sum(
+                    r.numel for r in self._regions if r is not None) * itemsize)
                 entries = [part for _, parts in layout for part in parts]
-                pairs = list(zip([n for n, _, _ in entries], part_views(self._region.tensor,
-                                                                    entries)))
+                pairs = list(zip([n for n, _, _ in entries], part_views(region.tensor, entries)))
                 if verify:
                     t0 = time.perf_counter()
                     expected.update(fingerprint_tensors(pairs))
                     stats.verify_seconds += time.perf_counter() - t0
                 t0 = time.perf_counter()
-                if load_file is not None:
-                    load_file(self._region.path, self._region.numel, dtype, entries)
+                if pending is not None:
+                    pending, wait = None, pending
+                    wait()
+                if submit is not None:
+                    pending = submit(region.path, region.numel, dtype, entries)
+                elif load_file is not None:
+                    load_file(region.path, region.numel, dtype, entries)
                 else:
                     self.target.load_weights(pairs)
                 stats.load_seconds += time.perf_counter() - t0
@@ -343,13 +368,23 @@ class Resharder:
                 stats.bytes += numel * itemsize
                 stats.buckets += 1
                 del pairs
+            if pending is not None:
+                t0 = time.perf_counter()
+                pending, wait = None, pending
+                wait()
+                stats.load_seconds += time.perf_counter() - t0
         except BaseException:
             self._end_peers(_ABORT)
-            self._drop_region(load_file is not None)
+            if pending is not None:
+                try:
+                    pending()
+                except Exception:
+                    pass
+            self._drop_regions(load_file is not None)
             raise
         self._end_peers(_END)
         if not self.keep_buffer:
-            self._drop_region(load_file is not None)
+            self._drop_regions(load_file is not None)
         if verify:
             t0 = time.perf_counter()
             self.target.check_fingerprint(expected, strict=True)
@@ -364,19 +399,19 @@ class Resharder:
                 if code != _ABORT:
                     raise
 
-    def _drop_region(self, target_maps_it: bool) -> None:
-        if target_maps_it and self._region is not None:
-            release = getattr(self.target, "release_file", None)
-            if release is not None:
-                try:
-                    release(self._region.path)
-                except Exception:
-                    pass
-        self._region = None
+    def _drop_regions(self, target_maps_them: bool) -> None:
+        release = getattr(self.target, "release_file", None) if target_maps_them else None
+        if release is not None and any(r is not None for r in self._regions):
+            try:
+                release(None)
+            except Exception:
+                pass
+        self._regions = [None, None]
 
     def _peer_sync_shared(self, bucket_numel: int, dtype: torch.dtype, host_pid: int) -> None:
         dev = device.current_device()
         host = self._mp_ranks[0]
+        mapped: Dict[int, SharedRegion] = {}      # the host's buffers, by sequence number
         buckets = iter(plan_buckets(self.units, bucket_numel))
         try:
             while True:
@@ -388,20 +423,21 @@ class Resharder:
                 if seq == _ABORT:
                     raise WeightSyncError("the resharding host aborted the weight sync")
                 bucket = next(buckets)
-                if self._region is None or self._region.path != self._region_path(host_pid,
-                                                                                   seq):
-                    self._region = None
-                    self._region = SharedRegion(self._region_path(host_pid, seq), numel,
-                                                 dtype, create=False)
+                if seq not in mapped:
+                    for old in sorted(mapped)[:-1]:      # the host keeps two at most
+                        del mapped[old]
+                    mapped[seq] = SharedRegion(self._region_path(host_pid, seq), numel, dtype,
+                                               create=False)
                 status = torch.tensor([0, 0], dtype=torch.long, device=dev)
-                layout = bucket_layout(bucket, self.spec)
                 failure = None
-                for i, (unit, parts) in enumerate(layout):
+                for i, (unit, parts) in enumerate(bucket_layout(bucket, self.spec)):
                     if unit.stage != self.pp_rank:
                         continue
                     try:
-                        mapping.write_shard(unit.rule, self.spec, self._params[unit.local_name].detach(),
-                                    self.tp_rank, self.tp_size, part_views(self._region.tensor, parts))
+                        mapping.write_shard(unit.rule, self.spec,
+                                            self._params[unit.local_name].detach(),
+                                            self.tp_rank, self.tp_size,
+                                            part_views(mapped[seq].tensor, parts))
                     except Exception as exc:
                         status = torch.tensor([1, i], dtype=torch.long, device=dev)
                         failure = WeightSyncError(f"writing {unit.local_name} into the bucket: "
@@ -411,7 +447,7 @@ class Resharder:
                 if failure is not None:
                     raise failure
         finally:
-            self._region = None
+            mapped.clear()
 
     # ---------------------------------------------------------------- shared weights
 

@@ -27,7 +27,7 @@ def node_id() -> int:
 class SharedRegion:
     """A file in /dev/shm mapped as a flat tensor; the creator unlinks it when dropped."""
 
-    def __init__(self, path: str, numel: int, dtype: torch.dtype, create: bool):
+    def __init__(self, path: str, numel: int, dtype: torch.dtype, create: bool, seq: int = 0):
         if create:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
             try:
@@ -35,7 +35,7 @@ class SharedRegion:
             finally:
                 os.close(fd)
             self._finalizer = weakref.finalize(self, _unlink_quietly, path)
-        self.path, self.numel, self.dtype = path, numel, dtype
+        self.path, self.numel, self.dtype, self.seq = path, numel, dtype, seq
         self.tensor = torch.from_file(path, shared=True, size=numel, dtype=dtype)
 
 

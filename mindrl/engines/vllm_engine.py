@@ -249,7 +249,7 @@ class VLLMEngine:
                                  f"'reload' or {self.load_mode!r})")
             self.load_mode = load_mode
         self._failure: Optional[str] = None
-        self._mapped = None
+        self._mapped: Dict[str, torch.Tensor] = {}    # shared files, by path (oldest first)
         view = self._view(with_digest=False)
         self.hf_shapes = {name: shape for name, (shape, _, _) in view.items()}
         # HF name -> the vLLM module that loads it: one load_weights call must carry all of a
@@ -377,20 +377,25 @@ class VLLMEngine:
     def load_weights_from_file(self, path: str, numel: int, dtype: torch.dtype,
                                entries: Sequence[Tuple[str, int, Tuple[int, ...]]]) -> None:
         """`load_weights` of tensors laid out in a shared file (the resharder's bucket in
-        /dev/shm): (HF name, element offset, shape) per tensor. The file stays mapped until
-        `release_file`, so buckets reusing it cost no new mapping."""
-        mapped = self._mapped
-        if mapped is None or mapped[0] != path or mapped[1].numel() < numel:
-            self._mapped = None
-            mapped = self._mapped = (path, torch.from_file(path, shared=True, size=numel,
-                                                           dtype=dtype))
-        flat = mapped[1]
+        /dev/shm): (HF name, element offset, shape) per tensor. The last two files stay mapped
+        until `release_file` (the resharder alternates two buffers), so buckets reusing them
+        cost no new mapping."""
+        flat = self._mapped.get(path)
+        if flat is None or flat.numel() < numel:
+            self._mapped.pop(path, None)
+            while len(self._mapped) >= 2:
+                self._mapped.pop(next(iter(self._mapped)))
+            flat = self._mapped[path] = torch.from_file(path, shared=True, size=numel,
+                                                        dtype=dtype)
         self.load_weights([(name, flat[o:o + _numel(shape)].view(shape))
                            for name, o, shape in entries])
 
     def release_file(self, path: Optional[str] = None) -> None:
-        if self._mapped is not None and path in (None, self._mapped[0]):
-            self._mapped = None
+        """Unmap one shared file, or all of them (None)."""
+        if path is None:
+            self._mapped.clear()
+        else:
+            self._mapped.pop(path, None)
 
     def reset_prefix_cache(self) -> None:
         self.llm.reset_prefix_cache()

@@ -74,8 +74,11 @@ class VLLMEngineProcess:
             raise value
         return value
 
-    def _call(self, method: str, *args, **kwargs):
+    def _send(self, method: str, *args, **kwargs) -> None:
         self._conn.send((method, args, kwargs))
+
+    def _call(self, method: str, *args, **kwargs):
+        self._send(method, *args, **kwargs)
         return self._reply()
 
     def generate(self, prompt_token_ids, n: int = 1, **sampling_overrides) -> RolloutOutput:
@@ -97,6 +100,12 @@ class VLLMEngineProcess:
 
     def invalidate(self, reason: str) -> None:
         self._call("invalidate", reason)
+
+    def submit_load_from_file(self, path: str, numel: int, dtype: torch.dtype, entries):
+        """Start `load_weights_from_file` in the child and return at once; call the returned
+        function to wait for it (and raise its error). Nothing else may be called meanwhile."""
+        self._send("load_weights_from_file", path, numel, dtype, list(entries))
+        return self._reply
 
     def release_file(self, path: Optional[str] = None) -> None:
         self._call("release_file", path)

@@ -75,6 +75,7 @@ def sync_layouts(rank, world, spec, vllm_dir, layout_dirs, fulls, layouts, promp
         out["shared_failure"] = _failed_direct_write(spec, shared, fulls[-1], layouts[-1])
         out["wrong_entries"] = _wrong_mapping_entries(spec, layout_dirs[-1], fulls[-1],
                                                       layouts[-1], vllm)
+        out["bucket_failure"] = _failed_bucket_load(spec, vllm, fulls[-1], layouts[-1])
     finally:
         for engine in (vllm, shared):
             if engine is not None:
@@ -146,6 +147,42 @@ def _failed_direct_write(spec, shared, full, layout):
     if shared is not None:
         try:
             shared.generate([[5, 6]], n=1)
+        except WeightSyncError as exc:
+            result["after"] = str(exc)
+    ps.destroy_model_parallel()
+    return result
+
+
+class _DropsOneTensor:
+    """The real engine, handed buckets without one tensor: vLLM refuses the half module."""
+
+    def __init__(self, engine, name):
+        self.engine, self.name = engine, name
+
+    def submit_load_from_file(self, path, numel, dtype, entries):
+        kept = [e for e in entries if e[0] != self.name]
+        return self.engine.submit_load_from_file(path, numel, dtype, kept)
+
+    def __getattr__(self, attr):
+        return getattr(self.engine, attr)
+
+
+def _failed_bucket_load(spec, vllm, full, layout):
+    """A load that fails inside vLLM while the ranks fill the next bucket: every rank raises,
+    the host naming the tensor, and vLLM refuses to generate. Breaks `vllm` for good."""
+    from megatron.core import parallel_state as ps
+
+    engine = _engine(spec, full, *layout)
+    name = "model.layers.0.self_attn.v_proj.weight"
+    target = _DropsOneTensor(vllm, name) if vllm is not None else None
+    result = {}
+    try:
+        Resharder(engine.model, spec, target=target, bucket_mb=0.1).sync()
+    except WeightSyncError as exc:
+        result["error"] = str(exc)
+    if vllm is not None:
+        try:
+            vllm.generate([[5, 6]], n=1)
         except WeightSyncError as exc:
             result["after"] = str(exc)
     ps.destroy_model_parallel()

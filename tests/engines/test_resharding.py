@@ -128,3 +128,10 @@ def test_a_failed_direct_write_names_the_tensor_and_is_fatal(run):
     failure = run["shared_failure"]
     assert "linear_fc2" in failure["error"] and "down_proj" in failure["error"]
     assert "unusable" in failure["after"]
+
+
+def test_a_failed_bucket_load_names_the_tensor_and_is_fatal(run):
+    """vLLM fails loading a bucket while the ranks fill the next one (two buffers)."""
+    failure = run["bucket_failure"]
+    assert "v_proj.weight" in failure["error"], failure
+    assert "unusable" in failure["after"]
