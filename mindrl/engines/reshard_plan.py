@@ -1,6 +1,7 @@
 """The weight sync's plan, pure functions of the model spec: every Megatron tensor in
 streaming order with its pipeline stage (`plan_units`), buckets that never split a module
-(`plan_buckets`), and where each HF part sits inside a bucket (`bucket_layout`)."""
+(`plan_buckets`), and where each HF part sits inside a bucket (`bucket_layout`); and what a
+sync reports (`SyncStats`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,22 @@ import torch
 
 from mindrl.ckpt import mapping
 from mindrl.models.spec import ModelSpec
+
+
+WIRE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)   # a header's dtype codes
+
+
+@dataclass
+class SyncStats:
+    seconds: float = 0.0
+    bytes: int = 0              # HF bytes handed to vLLM (host only)
+    tensors: int = 0
+    buckets: int = 0
+    buffer_bytes: int = 0       # the bucket buffers' size (0: none)
+    gather_seconds: float = 0.0  # TP gathers and receives, or ranks writing shared memory
+    pack_seconds: float = 0.0    # un-fusing and copying into the bucket
+    load_seconds: float = 0.0    # waiting for vLLM's loads
+    verify_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
