@@ -3,6 +3,12 @@
     python bench/bench_reshard.py                       # qwen25-0.5b shape, 24 layers
     python bench/bench_reshard.py --layers 4            # smaller run, same tensor shapes
     python bench/bench_reshard.py --model tiny-qwen2    # smoke run
+    python bench/bench_reshard.py --cpu-weights packed --bucket-mb 128,512
+
+Both of vLLM's CPU weight modes by default, one spawn each (generate_config.cpu_weights):
+packed (oneDNN packs, rebuilt from the bucket on every sync) and shared (plain weights in
+/dev/shm that the ranks write directly). The JSON line's `ratio_to_floor` is the best mode's,
+named by `cpu_weights`; `ratio_to_floor_<mode>` gives each.
 
 Four ranks (spawn_local) build a random-init Megatron model at TP x PP; rank 0 hosts vLLM in
 its child process (VLLMEngineProcess, random "dummy" weights, no checkpoint on disk) and is
@@ -165,16 +171,20 @@ def main(argv=None):
     ap.add_argument("--layers", type=int, default=None, help="override num_layers")
     ap.add_argument("--tp", type=int, default=2)
     ap.add_argument("--pp", type=int, default=2)
-    ap.add_argument("--bucket-mb", default="128,512", help="comma-separated bucket sizes")
+    ap.add_argument("--bucket-mb", default="512", help="comma-separated bucket sizes")
     ap.add_argument("--repeats", type=int, default=2, help="warm syncs per bucket size")
-    ap.add_argument("--cpu-weights", choices=["packed", "plain", "shared"], default="packed",
-                    help="vLLM's CPU weights: packed for oneDNN (the default; each sync "
-                         "repacks), plain (one copy per sync into vLLM's parameters) or shared "
-                         "(plain, in shared memory the ranks write directly; "
-                         "generate_config.cpu_weights)")
+    ap.add_argument("--cpu-weights", default="packed,shared",
+                    help="comma-separated vLLM CPU weight modes, one spawn each: packed "
+                         "(oneDNN; each sync repacks), plain (one copy per sync into vLLM's "
+                         "parameters), shared (plain, in shared memory the ranks write "
+                         "directly); generate_config.cpu_weights")
     ap.add_argument("--keep-buffer", action="store_true",
                     help="keep the shared bucket buffers between syncs (Resharder keep_buffer)")
     args = ap.parse_args(argv)
+    modes = args.cpu_weights.split(",")
+    unknown = sorted(set(modes) - {"packed", "plain", "shared"})
+    if unknown:
+        ap.error(f"--cpu-weights: unknown mode(s) {unknown}; use packed, plain, shared")
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import warnings
@@ -187,61 +197,74 @@ def main(argv=None):
     if args.layers:
         spec = dataclasses.replace(spec, num_layers=args.layers)
     buckets = [float(b) for b in args.bucket_mb.split(",")]
+    results = {}
     with tempfile.TemporaryDirectory(prefix="bench-reshard-") as tmp:
         write_config_dir(spec, Path(tmp))
-        wall = time.perf_counter()
-        res = spawn_local(rank_body, args.tp * args.pp, spec, tmp, args.tp, args.pp, buckets,
-                          args.repeats, args.cpu_weights, args.keep_buffer)[0]
-        wall = time.perf_counter() - wall
+        for mode in modes:
+            wall = time.perf_counter()
+            results[mode] = spawn_local(rank_body, args.tp * args.pp, spec, tmp, args.tp,
+                                        args.pp, buckets, args.repeats, mode,
+                                        args.keep_buffer)[0]
+            results[mode]["wall"] = time.perf_counter() - wall
 
     print(f"\nreshard {args.model} ({spec.num_layers} layers, {spec.num_parameters() / 1e6:.0f}M "
           f"params, fp32) TP{args.tp} x PP{args.pp} -> vLLM (infer TP1, child process); "
-          f"model build {res['build_s']:.1f}s, run wall {wall:.0f}s")
-    header = (f"{'bucket MiB':>10} {'buffer MiB':>10} {'buckets':>7} {'GiB':>6} {'memcpy s':>8} "
-              f"{'cold s':>7} {'warm s':>7} {'ratio':>6} {'gather':>7} {'pack':>6} {'load':>6} "
-              f"{'verify s':>8} {'host +MiB':>9} {'vLLM +MiB':>9}")
+          + ", ".join(f"{m}: model build {r['build_s']:.1f}s, wall {r['wall']:.0f}s"
+                      for m, r in results.items()))
+    header = (f"{'weights':>7} {'bucket MiB':>10} {'buffer MiB':>10} {'buckets':>7} {'GiB':>6} "
+              f"{'memcpy s':>8} {'cold s':>7} {'warm s':>7} {'ratio':>6} {'gather':>7} "
+              f"{'pack':>6} {'load':>6} {'verify s':>8} {'host +MiB':>9} {'vLLM +MiB':>9}")
     print(header)
     print("-" * len(header))
     rows = []
-    for run in res["runs"]:
-        warm = [w["stats"]["seconds"] for w in run["warm"]]
-        warm_s = statistics.median(warm)
-        mid = sorted(run["warm"], key=lambda w: w["stats"]["seconds"])[len(warm) // 2]["stats"]
-        host_extra = max([w["host_extra"] for w in run["warm"]]
-                         + [run["cold"]["host_extra"]]) + mid["buffer_bytes"]
-        vllm_extra = max([w["vllm_extra"] for w in run["warm"]] + [run["cold"]["vllm_extra"]])
-        row = {"bucket_mb": run["bucket_mb"], "buffer_mib": mid["buffer_bytes"] / MIB,
-               "buckets": mid["buckets"], "bytes": mid["bytes"], "memcpy_s": run["memcpy_s"],
-               "cold_s": run["cold"]["stats"]["seconds"], "sync_s": warm_s,
-               "ratio_to_floor": warm_s / run["memcpy_s"],
-               "gather_s": mid["gather_seconds"], "pack_s": mid["pack_seconds"],
-               "load_s": mid["load_seconds"],
-               "verify_s": run["verified"]["stats"]["verify_seconds"],
-               "peak_extra_mib": host_extra / MIB, "vllm_peak_extra_mib": vllm_extra / MIB}
-        rows.append(row)
-        print(f"{row['bucket_mb']:>10.0f} {row['buffer_mib']:>10.0f} {row['buckets']:>7} "
-              f"{row['bytes'] / 2**30:>6.2f} {row['memcpy_s']:>8.3f} {row['cold_s']:>7.2f} "
-              f"{row['sync_s']:>7.2f} {row['ratio_to_floor']:>6.1f} {row['gather_s']:>7.2f} "
-              f"{row['pack_s']:>6.2f} {row['load_s']:>6.2f} {row['verify_s']:>8.2f} "
-              f"{row['peak_extra_mib']:>9.0f} {row['vllm_peak_extra_mib']:>9.0f}")
-    print("warm s: median of the warm syncs; ratio: warm / memcpy; gather/pack/load: seconds "
-          "inside the sync (TP gather + PP receive / un-fuse + copy into the bucket / vLLM "
-          "load_weights); host/vLLM +MiB: peak private memory above the pre-sync value, rank 0 (plus "
-          "the shared bucket) / vLLM process")
-    main_row = rows[-1]
-    print(json.dumps({"bench": "reshard", "model": args.model, "layers": spec.num_layers,
-                      "tp": args.tp, "pp": args.pp, "dtype": "float32",
-                      "cpu_weights": args.cpu_weights, "keep_buffer": args.keep_buffer,
-                      "ratio_to_floor": round(main_row["ratio_to_floor"], 2),
-                      "sync_s": round(main_row["sync_s"], 3),
-                      "memcpy_s": round(main_row["memcpy_s"], 4),
-                      "peak_extra_mib": round(main_row["peak_extra_mib"], 1),
-                      "bucket_mb": main_row["bucket_mb"],
-                      "buffer_mib": round(main_row["buffer_mib"], 1),
-                      "vllm_peak_extra_mib": round(main_row["vllm_peak_extra_mib"], 1),
-                      "bytes": main_row["bytes"],
-                      "runs": [{k: (round(v, 4) if isinstance(v, float) else v)
-                                for k, v in r.items()} for r in rows]}))
+    for mode, res in results.items():
+        for run in res["runs"]:
+            row = summarize(run)
+            row["cpu_weights"] = mode
+            rows.append(row)
+            print(f"{mode:>7} {row['bucket_mb']:>10.0f} {row['buffer_mib']:>10.0f} "
+                  f"{row['buckets']:>7} {row['bytes'] / 2**30:>6.2f} {row['memcpy_s']:>8.3f} "
+                  f"{row['cold_s']:>7.2f} {row['sync_s']:>7.2f} {row['ratio_to_floor']:>6.2f} "
+                  f"{row['gather_s']:>7.2f} {row['pack_s']:>6.2f} {row['load_s']:>6.2f} "
+                  f"{row['verify_s']:>8.2f} {row['peak_extra_mib']:>9.0f} "
+                  f"{row['vllm_peak_extra_mib']:>9.0f}")
+    print("warm s: median of the warm syncs; ratio: warm / memcpy; gather: ranks writing the "
+          "bucket or vLLM's shared weights (or TP gather + PP receive); pack: un-fuse + copy "
+          "into the bucket; load: waiting for vLLM's loads; host/vLLM +MiB: peak private "
+          "memory above the pre-sync value, rank 0 (plus the shared bucket) / vLLM process")
+    best = min(rows, key=lambda r: r["ratio_to_floor"])
+    summary = {"bench": "reshard", "model": args.model, "layers": spec.num_layers,
+               "tp": args.tp, "pp": args.pp, "dtype": "float32", "keep_buffer": args.keep_buffer,
+               "ratio_to_floor": round(best["ratio_to_floor"], 2),
+               "cpu_weights": best["cpu_weights"], "sync_s": round(best["sync_s"], 3),
+               "memcpy_s": round(best["memcpy_s"], 4),
+               "peak_extra_mib": round(best["peak_extra_mib"], 1),
+               "bucket_mb": best["bucket_mb"], "bytes": best["bytes"]}
+    for mode in results:     # each mode's figures at the largest bucket
+        row = [r for r in rows if r["cpu_weights"] == mode][-1]
+        summary[f"ratio_to_floor_{mode}"] = round(row["ratio_to_floor"], 2)
+        summary[f"peak_extra_mib_{mode}"] = round(row["peak_extra_mib"], 1)
+    summary["runs"] = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
+                       for r in rows]
+    print(json.dumps(summary))
+
+
+def summarize(run) -> dict:
+    """One bucket size's figures: the median warm sync and the peaks over cold + warm."""
+    warm = [w["stats"]["seconds"] for w in run["warm"]]
+    warm_s = statistics.median(warm)
+    mid = sorted(run["warm"], key=lambda w: w["stats"]["seconds"])[len(warm) // 2]["stats"]
+    host_extra = max([w["host_extra"] for w in run["warm"]]
+                     + [run["cold"]["host_extra"]]) + mid["buffer_bytes"]
+    vllm_extra = max([w["vllm_extra"] for w in run["warm"]] + [run["cold"]["vllm_extra"]])
+    return {"bucket_mb": run["bucket_mb"], "buffer_mib": mid["buffer_bytes"] / MIB,
+            "buckets": mid["buckets"], "bytes": mid["bytes"], "memcpy_s": run["memcpy_s"],
+            "cold_s": run["cold"]["stats"]["seconds"], "sync_s": warm_s,
+            "ratio_to_floor": warm_s / run["memcpy_s"],
+            "gather_s": mid["gather_seconds"], "pack_s": mid["pack_seconds"],
+            "load_s": mid["load_seconds"],
+            "verify_s": run["verified"]["stats"]["verify_seconds"],
+            "peak_extra_mib": host_extra / MIB, "vllm_peak_extra_mib": vllm_extra / MIB}
 
 
 if __name__ == "__main__":

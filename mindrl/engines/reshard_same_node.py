@@ -136,11 +136,14 @@ class SameNodePaths:
         slots = 2 if submit is not None else 1
         pending = None                 # waits for the load in flight
         try:
-            for index, bucket in enumerate(plan_buckets(self.units, bucket_numel)):
+            buckets = plan_buckets(self.units, bucket_numel)
+            # Buffers as large as the largest bucket needs, no larger (a small model).
+            size = min(bucket_numel, max(sum(u.numel for u in b) for b in buckets))
+            for index, bucket in enumerate(buckets):
                 t0 = time.perf_counter()
                 layout = bucket_layout(bucket, self.spec)
                 numel = sum(u.numel for u in bucket)
-                region = self._bucket_region(index % slots, numel, bucket_numel, dtype)
+                region = self._bucket_region(index % slots, numel, size, dtype)
                 header = torch.tensor([region.seq, region.numel], dtype=torch.long, device=dev)
                 for peer in peers:
                     torch.distributed.send(header, peer)
