@@ -146,6 +146,12 @@ def _load_module(module, mod_name: str, fused, by_name, loaded: set) -> None:
         weight = _side_by_side([by_name[p + ".weight"] for p in parts])
         module.weight = Parameter(weight, requires_grad=False)
         module.quant_method.process_weights_after_loading(module)   # packs, then frees it
+        kept = module.weight
+        if kept.numel() and kept.untyped_storage().data_ptr() == \
+                weight.untyped_storage().data_ptr():
+            # A layer that computes with the weight itself (no pack) must not keep a view of
+            # the caller's buffer, which the next bucket overwrites.
+            module.weight = Parameter(kept.detach().clone(), requires_grad=False)
         return
     for pname, param in module.named_parameters(recurse=False):
         _copy_rows(param.data, by_name[f"{prefix}{leaf}.{pname}"])

@@ -210,6 +210,24 @@ def test_load_weights_in_buckets_switches_the_model(engine, reload_engine, promp
     engine.check_fingerprint(checkpoint_fingerprint(model_dirs[1], engine.dtype))
 
 
+def _compute_with_plain_weight(worker, module_name):
+    """vLLM's own opt-out of the CPU pack (MLA's kv_b_proj): the layer keeps its weight."""
+    worker.model_runner.get_model().get_submodule(module_name)._cpu_skip_gemm_dispatch = True
+
+
+def test_a_layer_that_keeps_its_weight_owns_it(engine, model_dirs):
+    """The packed loader hands a linear a view of the caller's buffer; a layer that computes
+    with that weight itself must copy it, or the next bucket would overwrite it."""
+    from safetensors.torch import load_file
+
+    module = "model.layers.0.self_attn.o_proj"
+    engine.llm.collective_rpc(_compute_with_plain_weight, args=(module,))
+    buffer = load_file(str(model_dirs[1] / "model.safetensors"))[module + ".weight"].clone()
+    engine.load_weights([(module + ".weight", buffer)])
+    buffer.fill_(float("nan"))
+    engine.check_fingerprint(checkpoint_fingerprint(model_dirs[1], engine.dtype))
+
+
 def test_bad_loads_are_refused_by_name_and_are_fatal(engine, model_dirs):
     """Checks that fire before vLLM is touched; each marks the engine unusable (a sync may
     already have loaded earlier buckets), so the test clears that flag between cases."""
