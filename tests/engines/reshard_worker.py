@@ -130,8 +130,6 @@ def _sync_and_train(spec, vllm, layout_dir, full, tp, pp, prompts, i):
 def _failed_direct_write(spec, shared, full, layout):
     """A rank that cannot write its shard (a wrong place for one tensor): every rank raises
     naming it, and vLLM, half-written, refuses to generate. Breaks `shared` for good."""
-    from megatron.core import parallel_state as ps
-
     engine = _engine(spec, full, *layout)
     name = "model.layers.1.mlp.down_proj.weight"      # held by the last stage only
     if shared is not None:
@@ -139,18 +137,7 @@ def _failed_direct_write(spec, shared, full, layout):
         offset, shape = places[name]
         places[name] = (offset, (shape[0] + 1, shape[1]))
         shared.shared_weights = dataclasses.replace(shared.shared_weights, places=places)
-    result = {}
-    try:
-        Resharder(engine.model, spec, target=shared).sync()
-    except WeightSyncError as exc:
-        result["error"] = str(exc)
-    if shared is not None:
-        try:
-            shared.generate([[5, 6]], n=1)
-        except WeightSyncError as exc:
-            result["after"] = str(exc)
-    ps.destroy_model_parallel()
-    return result
+    return _failing_sync(engine, spec, shared, shared)
 
 
 class _DropsOneTensor:
@@ -170,14 +157,19 @@ class _DropsOneTensor:
 def _failed_bucket_load(spec, vllm, full, layout):
     """A load that fails inside vLLM while the ranks fill the next bucket: every rank raises,
     the host naming the tensor, and vLLM refuses to generate. Breaks `vllm` for good."""
-    from megatron.core import parallel_state as ps
-
     engine = _engine(spec, full, *layout)
     name = "model.layers.0.self_attn.v_proj.weight"
     target = _DropsOneTensor(vllm, name) if vllm is not None else None
+    return _failing_sync(engine, spec, target, vllm, bucket_mb=0.1)
+
+
+def _failing_sync(engine, spec, target, vllm, **resharder_kw):
+    """{"error": what the sync raised, "after": what generating on vLLM then raised}."""
+    from megatron.core import parallel_state as ps
+
     result = {}
     try:
-        Resharder(engine.model, spec, target=target, bucket_mb=0.1).sync()
+        Resharder(engine.model, spec, target=target, **resharder_kw).sync()
     except WeightSyncError as exc:
         result["error"] = str(exc)
     if vllm is not None:
