@@ -31,7 +31,7 @@ except ImportError:  # run from a checkout that is not pip-installed
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from mindrl.ckpt.converter import MODEL_TYPE_HF, PARAMS_DTYPES
+    from mindrl.ckpt.convert_checks import MODEL_TYPE_HF, PARAMS_DTYPES
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--use-mcore-models", action="store_true",
@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def check_flags(args) -> None:
     """Flag combinations the converter cannot honour; raises ConversionError."""
-    from mindrl.ckpt.converter import ConversionError
+    from mindrl.ckpt.convert_checks import ConversionError
 
     if not args.use_mcore_models:
         raise ConversionError("only Megatron-core models are supported: add --use-mcore-models")

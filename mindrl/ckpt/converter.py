@@ -25,82 +25,14 @@ from typing import Dict, Iterator, List, Optional, Tuple
 import torch
 
 from mindrl.ckpt import copy_plan, distcp_reader, fastio, hf_io, mapping, mcore_io
+from mindrl.ckpt.convert_checks import (HF_DTYPE_NAMES, PARAMS_DTYPES,
+                                        ConversionError, check_hf_tensors,
+                                        check_model_type_hf, check_parallel_sizes,
+                                        check_qkv_bias, check_saved_tensors,
+                                        check_tokenizer_fits, dtype_key, params_dtype_name,
+                                        read_hf_config, spec_from_config, tokenizer_source)
 from mindrl.ckpt.staging import SaveDirError, check_save_dir, staged_dir
 from mindrl.models.spec import ModelSpec
-
-PARAMS_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-_DTYPE_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
-HF_DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-
-# --model-type-hf -> config.json model_types it may convert. MindSpeed's guide converts Qwen2.5
-# with "llama2" + --add-qkv-bias (a Llama-layout decoder with qkv bias), so llama2 accepts qwen2.
-MODEL_TYPE_HF = {
-    "qwen2": ("qwen2",),
-    "llama2": ("llama", "qwen2"),
-    "llama3": ("llama",),
-    "llama": ("llama",),
-}
-
-
-class ConversionError(ValueError):
-    """Bad input or inconsistent flags; nothing was written."""
-
-
-# ------------------------------------------------------------------ shared checks
-
-def params_dtype_name(name: Optional[str]) -> Optional[str]:
-    if name is None:
-        return None
-    key = _DTYPE_ALIASES.get(name, name)
-    if key not in PARAMS_DTYPES:
-        raise ConversionError(f"--params-dtype {name!r}: use one of {sorted(PARAMS_DTYPES)}")
-    return key
-
-
-def _dtype_key(dtype: torch.dtype, where: str) -> str:
-    for key, value in PARAMS_DTYPES.items():
-        if value == dtype:
-            return key
-    raise ConversionError(f"{where}: dtype {dtype} is not a parameter dtype "
-                          f"({', '.join(PARAMS_DTYPES)})")
-
-
-def check_model_type_hf(model_type_hf: Optional[str], architecture: str, source: str) -> None:
-    if model_type_hf is None:
-        return
-    if model_type_hf not in MODEL_TYPE_HF:
-        raise ConversionError(f"--model-type-hf {model_type_hf!r} is not supported; "
-                              f"supported: {', '.join(MODEL_TYPE_HF)}")
-    if architecture not in MODEL_TYPE_HF[model_type_hf]:
-        right = [k for k, v in MODEL_TYPE_HF.items() if architecture in v]
-        raise ConversionError(f"--model-type-hf {model_type_hf} does not match {source} "
-                              f"(model_type {architecture!r}); use --model-type-hf "
-                              f"{' or '.join(right)}")
-
-
-def check_qkv_bias(add_qkv_bias: Optional[bool], spec: ModelSpec, source: str) -> None:
-    if add_qkv_bias is None or add_qkv_bias == spec.add_qkv_bias:
-        return
-    if spec.add_qkv_bias:
-        raise ConversionError(f"{source} has qkv biases ({spec.architecture}) but "
-                              f"--add-qkv-bias is not set; add --add-qkv-bias")
-    raise ConversionError(f"--add-qkv-bias is set but {source} has no qkv biases "
-                          f"({spec.architecture}); drop --add-qkv-bias")
-
-
-def check_parallel_sizes(spec: ModelSpec, tp: int, pp: int) -> None:
-    """Megatron's own divisibility rules, checked before any work."""
-    if tp < 1 or pp < 1:
-        raise ConversionError(f"parallel sizes must be >= 1 (TP={tp}, PP={pp})")
-    for what, value in (("num_attention_heads", spec.num_attention_heads),
-                        ("num_query_groups (num_key_value_heads)", spec.num_query_groups),
-                        ("ffn_hidden_size (intermediate_size)", spec.ffn_hidden_size)):
-        if value % tp:
-            raise ConversionError(f"--target-tensor-parallel-size {tp} does not divide "
-                                  f"{what}={value} of {spec.name}")
-    if spec.num_layers % pp:
-        raise ConversionError(f"--target-pipeline-parallel-size {pp} does not divide "
-                              f"num_layers={spec.num_layers} of {spec.name}")
 
 
 def _steps(spec: ModelSpec) -> List[Tuple[str, List[Tuple[mapping.TensorRule, Optional[int]]]]]:
@@ -116,33 +48,6 @@ def _steps(spec: ModelSpec) -> List[Tuple[str, List[Tuple[mapping.TensorRule, Op
 
         steps.append((label, group))
     return steps
-
-
-def _tokenizer_source(tokenizer_model: Optional[str], default: Optional[Path]) -> Optional[Path]:
-    """--tokenizer-model may name a tokenizer file (guide: .../tokenizer.json) or its folder."""
-    if tokenizer_model is None:
-        if default is not None and any((default / n).is_file() for n in hf_io.TOKENIZER_FILES):
-            return default
-        return None
-    path = Path(tokenizer_model).expanduser().resolve()
-    if not path.exists():
-        raise ConversionError(f"--tokenizer-model {path} does not exist")
-    folder = path if path.is_dir() else path.parent
-    if not any((folder / n).is_file() for n in hf_io.TOKENIZER_FILES):
-        raise ConversionError(f"--tokenizer-model {path}: no tokenizer files there "
-                              f"(expected one of {', '.join(hf_io.TOKENIZER_FILES)})")
-    return folder
-
-
-def _check_tokenizer_fits(folder: Optional[Path], spec: ModelSpec) -> None:
-    if folder is None or not (folder / "tokenizer.json").is_file():
-        return
-    from tokenizers import Tokenizer
-
-    size = Tokenizer.from_file(str(folder / "tokenizer.json")).get_vocab_size(True)
-    if size > spec.vocab_size:
-        raise ConversionError(f"tokenizer {folder / 'tokenizer.json'} has {size} tokens but the "
-                              f"model has vocab_size {spec.vocab_size}")
 
 
 @contextlib.contextmanager
@@ -198,57 +103,6 @@ class HFToMcorePlan:
     notes: List[str] = field(default_factory=list)
 
 
-def _read_hf_config(load_dir: Path) -> dict:
-    path = load_dir / "config.json"
-    if not path.is_file():
-        raise ConversionError(f"{path} is missing: the HF config decides the model shape")
-    try:
-        return json.loads(path.read_text())
-    except ValueError as e:
-        raise ConversionError(f"{path}: not valid JSON ({e})") from e
-
-
-def _spec_from_config(config: dict, name: str, source: Path, divisible_by: int) -> ModelSpec:
-    from mindrl.models.hf_config import spec_from_hf_config
-
-    try:
-        return spec_from_hf_config(config, name, make_vocab_size_divisible_by=divisible_by)
-    except (ValueError, TypeError, AttributeError) as e:
-        raise ConversionError(f"{source}: {e}") from e
-
-
-def _check_hf_tensors(weights: hf_io.HFWeights, spec: ModelSpec, notes: List[str]) -> None:
-    """Every tensor the config implies exists with its shape; nothing else would be dropped."""
-    expected = set()
-    for rule, layer in mapping.iter_rules(spec):
-        for name, shape in zip(rule.hf_names(layer), mapping.expected_hf_shapes(rule, spec)):
-            expected.add(name)
-            if name not in weights:
-                raise ConversionError(f"{weights.directory}: tensor {name!r} (shape "
-                                      f"{tuple(shape)}) is missing from the weights")
-            if weights.shape(name) != tuple(shape):
-                raise ConversionError(
-                    f"{weights.file_of(name)}: tensor {name!r} has shape "
-                    f"{weights.shape(name)} but config.json implies {tuple(shape)}")
-            if not weights.dtype(name).is_floating_point:
-                raise ConversionError(f"{weights.file_of(name)}: tensor {name!r} has dtype "
-                                      f"{weights.dtype(name)}, expected floating point")
-    for name in weights.names():
-        if name in expected or mapping.is_derived_hf_tensor(name):
-            continue
-        tied_head = mapping.OUTPUT.hf[0]
-        if name == tied_head and spec.tied_embeddings:
-            embed = mapping.EMBEDDING.hf[0]
-            if not torch.equal(weights.get(name), weights.get(embed)):
-                raise ConversionError(f"{weights.file_of(name)}: config.json ties embeddings "
-                                      f"but {name!r} differs from {embed!r}")
-            notes.append(f"{name} equals {embed} (tied); not stored twice")
-            continue
-        raise ConversionError(f"{weights.file_of(name)}: unexpected tensor {name!r}: not part "
-                              f"of a {spec.architecture} model with this config.json (it "
-                              f"would be dropped)")
-
-
 def plan_hf_to_mcore(load_dir, save_dir, *, tp: int = 1, pp: int = 1,
                      params_dtype: Optional[str] = None, model_type_hf: Optional[str] = None,
                      add_qkv_bias: Optional[bool] = None, tokenizer_model: Optional[str] = None,
@@ -263,11 +117,11 @@ def plan_hf_to_mcore(load_dir, save_dir, *, tp: int = 1, pp: int = 1,
     save_dir = Path(save_dir).expanduser().resolve()
     if not load_dir.is_dir():
         raise ConversionError(f"--load-dir {load_dir} is not a directory")
-    config = _read_hf_config(load_dir)
+    config = read_hf_config(load_dir)
     if config.get("model_type") is None:
         raise ConversionError(f"{load_dir / 'config.json'} has no model_type")
     check_model_type_hf(model_type_hf, config["model_type"], str(load_dir / "config.json"))
-    spec = _spec_from_config(config, load_dir.name, load_dir / "config.json",
+    spec = spec_from_config(config, load_dir.name, load_dir / "config.json",
                              make_vocab_size_divisible_by)
     check_qkv_bias(add_qkv_bias, spec, str(load_dir))
     check_parallel_sizes(spec, tp, pp)
@@ -276,8 +130,8 @@ def plan_hf_to_mcore(load_dir, save_dir, *, tp: int = 1, pp: int = 1,
         check_save_dir(save_dir, overwrite, load_dir)
     except SaveDirError as e:
         raise ConversionError(str(e)) from None
-    tokenizer_dir = _tokenizer_source(tokenizer_model, load_dir)
-    _check_tokenizer_fits(tokenizer_dir, spec)
+    tokenizer_dir = tokenizer_source(tokenizer_model, load_dir)
+    check_tokenizer_fits(tokenizer_dir, spec)
     try:
         weights = hf_io.HFWeights.open(load_dir)
     except hf_io.HFCheckpointError as e:
@@ -286,10 +140,10 @@ def plan_hf_to_mcore(load_dir, save_dir, *, tp: int = 1, pp: int = 1,
     if tokenizer_dir is None:
         notes.append(f"no tokenizer in {load_dir}: mcore -> hf will need --tokenizer-model")
     try:
-        _check_hf_tensors(weights, spec, notes)
+        check_hf_tensors(weights, spec, notes)
         if dtype is None:
             embed = mapping.EMBEDDING.hf[0]
-            dtype = _dtype_key(weights.dtype(embed), str(weights.file_of(embed)))
+            dtype = dtype_key(weights.dtype(embed), str(weights.file_of(embed)))
     except BaseException:
         weights.close()
         raise
@@ -388,7 +242,7 @@ def _hf_config_text(ckpt: Path, spec: ModelSpec, out_dtype: str) -> str:
         return config.to_json_string(use_diff=False)
     text = path.read_text()
     config = json.loads(text)
-    again = _spec_from_config(config, spec.name, path, spec.make_vocab_size_divisible_by)
+    again = spec_from_config(config, spec.name, path, spec.make_vocab_size_divisible_by)
     if again != spec:
         diff = {k: (v, getattr(spec, k)) for k, v in again.to_dict().items()
                 if getattr(spec, k) != v}
@@ -428,40 +282,16 @@ def plan_mcore_to_hf(load_dir, save_dir, *, params_dtype: Optional[str] = None,
         max_bytes = hf_io.parse_size(max_shard_size)
     except ValueError as e:
         raise ConversionError(f"--max-shard-size: {e}") from None
-    tokenizer_dir = _tokenizer_source(tokenizer_model, ckpt / mcore_io.HF_ASSETS)
+    tokenizer_dir = tokenizer_source(tokenizer_model, ckpt / mcore_io.HF_ASSETS)
     if tokenizer_dir is None:
         raise ConversionError(f"{ckpt} carries no tokenizer: pass --tokenizer-model (a "
                               f"tokenizer.json or its folder)")
-    _check_tokenizer_fits(tokenizer_dir, spec)
+    check_tokenizer_fits(tokenizer_dir, spec)
     generation = ckpt / mcore_io.HF_ASSETS / "generation_config.json"
     return McoreToHFPlan(ckpt, save_dir, spec, saved_dtype, out_dtype,
                          _hf_config_text(ckpt, spec, out_dtype),
                          generation if generation.is_file() else None, tokenizer_dir,
                          max_bytes, overwrite)
-
-
-def _check_saved_tensors(sharded: Dict, saved: Dict[str, Tuple], ckpt: Path) -> None:
-    """Each tensor the model needs is in the checkpoint with its global shape (vocab rows may
-    differ by padding)."""
-    from megatron.core.dist_checkpointing.mapping import ShardedTensor, ShardedTensorFactory
-
-    for name, sh in sharded.items():
-        if isinstance(sh, ShardedTensorFactory):
-            sh = sh.build()[0]
-        if not isinstance(sh, ShardedTensor):
-            continue
-        if sh.key not in saved:
-            raise ConversionError(f"{ckpt}: tensor {sh.key!r} (for {name}) is not in the "
-                                  f"checkpoint")
-        shape, _ = saved[sh.key]
-        want = tuple(sh.global_shape)
-        if sh.key in mcore_io.VOCAB_KEYS:
-            ok = shape[1:] == want[1:] and shape[0] >= 1
-        else:
-            ok = shape == want
-        if not ok:
-            raise ConversionError(f"{ckpt}: tensor {sh.key!r} has shape {shape} but "
-                                  f"{mcore_io.MODEL_INFO} implies {want}")
 
 
 def run_mcore_to_hf(plan: McoreToHFPlan, progress: bool = True) -> Path:
@@ -478,7 +308,7 @@ def run_mcore_to_hf(plan: McoreToHFPlan, progress: bool = True) -> Path:
                                 perform_initialization=False)
         sharded = mcore_io.model_sharded_state_dict(model)
         saved = mcore_io.check_checkpoint_files(plan.ckpt_dir)
-        _check_saved_tensors(sharded, saved, plan.ckpt_dir)
+        check_saved_tensors(sharded, saved, plan.ckpt_dir)
         with staged_dir(plan.save_dir, plan.overwrite) as tmp:
             (tmp / "config.json").write_text(plan.config_text)
             if plan.generation_config is not None:

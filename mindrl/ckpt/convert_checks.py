@@ -1,0 +1,190 @@
+"""The converter's input checks: flags, HF configs and tensors, saved Megatron tensors.
+
+Each raises ``ConversionError`` naming the file, tensor or flag and the fix, before the
+converter writes anything.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import torch
+
+from mindrl.ckpt import hf_io, mapping, mcore_io
+from mindrl.models.spec import ModelSpec
+
+PARAMS_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_DTYPE_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+HF_DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+# --model-type-hf -> config.json model_types it may convert. MindSpeed's guide converts Qwen2.5
+# with "llama2" + --add-qkv-bias (a Llama-layout decoder with qkv bias), so llama2 accepts qwen2.
+MODEL_TYPE_HF = {
+    "qwen2": ("qwen2",),
+    "llama2": ("llama", "qwen2"),
+    "llama3": ("llama",),
+    "llama": ("llama",),
+}
+
+
+class ConversionError(ValueError):
+    """Bad input or inconsistent flags; nothing was written."""
+
+
+def params_dtype_name(name: Optional[str]) -> Optional[str]:
+    if name is None:
+        return None
+    key = _DTYPE_ALIASES.get(name, name)
+    if key not in PARAMS_DTYPES:
+        raise ConversionError(f"--params-dtype {name!r}: use one of {sorted(PARAMS_DTYPES)}")
+    return key
+
+
+def dtype_key(dtype: torch.dtype, where: str) -> str:
+    for key, value in PARAMS_DTYPES.items():
+        if value == dtype:
+            return key
+    raise ConversionError(f"{where}: dtype {dtype} is not a parameter dtype "
+                          f"({', '.join(PARAMS_DTYPES)})")
+
+
+def check_model_type_hf(model_type_hf: Optional[str], architecture: str, source: str) -> None:
+    if model_type_hf is None:
+        return
+    if model_type_hf not in MODEL_TYPE_HF:
+        raise ConversionError(f"--model-type-hf {model_type_hf!r} is not supported; "
+                              f"supported: {', '.join(MODEL_TYPE_HF)}")
+    if architecture not in MODEL_TYPE_HF[model_type_hf]:
+        right = [k for k, v in MODEL_TYPE_HF.items() if architecture in v]
+        raise ConversionError(f"--model-type-hf {model_type_hf} does not match {source} "
+                              f"(model_type {architecture!r}); use --model-type-hf "
+                              f"{' or '.join(right)}")
+
+
+def check_qkv_bias(add_qkv_bias: Optional[bool], spec: ModelSpec, source: str) -> None:
+    if add_qkv_bias is None or add_qkv_bias == spec.add_qkv_bias:
+        return
+    if spec.add_qkv_bias:
+        raise ConversionError(f"{source} has qkv biases ({spec.architecture}) but "
+                              f"--add-qkv-bias is not set; add --add-qkv-bias")
+    raise ConversionError(f"--add-qkv-bias is set but {source} has no qkv biases "
+                          f"({spec.architecture}); drop --add-qkv-bias")
+
+
+def check_parallel_sizes(spec: ModelSpec, tp: int, pp: int) -> None:
+    """Megatron's own divisibility rules, checked before any work."""
+    if tp < 1 or pp < 1:
+        raise ConversionError(f"parallel sizes must be >= 1 (TP={tp}, PP={pp})")
+    for what, value in (("num_attention_heads", spec.num_attention_heads),
+                        ("num_query_groups (num_key_value_heads)", spec.num_query_groups),
+                        ("ffn_hidden_size (intermediate_size)", spec.ffn_hidden_size)):
+        if value % tp:
+            raise ConversionError(f"--target-tensor-parallel-size {tp} does not divide "
+                                  f"{what}={value} of {spec.name}")
+    if spec.num_layers % pp:
+        raise ConversionError(f"--target-pipeline-parallel-size {pp} does not divide "
+                              f"num_layers={spec.num_layers} of {spec.name}")
+
+
+def tokenizer_source(tokenizer_model: Optional[str], default: Optional[Path]) -> Optional[Path]:
+    """--tokenizer-model may name a tokenizer file (guide: .../tokenizer.json) or its folder."""
+    if tokenizer_model is None:
+        if default is not None and any((default / n).is_file() for n in hf_io.TOKENIZER_FILES):
+            return default
+        return None
+    path = Path(tokenizer_model).expanduser().resolve()
+    if not path.exists():
+        raise ConversionError(f"--tokenizer-model {path} does not exist")
+    folder = path if path.is_dir() else path.parent
+    if not any((folder / n).is_file() for n in hf_io.TOKENIZER_FILES):
+        raise ConversionError(f"--tokenizer-model {path}: no tokenizer files there "
+                              f"(expected one of {', '.join(hf_io.TOKENIZER_FILES)})")
+    return folder
+
+
+def check_tokenizer_fits(folder: Optional[Path], spec: ModelSpec) -> None:
+    if folder is None or not (folder / "tokenizer.json").is_file():
+        return
+    from tokenizers import Tokenizer
+
+    size = Tokenizer.from_file(str(folder / "tokenizer.json")).get_vocab_size(True)
+    if size > spec.vocab_size:
+        raise ConversionError(f"tokenizer {folder / 'tokenizer.json'} has {size} tokens but the "
+                              f"model has vocab_size {spec.vocab_size}")
+
+
+def read_hf_config(load_dir: Path) -> dict:
+    path = load_dir / "config.json"
+    if not path.is_file():
+        raise ConversionError(f"{path} is missing: the HF config decides the model shape")
+    try:
+        return json.loads(path.read_text())
+    except ValueError as e:
+        raise ConversionError(f"{path}: not valid JSON ({e})") from e
+
+
+def spec_from_config(config: dict, name: str, source: Path, divisible_by: int) -> ModelSpec:
+    from mindrl.models.hf_config import spec_from_hf_config
+
+    try:
+        return spec_from_hf_config(config, name, make_vocab_size_divisible_by=divisible_by)
+    except (ValueError, TypeError, AttributeError) as e:
+        raise ConversionError(f"{source}: {e}") from e
+
+
+def check_hf_tensors(weights: hf_io.HFWeights, spec: ModelSpec, notes: List[str]) -> None:
+    """Every tensor the config implies exists with its shape; nothing else would be dropped."""
+    expected = set()
+    for rule, layer in mapping.iter_rules(spec):
+        for name, shape in zip(rule.hf_names(layer), mapping.expected_hf_shapes(rule, spec)):
+            expected.add(name)
+            if name not in weights:
+                raise ConversionError(f"{weights.directory}: tensor {name!r} (shape "
+                                      f"{tuple(shape)}) is missing from the weights")
+            if weights.shape(name) != tuple(shape):
+                raise ConversionError(
+                    f"{weights.file_of(name)}: tensor {name!r} has shape "
+                    f"{weights.shape(name)} but config.json implies {tuple(shape)}")
+            if not weights.dtype(name).is_floating_point:
+                raise ConversionError(f"{weights.file_of(name)}: tensor {name!r} has dtype "
+                                      f"{weights.dtype(name)}, expected floating point")
+    for name in weights.names():
+        if name in expected or mapping.is_derived_hf_tensor(name):
+            continue
+        tied_head = mapping.OUTPUT.hf[0]
+        if name == tied_head and spec.tied_embeddings:
+            embed = mapping.EMBEDDING.hf[0]
+            if not torch.equal(weights.get(name), weights.get(embed)):
+                raise ConversionError(f"{weights.file_of(name)}: config.json ties embeddings "
+                                      f"but {name!r} differs from {embed!r}")
+            notes.append(f"{name} equals {embed} (tied); not stored twice")
+            continue
+        raise ConversionError(f"{weights.file_of(name)}: unexpected tensor {name!r}: not part "
+                              f"of a {spec.architecture} model with this config.json (it "
+                              f"would be dropped)")
+
+
+def check_saved_tensors(sharded: Dict, saved: Dict[str, Tuple], ckpt: Path) -> None:
+    """Each tensor the model needs is in the checkpoint with its global shape (vocab rows may
+    differ by padding)."""
+    from megatron.core.dist_checkpointing.mapping import ShardedTensor, ShardedTensorFactory
+
+    for name, sh in sharded.items():
+        if isinstance(sh, ShardedTensorFactory):
+            sh = sh.build()[0]
+        if not isinstance(sh, ShardedTensor):
+            continue
+        if sh.key not in saved:
+            raise ConversionError(f"{ckpt}: tensor {sh.key!r} (for {name}) is not in the "
+                                  f"checkpoint")
+        shape, _ = saved[sh.key]
+        want = tuple(sh.global_shape)
+        if sh.key in mcore_io.VOCAB_KEYS:
+            ok = shape[1:] == want[1:] and shape[0] >= 1
+        else:
+            ok = shape == want
+        if not ok:
+            raise ConversionError(f"{ckpt}: tensor {sh.key!r} has shape {shape} but "
+                                  f"{mcore_io.MODEL_INFO} implies {want}")
