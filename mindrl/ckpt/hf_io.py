@@ -16,6 +16,7 @@ shard goes out through a ``fastio.DirectWriter`` (durable when complete).
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -334,14 +335,11 @@ class ShardedSafetensorsWriter:
         floating dtype (cast to the planned one): such a tensor is copied into a reused
         buffer first; a contiguous tensor of the planned dtype is written from its memory."""
         shape, dtype = self._planned(name)
-        numel = 1
-        for d in shape:
-            numel *= d
-        same = tuple(tensor.shape) == shape or tensor.numel() == numel
+        same = tuple(tensor.shape) == shape or tensor.numel() == math.prod(shape)
         castable = tensor.dtype == dtype or (tensor.dtype.is_floating_point and
                                              dtype.is_floating_point)
         if not same or not castable:
-            raise RuntimeError(f"writer expected {name} {shape} {dtype}, got {name} "
+            raise RuntimeError(f"writer expected {name} {shape} {dtype}, got "
                                f"{tuple(tensor.shape)} {tensor.dtype}")
         tensor = tensor.detach()
         if tensor.numel():

@@ -147,18 +147,11 @@ class SameNodePaths:
                 header = torch.tensor([region.seq, region.numel], dtype=torch.long, device=dev)
                 for peer in peers:
                     torch.distributed.send(header, peer)
-                for unit, parts in layout:
-                    if unit.stage == self.pp_rank:
-                        try:
-                            mapping.write_shard(unit.rule, self.spec,
-                                                self._params[unit.local_name].detach(),
-                                                self.tp_rank, self.tp_size,
-                                                part_views(region.tensor, parts))
-                        except Exception as exc:
-                            raise WeightSyncError(
-                                f"rank {self._rank} failed to write {unit.local_name} "
-                                f"({', '.join(unit.rule.hf_names(unit.layer))}) into the "
-                                f"bucket: {type(exc).__name__}: {exc}") from exc
+                failure = self._write_shards(
+                    ((unit, part_views(region.tensor, parts)) for unit, parts in layout),
+                    "the bucket")
+                if failure is not None:
+                    raise WeightSyncError(failure[1])
                 self._collect_acks(bucket)
                 stats.gather_seconds += time.perf_counter() - t0
                 stats.buffer_bytes = max(stats.buffer_bytes, sum(
@@ -244,24 +237,14 @@ class SameNodePaths:
                         del mapped[old]
                     mapped[seq] = SharedRegion(self._region_path(host_pid, seq), numel, dtype,
                                                create=False)
-                status = torch.tensor([0, 0], dtype=torch.long, device=dev)
-                failure = None
-                for i, (unit, parts) in enumerate(bucket_layout(bucket, self.spec)):
-                    if unit.stage != self.pp_rank:
-                        continue
-                    try:
-                        mapping.write_shard(unit.rule, self.spec,
-                                            self._params[unit.local_name].detach(),
-                                            self.tp_rank, self.tp_size,
-                                            part_views(mapped[seq].tensor, parts))
-                    except Exception as exc:
-                        status = torch.tensor([1, i], dtype=torch.long, device=dev)
-                        failure = WeightSyncError(f"writing {unit.local_name} into the bucket: "
-                                                  f"{type(exc).__name__}: {exc}")
-                        break
-                torch.distributed.send(status, host)
+                region = mapped[seq].tensor
+                failure = self._write_shards(
+                    ((unit, part_views(region, parts))
+                     for unit, parts in bucket_layout(bucket, self.spec)), "the bucket")
+                status = [0, 0] if failure is None else [1, failure[0]]
+                torch.distributed.send(torch.tensor(status, dtype=torch.long, device=dev), host)
                 if failure is not None:
-                    raise failure
+                    raise WeightSyncError(failure[1])
         finally:
             mapped.clear()
 
@@ -278,16 +261,25 @@ class SameNodePaths:
 
     def _write_weights(self, shared) -> Optional[str]:
         """This rank's shards of every tensor, straight into vLLM's weights; what failed."""
-        for unit in self.units:
+        failure = self._write_shards(
+            ((unit, self._weight_views(shared, unit)) for unit in self.units),
+            "vLLM's weights")
+        return None if failure is None else failure[1]
+
+    def _write_shards(self, destinations, where: str):
+        """This rank's shards of each (unit, views of its HF parts) into those views
+        (`mapping.write_shard`). None, or (index of the unit that failed, a message naming
+        it) at the first failure."""
+        for index, (unit, views) in enumerate(destinations):
             if unit.stage != self.pp_rank:
                 continue
             try:
                 mapping.write_shard(unit.rule, self.spec, self._params[unit.local_name].detach(),
-                                    self.tp_rank, self.tp_size, self._weight_views(shared, unit))
+                                    self.tp_rank, self.tp_size, views)
             except Exception as exc:
-                return (f"rank {self._rank} writing {unit.local_name} "
-                        f"({', '.join(unit.rule.hf_names(unit.layer))}) into vLLM's weights: "
-                        f"{type(exc).__name__}: {exc}")
+                return index, (f"rank {self._rank} failed to write {unit.local_name} "
+                               f"({', '.join(unit.rule.hf_names(unit.layer))}) into {where}: "
+                               f"{type(exc).__name__}: {exc}")
         return None
 
     def _host_sync_direct(self, stats: SyncStats, verify: bool, shared) -> None:

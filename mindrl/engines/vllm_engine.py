@@ -199,9 +199,8 @@ SHARED_WEIGHTS_PREFIX = "mindrl-vllm-weights"
 
 
 def shared_weights_path(pid: int) -> str:
-    from mindrl.engines.shm_region import SHM_DIR, sweep_stale
+    from mindrl.engines.shm_region import SHM_DIR
 
-    sweep_stale(SHARED_WEIGHTS_PREFIX)
     return os.path.join(SHM_DIR, f"{SHARED_WEIGHTS_PREFIX}-{pid}")
 
 
@@ -257,6 +256,9 @@ class VLLMEngine:
         self.module_of = {name: owner for name, (_, _, owner) in view.items()}
         self.shared_weights: Optional[SharedWeights] = None
         if share_weights:
+            from mindrl.engines.shm_region import sweep_stale
+
+            sweep_stale(SHARED_WEIGHTS_PREFIX)      # files of killed engines: memory
             path = shared_weights_path(os.getpid())
             numel, dtype, places = self.llm.collective_rpc(vllm_weights.share_weights,
                                                            args=(path,))[0]

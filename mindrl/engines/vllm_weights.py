@@ -20,6 +20,7 @@ as in `weight_fingerprint.vllm_view`, never from mindrl/ckpt/mapping.py.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Dict, Iterable, List, Sequence, Tuple
 
 import torch
@@ -132,7 +133,7 @@ def _copy_rows(param: torch.Tensor, src: torch.Tensor) -> None:
         param[rows:].zero_()
 
 
-def _load_module(module, mod_name: str, fused, by_name, loaded: set) -> None:
+def _load_module(module, mod_name: str, fused, by_name) -> None:
     from torch.nn import Parameter
     from vllm.model_executor.layers.linear import LinearBase
     from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
@@ -155,7 +156,6 @@ def _load_module(module, mod_name: str, fused, by_name, loaded: set) -> None:
         return
     for pname, param in module.named_parameters(recurse=False):
         _copy_rows(param.data, by_name[f"{prefix}{leaf}.{pname}"])
-        loaded.add(id(param))
     if isinstance(module, ParallelLMHead):
         module.quant_method.process_weights_after_loading(module)
     elif hasattr(module, "cpu_linear"):
@@ -166,30 +166,21 @@ def _load_module(module, mod_name: str, fused, by_name, loaded: set) -> None:
 
 def load_packed(worker, weights: NamedTensors, modules: List[str]) -> None:
     """``packed`` mode: whole modules (every tensor of each listed module) into vLLM."""
-    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
-
     model = worker.model_runner.get_model()
     fused = getattr(model, "packed_modules_mapping", None) or {}
     by_name: Dict[str, torch.Tensor] = dict(weights)
-    loaded = set()
     with torch.no_grad():
         for mod_name in modules:
             try:
-                _load_module(model.get_submodule(mod_name), mod_name, fused, by_name, loaded)
+                _load_module(model.get_submodule(mod_name), mod_name, fused, by_name)
             except Exception as exc:
                 raise RuntimeError(f"loading vLLM module {mod_name}: {type(exc).__name__}: "
                                    f"{exc}") from exc
-    for name, module in model.named_modules():     # output heads tied to a loaded embedding
-        if (isinstance(module, ParallelLMHead) and name not in modules
-                and id(module.weight) in loaded):
-            module.quant_method.process_weights_after_loading(module)
+    _refresh_tied_heads(model, modules)
 
 
 def reload_weights(worker, weights: NamedTensors, loaded_modules: List[str]) -> None:
-    """vLLM's in-place reload, then re-process output heads tied to a reloaded module: on CPU
-    they keep a packed copy of the embedding that the reload does not refresh."""
-    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
-
+    """vLLM's in-place reload, then `_refresh_tied_heads`."""
     # A bucket leaves most modules unloaded on purpose; vLLM warns once per module and call.
     quiet = [logging.getLogger("vllm.model_executor.model_loader.reload." + m)
              for m in ("layerwise", "inplace")]
@@ -201,7 +192,14 @@ def reload_weights(worker, weights: NamedTensors, loaded_modules: List[str]) -> 
     finally:
         for log, level in zip(quiet, levels):
             log.setLevel(level)
-    model = worker.model_runner.get_model()
+    _refresh_tied_heads(worker.model_runner.get_model(), loaded_modules)
+
+
+def _refresh_tied_heads(model, loaded_modules: List[str]) -> None:
+    """Re-process output heads tied to a loaded module: on CPU they keep a packed copy of the
+    embedding that loading the embedding does not refresh."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
     loaded = {id(p) for name in loaded_modules
               for p in model.get_submodule(name).parameters(recurse=False)}
     for name, module in model.named_modules():
@@ -224,6 +222,7 @@ def share_weights(worker, path: str):
     from vllm.distributed import get_tensor_model_parallel_world_size
 
     from mindrl.engines.shm_region import SharedRegion
+    from mindrl.engines.weight_fingerprint import vllm_view
 
     if load_mode(worker) != "in_place" or get_tensor_model_parallel_world_size() != 1:
         raise ValueError("shared weights need plain CPU weights (plain_cpu_linears) and "
@@ -241,40 +240,19 @@ def share_weights(worker, path: str):
             offset_of[id(p)] = offset
             offset += p.numel()
     worker._mindrl_shared_weights = region          # lives as long as the model
-    return region.numel, dtype, hf_places(model, offset_of)
+    return region.numel, dtype, hf_places(model, vllm_view(worker, with_digest=False), offset_of)
 
 
-def hf_places(model, offset_of) -> Dict[str, Tuple[int, Tuple[int, ...]]]:
-    """{HF name: (offset, shape)} given each parameter's element offset: a fused linear's part
-    is its block of rows (vLLM's ``packed_modules_mapping`` order and
-    ``output_partition_sizes``); a vocab-padded table's HF rows come first."""
-    from vllm.model_executor.layers.linear import LinearBase
-    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
-
-    fused = getattr(model, "packed_modules_mapping", None) or {}
+def hf_places(model, view, offset_of) -> Dict[str, Tuple[int, Tuple[int, ...]]]:
+    """{HF name: (offset, shape)} given each parameter's element offset. Names, order and
+    owning modules come from `weight_fingerprint.vllm_view` (`view`): the parts of a fused
+    parameter follow one another in its rows, a vocab-padded table's HF rows come first, and
+    a tied output head has no name of its own."""
+    rows_taken: Dict[int, int] = {}
     places: Dict[str, Tuple[int, Tuple[int, ...]]] = {}
-    named = set()
-    for mod_name, module in _modules_with_weights(model):
-        prefix, _, leaf = mod_name.rpartition(".")
-        prefix = prefix + "." if prefix else ""
-        if isinstance(module, LinearBase):
-            parts = fused.get(leaf, [leaf])
-            sizes = list(getattr(module, "output_partition_sizes", [module.output_size]))
-            if len(sizes) != len(parts):
-                sizes = [sum(sizes)]
-            for pname, param in module.named_parameters(recurse=False):
-                cols = param.shape[1] if param.dim() == 2 else 1
-                row = 0
-                for part, rows in zip(parts, sizes):
-                    places[f"{prefix}{part}.{pname}"] = (offset_of[id(param)] + row * cols,
-                                                        (rows, *param.shape[1:]))
-                    row += rows
-            continue
-        for pname, param in module.named_parameters(recurse=False):
-            if isinstance(module, ParallelLMHead) and id(param) in named:
-                continue                  # a tied head: the embedding's tensor, named there
-            rows = getattr(module, "org_vocab_size", None)
-            shape = (rows, *param.shape[1:]) if rows is not None else tuple(param.shape)
-            places[f"{prefix}{leaf}.{pname}"] = (offset_of[id(param)], shape)
-            named.add(id(param))
+    for name, (shape, _, owner) in view.items():
+        param = model.get_submodule(owner).get_parameter(name.rsplit(".", 1)[1])
+        row = rows_taken.get(id(param), 0)
+        places[name] = (offset_of[id(param)] + row * math.prod(param.shape[1:]), tuple(shape))
+        rows_taken[id(param)] = row + shape[0]
     return places
