@@ -95,7 +95,7 @@ def mindrl_overrides(shape: Shape, work: Path) -> List[str]:
     return [
         f"model={shape.model}", f"run_dir={p['mindrl_run']}",
         f"prepare.tiny_model={shape.model}", f"prepare.num_prompts={s['num_prompts']}",
-        f"prepare.max_operand={s['max_operand']}",
+        f"prepare.max_operand={s['max_operand']}", "prepare.holdout_pairs=0",
         f"megatron_training.tokenizer_name_or_path={p['hf']}",
         f"megatron_training.load={p['mcore']}", f"megatron_training.data_path={p['data']}",
         f"megatron_training.global_batch_size={shape.prompts}",
@@ -115,6 +115,7 @@ def mindrl_overrides(shape: Shape, work: Path) -> List[str]:
         f"rl_config.max_prompt_length={s['max_prompt_length']}",
         f"rl_config.actor_forward_micro_batch_size={shape.micro_batch}",
         "rl_config.save_freq=1000000", "rl_config.val_data_path=null",
+        "rl_config.dynamic_sampling=false",
         "rl_config.val_before_train=false", "rl_config.val_freq=null",
         f"generate_config.max_model_len={seq}", f"generate_config.kv_cache_memory_bytes={kv_bytes}",
         f"+generate_config.cpu_threads={shape.threads}",

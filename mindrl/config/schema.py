@@ -211,6 +211,7 @@ class PrepareConfig:
     task: Optional[Literal["arith"]] = None
     num_prompts: int = 4096
     max_operand: int = 2
+    holdout_pairs: int = 0                # operand pairs kept out of training: the validation set
     seed: int = 0
 
 

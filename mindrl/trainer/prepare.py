@@ -37,6 +37,8 @@ def prepare_artifacts(run: RunConfig) -> List[str]:
     made: List[str] = []
     p = run.prepare
     shared = run.megatron_training
+    if p.task == "arith":   # first: a split it cannot honour is refused before a model is made
+        made += _prepare_arith(p, shared.data_path, run.rl_config.val_data_path)
     if p.tiny_model:
         from mindrl.models.tiny import make_tiny_model
 
@@ -55,23 +57,28 @@ def prepare_artifacts(run: RunConfig) -> List[str]:
                 make_tiny_model(p.tiny_model, p.tokenizer, rm_hf, seed=p.seed + 1, head="scalar")
             _convert_to_mcore(rm_hf, Path(rm_load), run.models["reward"])
             made.append(f"tiny reward model {p.tiny_model} (scalar head): {rm_hf} -> {rm_load}")
-    if p.task == "arith" and shared.data_path and not Path(shared.data_path).is_file():
-        from mindrl.data.arith import arith_problems
-        from mindrl.data.prompt_file import write_prompt_file
+    return made
 
+
+def _prepare_arith(p, train_path, val_path) -> List[str]:
+    """Training prompts drawn from the pairs not held out; validation = each held-out pair
+    once (with no pairs held out: every problem once, i.e. the training table)."""
+    from mindrl.data.arith import arith_problems, arith_split, problem
+    from mindrl.data.prompt_file import write_prompt_file
+
+    made = []
+    train, held = arith_split(p.max_operand, p.holdout_pairs, p.seed)
+    if train_path and not Path(train_path).is_file():
         rows = [{"prompt": q.prompt, "label": q.label}
-                for q in arith_problems(p.num_prompts, p.max_operand, p.seed)]
-        write_prompt_file(rows, shared.data_path)
-        made.append(f"arith task, {len(rows)} prompts (operands 0..{p.max_operand}): "
-                    f"{shared.data_path}")
-    val = run.rl_config.val_data_path
-    if p.task == "arith" and val and not Path(val).is_file():
-        from mindrl.data.arith import arith_problems
-        from mindrl.data.prompt_file import write_prompt_file
-
-        # Every problem once: the task has (max_operand + 1)^2 distinct questions.
-        rows = [{"prompt": f"{a}+{b}=", "label": str(a + b)}
-                for a in range(p.max_operand + 1) for b in range(p.max_operand + 1)]
-        write_prompt_file(rows, val)
-        made.append(f"arith validation set, {len(rows)} prompts: {val}")
+                for q in arith_problems(p.num_prompts, p.max_operand, p.seed,
+                                        pairs=train if held else ())]
+        write_prompt_file(rows, train_path)
+        made.append(f"arith task, {len(rows)} prompts over {len(train)} operand pairs "
+                    f"(operands 0..{p.max_operand}): {train_path}")
+    if val_path and not Path(val_path).is_file():
+        rows = [{"prompt": q.prompt, "label": q.label}
+                for q in (problem(a, b) for a, b in held or train)]
+        write_prompt_file(rows, val_path)
+        kind = "held-out pairs never trained on" if held else "every training problem"
+        made.append(f"arith validation set, {len(rows)} prompts ({kind}): {val_path}")
     return made

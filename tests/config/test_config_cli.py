@@ -40,10 +40,21 @@ def test_bad_prompt_file_fails_before_any_worker_starts(tmp_path):
     data.write_text('{"prompt": "1+1=", "label": "2"}\n{"prompt": "2+2="}\n')
     for name in ("tiny-qwen2-hf", "tiny-qwen2-mcore"):
         (work / "models" / name).mkdir(parents=True)
-    proc = run_cli(tmp_path, "prepare.tiny_model=null", env={"MINDRL_WORK_DIR": str(work)})
+    proc = run_cli(tmp_path, "prepare.tiny_model=null", f"megatron_training.data_path={data}",
+                   env={"MINDRL_WORK_DIR": str(work)})
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert f"{data}:2" in proc.stderr and "label" in proc.stderr
     assert "Ray" not in proc.stdout  # refused before Ray (or any worker) started
+
+
+def test_holdout_that_cannot_be_honoured_fails_before_anything_is_made(tmp_path):
+    work = tmp_path / "work"
+    proc = run_cli(tmp_path, "prepare.max_operand=1", "prepare.holdout_pairs=2",
+                   env={"MINDRL_WORK_DIR": str(work)})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "prepare.holdout_pairs" in proc.stderr and "hold out at most 1" in proc.stderr
+    assert not (work / "models").exists()   # no model made, no Ray started
+    assert "Ray" not in proc.stdout
 
 
 def test_invalid_recipe_exits_1_naming_the_key(tmp_path):

@@ -1,5 +1,7 @@
 """Each way a recipe can be wrong fails early with ConfigError naming key, value and fix."""
 
+from pathlib import Path
+
 import pytest
 
 from mindrl.config import ClusterResources, ConfigError, compose_recipe, load_recipe, validate
@@ -185,13 +187,14 @@ def test_cpu_threads_positive():
 
 def test_missing_paths_only_with_check_paths(tmp_path, monkeypatch, cpu2):
     monkeypatch.setenv("MINDRL_WORK_DIR", str(tmp_path))
-    load_recipe(TINY, cluster=cpu2)  # check_paths=False: fine
+    run = load_recipe(TINY, cluster=cpu2)  # check_paths=False: fine
     err = rejected([], check_paths=True)
     assert_names(err, "megatron_training.data_path", str(tmp_path))
     assert_names(err, "megatron_training.tokenizer_name_or_path")
     assert_names(err, "megatron_training.load", "examples/ckpt")
-    (tmp_path / "data" / "arith").mkdir(parents=True)
-    (tmp_path / "data" / "arith" / "train.jsonl").write_text("{}\n")
+    data = Path(run.megatron_training.data_path)
+    data.parent.mkdir(parents=True)
+    data.write_text("{}\n")
     (tmp_path / "models" / "tiny-qwen2-hf").mkdir(parents=True)
     (tmp_path / "models" / "tiny-qwen2-mcore").mkdir(parents=True)
     load_recipe(TINY, cluster=cpu2, check_paths=True)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from mindrl.data.arith import arith_problems
+from mindrl.data.arith import arith_problems, arith_split
 from mindrl.data.prompt_loader import PromptLoader
 
 
@@ -37,3 +37,23 @@ def test_resume_continues_exactly():
 def test_batch_larger_than_dataset_is_rejected_with_sizes():
     with pytest.raises(ValueError, match="batch_size=8 must be in 1..5"):
         PromptLoader(list(range(5)), batch_size=8)
+
+
+def test_arith_split_holds_out_pairs_training_never_sees():
+    train, held = arith_split(max_operand=3, holdout=4, seed=0)
+    assert len(held) == 4 and len(train) == 12 and not set(train) & set(held)
+    # training still rewards every answer and sees every digit on both sides of "+"
+    assert {a + b for a, b in train} == set(range(7))
+    assert {a for a, _ in train} == {b for _, b in train} == set(range(4))
+    assert arith_split(3, 4, seed=0) == (train, held)
+    drawn = {(q.prompt, q.label) for q in arith_problems(500, 3, seed=1, pairs=train)}
+    assert drawn == {(f"{a}+{b}=", str(a + b)) for a, b in train}
+
+
+def test_arith_split_refuses_what_cannot_be_held_out():
+    # operands 0..1: every pair is the only one with its sum or operand position but (0,1)/(1,0)
+    with pytest.raises(ValueError, match="hold out at most 1 .*prepare.holdout_pairs"):
+        arith_split(max_operand=1, holdout=2)
+    with pytest.raises(ValueError, match=r"holdout=9 must be in \[0, 8\]"):
+        arith_split(max_operand=2, holdout=9)
+    assert arith_split(max_operand=2, holdout=0) == ([(a, b) for a in range(3) for b in range(3)], [])
