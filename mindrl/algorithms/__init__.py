@@ -19,7 +19,7 @@ from mindrl.algorithms.advantages import (
     scores_to_token_rewards,
 )
 from mindrl.algorithms.aggregation import LOSS_AGGREGATORS, aggregate_loss, get_loss_aggregator
-from mindrl.algorithms.entropy import entropy_bonus, entropy_from_logits
+from mindrl.algorithms.entropy import entropy_bonus, entropy_coeff_at, entropy_from_logits
 from mindrl.algorithms.importance import truncated_is_weight
 from mindrl.algorithms.kl import KL_ESTIMATORS, get_kl_estimator, kl_loss, token_kl
 from mindrl.algorithms.masked import (
@@ -35,7 +35,7 @@ from mindrl.algorithms.registry import Registry
 __all__ = [
     "ADVANTAGE_ESTIMATORS", "KL_ESTIMATORS", "LOSS_AGGREGATORS", "POLICY_LOSSES", "Registry",
     "aggregate_loss", "apply_kl_penalty", "compute_advantages", "discounted_returns",
-    "entropy_bonus", "entropy_from_logits", "gae_advantages", "get_advantage_estimator",
+    "entropy_bonus", "entropy_coeff_at", "entropy_from_logits", "gae_advantages", "get_advantage_estimator",
     "get_kl_estimator", "get_loss_aggregator", "get_policy_loss", "group_norm_advantages",
     "kl_loss", "masked_count", "masked_mean", "masked_sum", "masked_var", "masked_whiten",
     "ppo_clip_loss", "reinforce_plus_plus_advantages", "rloo_advantages",

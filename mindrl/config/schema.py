@@ -100,7 +100,9 @@ class RLConfig:
     clip_ratio: float = 0.2
     clip_ratio_low: Optional[float] = None    # null = clip_ratio
     clip_ratio_high: Optional[float] = None   # null = clip_ratio
-    entropy_coeff: float = 0.0
+    entropy_coeff: float = 0.0                 # the entropy bonus's coefficient at step 1
+    entropy_coeff_final: Optional[float] = None   # null = entropy_coeff throughout
+    entropy_decay_steps: int = 0               # steps from entropy_coeff to entropy_coeff_final
     loss_agg_mode: str = "token-mean"
     n_samples_per_prompt: int = 8
     epochs: int = 1

@@ -298,10 +298,16 @@ def check_algorithm(run: RunConfig, cluster: ClusterResources) -> list[Problem]:
         value = getattr(rl, key)
         if value is not None and value <= 0:
             out.append(Problem(f"rl_config.{key}", "must be positive", "use e.g. 0.2", value))
-    for key in ("kl_coef", "entropy_coeff"):
-        if getattr(rl, key) < 0:
+    for key in ("kl_coef", "entropy_coeff", "entropy_coeff_final", "entropy_decay_steps"):
+        if (getattr(rl, key) or 0) < 0:
             out.append(Problem(f"rl_config.{key}", "must not be negative", "use 0 to disable",
                                getattr(rl, key)))
+    if (rl.entropy_coeff_final is None) != (rl.entropy_decay_steps == 0):
+        out.append(Problem("rl_config.entropy_decay_steps", "and rl_config.entropy_coeff_final "
+                           "go together: one is set without the other", "set both (decay from "
+                           "entropy_coeff to entropy_coeff_final over entropy_decay_steps "
+                           "steps) or neither (a constant entropy_coeff)",
+                           rl.entropy_decay_steps))
     if rl.use_wandb and not rl.wandb_project:
         out.append(Problem("rl_config.wandb_project", "is required when use_wandb=true",
                            "name a wandb project", rl.wandb_project))

@@ -8,6 +8,7 @@ batch, and each DP rank works on its own slice of it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
@@ -255,8 +256,8 @@ class MegatronEngine:
 
     # ------------------------------------------------------------------ update
 
-    def _policy_loss(self, output, micro, mb_weight: torch.Tensor, num_micro: int):
-        cfg = self.loss_cfg
+    def _policy_loss(self, output, micro, cfg: LossConfig, mb_weight: torch.Tensor,
+                     num_micro: int):
         mask = micro["response_mask"].float()
         # Entropy is always reported; it enters the loss (and the graph) only with a coefficient.
         logp, _ = self._token_stats(output, micro, with_entropy=False)
@@ -294,7 +295,7 @@ class MegatronEngine:
         return loss * scale, metrics
 
     def update(self, batch: Batch, mini_batch_size: int, shuffle: bool = False,
-               seed: int = 0) -> Dict[str, float]:
+               seed: int = 0, entropy_coeff: Optional[float] = None) -> Dict[str, float]:
         """One pass over the batch in mini batches (samples); one optimizer step per mini batch.
 
         Needs response_mask, advantages, and old_log_probs (absent: on-policy, ratio = 1) and
@@ -314,16 +315,20 @@ class MegatronEngine:
         history: List[Dict[str, float]] = []
         for start in range(0, n, mini_batch_size):
             idx = order[start:start + mini_batch_size]
-            history.append(self._train_mini_batch({k: v[idx] for k, v in batch.items()}))
+            history.append(self._train_mini_batch({k: v[idx] for k, v in batch.items()},
+                                                  entropy_coeff))
         out = {k: sum(h[k] for h in history) / len(history) for k in history[0]
                if not k.startswith("rollout/")}
         out.update({k: v for k, v in history[0].items() if k.startswith("rollout/")})
         return out
 
-    def forward_backward(self, mini: Batch) -> list:
-        """Gradients of the mini batch's loss into the grad buffers (no optimizer step)."""
+    def forward_backward(self, mini: Batch, entropy_coeff: Optional[float] = None) -> list:
+        """Gradients of the mini batch's loss into the grad buffers (no optimizer step).
+        `entropy_coeff` replaces the configured one for this call (a scheduled coefficient)."""
         self.model.train()
-        mb_weight = _minibatch_weight(mini["response_mask"].float(), self.loss_cfg.loss_agg_mode)
+        cfg = (self.loss_cfg if entropy_coeff is None
+               else dataclasses.replace(self.loss_cfg, entropy_coeff=entropy_coeff))
+        mb_weight = _minibatch_weight(mini["response_mask"].float(), cfg.loss_agg_mode)
         local = self._dp_slice(mini)
         packed = self._pack(local)
         micro = self._micro_batches(local, packed, self.micro_batch_size)
@@ -331,10 +336,10 @@ class MegatronEngine:
         self.optimizer.zero_grad()
         return self._run_schedule(
             micro, packed.tokens.shape[1], False,
-            lambda out, m: self._policy_loss(out, m, mb_weight, len(micro)))
+            lambda out, m: self._policy_loss(out, m, cfg, mb_weight, len(micro)))
 
-    def _train_mini_batch(self, mini: Batch) -> Dict[str, float]:
-        losses = self.forward_backward(mini)
+    def _train_mini_batch(self, mini: Batch, entropy_coeff: Optional[float]) -> Dict[str, float]:
+        losses = self.forward_backward(mini, entropy_coeff)
         ok, grad_norm, _ = self.optimizer.step()
         if ok:
             self.scheduler.step(increment=1)

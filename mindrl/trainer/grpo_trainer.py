@@ -21,7 +21,8 @@ from typing import Dict, List, Tuple
 
 import torch
 
-from mindrl.algorithms import apply_kl_penalty, compute_advantages, scores_to_token_rewards
+from mindrl.algorithms import (apply_kl_penalty, compute_advantages, entropy_coeff_at,
+                               scores_to_token_rewards)
 from mindrl.config.schema import RunConfig
 from mindrl.trainer.metrics import batch_metrics, perf_metrics, reward_model_metrics
 
@@ -302,9 +303,12 @@ class GRPOTrainer:
                                                group_id=batch["group_id"], gamma=rl.gamma,
                                                lam=rl.lam)
             batch["token_rewards"], batch["advantages"] = token_rewards, advantages
+        entropy_coeff = entropy_coeff_at(step, rl.entropy_coeff, rl.entropy_coeff_final,
+                                         rl.entropy_decay_steps)
         with timed(timings, "update_actor"):
             update = self.actor.call_rank0("update", ray.put(batch), rl.mini_batch_size * self.n,
-                                           rl.shuffle_mini_batch, step)
+                                           rl.shuffle_mini_batch, step, entropy_coeff)
+        update["actor/entropy_coeff"] = entropy_coeff
         with timed(timings, "reshard"):
             self.actor.call("sync_weights")
         metrics = {**batch_metrics(batch, scores, rollout.finish_reasons), **reward_metrics,

@@ -98,8 +98,9 @@ class MegatronWorker:
         return scores.cpu() if self.rank == 0 else None
 
     def update(self, batch: Dict[str, torch.Tensor], mini_batch_size: int, shuffle: bool,
-               seed: int):
-        metrics = self.engine.update(batch, mini_batch_size, shuffle=shuffle, seed=seed)
+               seed: int, entropy_coeff: Optional[float] = None):
+        metrics = self.engine.update(batch, mini_batch_size, shuffle=shuffle, seed=seed,
+                                     entropy_coeff=entropy_coeff)
         return metrics if self.rank == 0 else None
 
     def save_checkpoint(self, save_dir: str, iteration: int, extra: dict, save_optim: bool,

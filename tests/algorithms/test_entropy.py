@@ -49,3 +49,14 @@ def test_entropy_gradient_is_finite():
     assert torch.isfinite(logits.grad).all()
     # uniform logits are a maximum of entropy: zero gradient there
     torch.testing.assert_close(logits.grad[0, 2], torch.zeros(3, dtype=F64), atol=1e-12, rtol=0)
+
+
+def test_entropy_coeff_schedule_decays_linearly_then_holds():
+    from mindrl.algorithms import entropy_coeff_at
+
+    at = [entropy_coeff_at(step, 0.05, 0.0, 4) for step in (1, 2, 3, 4, 5, 6, 400)]
+    assert at == pytest.approx([0.05, 0.0375, 0.025, 0.0125, 0.0, 0.0, 0.0])
+    assert entropy_coeff_at(3, 0.01, 0.03, 2) == pytest.approx(0.03)   # it may rise too
+    # constant unless both ends of the schedule are given
+    assert entropy_coeff_at(300, 0.02) == 0.02
+    assert entropy_coeff_at(300, 0.02, 0.0, 0) == 0.02

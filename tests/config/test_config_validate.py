@@ -183,6 +183,13 @@ def test_cpu_threads_positive():
     assert_names(err, "actor_config.cpu_threads", "at least 1")
 
 
+def test_entropy_schedule_needs_both_ends():
+    assert_names(rejected(["rl_config.entropy_decay_steps=0"]), "rl_config.entropy_decay_steps",
+                 "entropy_coeff_final")
+    assert_names(rejected(["rl_config.entropy_coeff_final=-0.1"]),
+                 "rl_config.entropy_coeff_final", "negative")
+
+
 # 7. paths (separate switch) -------------------------------------------------------------
 
 def test_missing_paths_only_with_check_paths(tmp_path, monkeypatch, cpu2):

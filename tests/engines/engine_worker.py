@@ -37,13 +37,14 @@ def log_probs_at_layouts(rank, world, spec, full_by_tp, batch, layouts, temperat
     return out
 
 
-def full_gradients(rank, world, spec, full_by_tp, batch, tp, pp, loss_cfg):
-    """{mcore full name: gradient} gathered over TP and PP on rank 0."""
+def full_gradients(rank, world, spec, full_by_tp, batch, tp, pp, loss_cfg, entropy_coeff=None):
+    """{mcore full name: gradient} gathered over TP and PP on rank 0; `entropy_coeff` is
+    passed per call (the trainer's scheduled coefficient) instead of through loss_cfg."""
     from megatron.core import parallel_state as ps
 
     # The distributed optimizer reduce-scatters: each DP rank's buffer holds only its shard.
     engine = _engine(spec, full_by_tp, tp, pp, True, loss_cfg, distributed_optimizer=False)
-    engine.forward_backward(batch)
+    engine.forward_backward(batch, entropy_coeff)
     pp_rank, tp_size = ps.get_pipeline_model_parallel_rank(), tp
     layers = mapping.stage_layers(spec.num_layers, pp_rank, pp)
     local = {}

@@ -86,8 +86,13 @@ def test_update_gradient_equals_plain_torch_grpo_loss(setup):
     loss.backward()
     expected = {n: p.grad for n, p in hf.named_parameters()}
 
-    for tp, pp in [(2, 1), (1, 2), (1, 1)]:   # (1, 1) in a world of 2 = DP2
-        grads = spawn_local(full_gradients, 2, spec, full_by_tp, batch, tp, pp, cfg)[0]
+    # (1, 1) in a world of 2 = DP2; there the coefficient comes per call, as the trainer's
+    # entropy schedule passes it, over a config that has none.
+    no_bonus = dataclasses.replace(cfg, entropy_coeff=0.0)
+    for tp, pp, loss_cfg, coeff in [(2, 1, cfg, None), (1, 2, cfg, None),
+                                    (1, 1, no_bonus, cfg.entropy_coeff)]:
+        grads = spawn_local(full_gradients, 2, spec, full_by_tp, batch, tp, pp, loss_cfg,
+                            coeff)[0]
         for rule, layer in mapping.iter_rules(spec):
             hf_grads = mapping.mcore_to_hf(rule, grads[rule.mcore_name(layer)], spec, layer)
             for name, g in hf_grads.items():
