@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mindrl.trainer.learning_curve import summarize_curve  # noqa: E402
+from mindrl.trainer.learning_curve import policy_scores, summarize_curve  # noqa: E402
 
 
 def cpu_model() -> str:
@@ -37,12 +37,6 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
-
-
-def policy_score(row: dict) -> float:
-    """The policy's mean score on the step's fresh prompts: with dynamic sampling the batch
-    keeps only informative groups, so its critic/score is not the policy's."""
-    return row.get("dynamic_sampling/raw_score_mean", row["critic/score/mean"])
 
 
 def run_seed(work: Path, seed: int, steps: int, overrides, recipe: str) -> dict:
@@ -81,7 +75,7 @@ def main() -> None:
     for seed in args.seeds:
         out = run_seed(work, seed, args.steps, args.overrides, args.recipe)
         rows = [r for r in out["rows"] if r["step"] > 0]
-        scores = [policy_score(r) for r in rows]
+        scores = policy_scores(rows)
         s = summarize_curve(scores)
         val = [r["val/score"] for r in out["rows"] if "val/score" in r]
         entropy = sum(r["actor/entropy"] for r in rows[-50:]) / 50

@@ -33,6 +33,14 @@ class CurveSummary:
                 f"average crossed the threshold at {crossed}, largest fall after {self.max_drop:.3f}")
 
 
+def policy_scores(rows: Sequence[dict]) -> list:
+    """Per-step mean score of the policy on that step's fresh prompts, from metrics.jsonl rows
+    (validation-only rows skipped). With dynamic sampling the batch keeps only informative
+    groups, so its critic/score is not the policy's: the raw score of everything generated is."""
+    return [row.get("dynamic_sampling/raw_score_mean", row["critic/score/mean"])
+            for row in rows if "critic/score/mean" in row]
+
+
 def full_window_means(values: Sequence[float], window: int) -> list:
     """Mean of each complete `window` of consecutive values (len - window + 1 of them)."""
     if window < 1:

@@ -144,18 +144,19 @@ def test_reference_resource_required_with_kl():
 # 6. batch sizes ---------------------------------------------------------------------------
 
 def test_mini_batch_must_divide_global_batch():
-    assert_names(rejected(["rl_config.mini_batch_size=5"]), "rl_config.mini_batch_size",
+    assert_names(rejected(["megatron_training.global_batch_size=16",
+                           "rl_config.mini_batch_size=5"]), "rl_config.mini_batch_size",
                  "global_batch_size=16", "[1, 2, 4, 8, 16]")
 
 
 def test_micro_batch_must_divide_mini_batch():
-    # mini batch = 8 prompts x 8 samples = 64; 24 does not divide it
+    # mini batch = 8 prompts x 16 samples = 128; 24 does not divide it
     assert_names(rejected(["megatron_training.micro_batch_size=24"]),
-                 "megatron_training.micro_batch_size", "64")
+                 "megatron_training.micro_batch_size", "128")
 
 
 def test_micro_batch_times_dp(cpu8):
-    # 4 CPUs at TP1 -> DP 4; 4 x 64 = 256 does not divide a mini batch of 16 x 8 = 128
+    # 4 CPUs at TP1 -> DP 4; 4 x 64 = 256 does not divide a mini batch of 8 x 16 = 128
     err = rejected(["rl_config.actor_resource.num_cpus=4",
                     "megatron_training.micro_batch_size=64"], cpu8)
     assert_names(err, "megatron_training.micro_batch_size", "DP 4")
@@ -235,7 +236,7 @@ def test_all_problems_reported_at_once():
 def test_plain_dict_input(cpu2):
     from omegaconf import OmegaConf
     plain = OmegaConf.to_container(compose_recipe(TINY), resolve=True)
-    assert validate(plain, cpu2).rl_config.n_samples_per_prompt == 8
+    assert validate(plain, cpu2).rl_config.n_samples_per_prompt == 16
     plain["rl_config"]["epochs"] = "two"
     with pytest.raises(ConfigError, match=r"rl_config.epochs='two'"):
         validate(plain, cpu2)

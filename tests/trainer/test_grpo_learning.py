@@ -3,23 +3,22 @@ fewer steps) on three seeds.
 
 One fp32 run is bit-identical on one machine but not across CPU makes, so a single curve
 proves little: seeds stand in for the machines we cannot choose. Each seed must gain on its
-own and the mean must clear the bar; a broken advantage sign, a frozen policy or a weight
-sync that never reaches vLLM leaves every seed flat. The message carries each seed's figures.
+own, must not unlearn once it has learned (the collapse of issue 13), and the mean must clear
+the bar; a broken advantage sign, a frozen policy or a weight sync that never reaches vLLM
+leaves every seed flat. The message carries each seed's figures. Measured on AMD EPYC
+(2026-11): gains 0.72 / 0.71 / 0.62, largest falls 0.03 / 0.11 / 0.04.
 """
 
 from grpo_runs import metrics, train
 
-from mindrl.trainer.learning_curve import summarize_curve
+from mindrl.trainer.learning_curve import policy_scores, summarize_curve
 
 SEEDS = (1, 2, 3)
 STEPS = 200
 EDGE = 40            # steps averaged at each end of the curve
-SEED_GAIN = 0.3      # every seed: last-40 mean score minus first-40
-MEAN_GAIN = 0.45     # over the seeds
-
-
-def policy_score(row: dict) -> float:
-    return row.get("dynamic_sampling/raw_score_mean", row["critic/score/mean"])
+SEED_GAIN = 0.4      # every seed: last-40 mean score minus first-40
+MEAN_GAIN = 0.5      # over the seeds
+MAX_FALL = 0.25      # every seed: the 20-step average's largest fall after reaching 0.6
 
 
 def test_tiny_recipe_reward_rises_on_every_seed(tmp_path):
@@ -28,10 +27,12 @@ def test_tiny_recipe_reward_rises_on_every_seed(tmp_path):
         run_dir = tmp_path / "runs" / f"seed{seed}"
         train(tmp_path, run_dir, f"megatron_training.seed={seed}",
               f"megatron_training.train_iters={STEPS}", f"rl_config.save_freq={STEPS}")
-        rows = [row for row in metrics(run_dir) if row["step"] > 0]
-        assert len(rows) == STEPS
-        summaries[seed] = summarize_curve([policy_score(r) for r in rows], edge=EDGE)
+        scores = policy_scores(metrics(run_dir))
+        assert len(scores) == STEPS
+        summaries[seed] = summarize_curve(scores, edge=EDGE)
     report = "\n".join(f"seed {seed}: {s.describe()}" for seed, s in summaries.items())
     gains = [s.gain for s in summaries.values()]
     assert min(gains) >= SEED_GAIN, f"a seed gained less than {SEED_GAIN}:\n{report}"
     assert sum(gains) / len(gains) >= MEAN_GAIN, f"mean gain below {MEAN_GAIN}:\n{report}"
+    falls = [s.max_drop for s in summaries.values()]
+    assert max(falls) <= MAX_FALL, f"a seed unlearned by more than {MAX_FALL}:\n{report}"

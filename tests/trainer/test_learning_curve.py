@@ -43,3 +43,12 @@ def test_small_dip_passes_and_flat_curve_fails():
 def test_short_curve_is_refused():
     with pytest.raises(ValueError, match="fewer than edge=50"):
         summarize_curve([0.0] * 30)
+
+
+def test_policy_scores_prefer_the_raw_score_under_dynamic_sampling():
+    from mindrl.trainer.learning_curve import policy_scores
+
+    rows = [{"step": 0, "val/score": 0.0},
+            {"step": 1, "critic/score/mean": 0.5},
+            {"step": 2, "critic/score/mean": 0.5, "dynamic_sampling/raw_score_mean": 0.9}]
+    assert policy_scores(rows) == [0.5, 0.9]
