@@ -272,6 +272,23 @@ def check_batches(run: RunConfig) -> list[Problem]:
     return out
 
 
+def check_sampling(sampling, val_temperature: float) -> list[Problem]:
+    """vLLM's sampling ranges, checked before anything starts (vLLM itself would refuse them
+    only at the first generate, after Ray, Megatron and the engine are up)."""
+    key = "generate_config.sampling_config."
+    rules = (("temperature", sampling.temperature >= 0, ">= 0 (0 = greedy)"),
+             ("top_p", 0 < sampling.top_p <= 1, "in (0, 1] (1 = off)"),
+             ("top_k", sampling.top_k == -1 or sampling.top_k >= 1, "-1 (off) or >= 1"),
+             ("min_p", 0 <= sampling.min_p <= 1, "in [0, 1] (0 = off)"),
+             ("logprobs", sampling.logprobs >= 0, ">= 0 (0 = the sampled token's only)"))
+    out = [Problem(key + name, f"must be {allowed}", f"set {key + name} {allowed}",
+                   getattr(sampling, name)) for name, ok, allowed in rules if not ok]
+    if val_temperature < 0:
+        out.append(Problem("rl_config.val_temperature", "must be >= 0 (0 = greedy)",
+                           "set rl_config.val_temperature >= 0", val_temperature))
+    return out
+
+
 def check_algorithm(run: RunConfig, cluster: ClusterResources) -> list[Problem]:
     """Names resolve to registered pieces; numbers are in range; dtype flags agree."""
     out: list[Problem] = []
@@ -294,6 +311,19 @@ def check_algorithm(run: RunConfig, cluster: ClusterResources) -> list[Problem]:
     if rl.rule_reward and not rl.verifier_function:
         out.append(Problem("rl_config.verifier_function", "is empty while rule_reward=true",
                            f"list verifiers from {list(names.KNOWN_VERIFIERS)}", []))
+    if rl.adv_estimator == "gae":
+        out.append(Problem("rl_config.adv_estimator", "gae needs a critic (a value model "
+                           "that scores every token), and MindRL has no critic role yet",
+                           "use group_norm, rloo or reinforce_plus_plus (no critic)", "gae"))
+    if rl.adv_estimator in ("gae", "reinforce_plus_plus") and not 0 < rl.gamma <= 1:
+        out.append(Problem("rl_config.gamma", f"must be in (0, 1] for {rl.adv_estimator}",
+                           "use 1.0 (no discount) for outcome rewards", rl.gamma))
+    if gen.infer_expert_parallel_size != 1:
+        out.append(Problem("generate_config.infer_expert_parallel_size", "must be 1: no "
+                           "mixture-of-experts model exists in MindRL yet, so there are no "
+                           "experts to shard", "set it to 1",
+                           gen.infer_expert_parallel_size))
+    out += check_sampling(gen.sampling_config, rl.val_temperature)
     for key in ("clip_ratio", "clip_ratio_low", "clip_ratio_high", "verifier_timeout"):
         value = getattr(rl, key)
         if value is not None and value <= 0:

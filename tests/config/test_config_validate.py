@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from mindrl.config import ClusterResources, ConfigError, compose_recipe, load_recipe, validate
+from mindrl.config import (ClusterResources, ConfigError, compose_recipe, load_recipe, validate,
+                           validate_lenient)
 from mindrl.config.errors import CLUSTER
 
 TINY = "grpo_tiny_cpu"
@@ -182,6 +183,26 @@ def test_cpu_threads_positive():
     err = rejected(["+generate_config.cpu_threads=0", "+actor_config.cpu_threads=0"])
     assert_names(err, "generate_config.cpu_threads", "at least 1")
     assert_names(err, "actor_config.cpu_threads", "at least 1")
+
+
+@pytest.mark.parametrize("key,value,allowed", [
+    ("temperature", -0.5, ">= 0"), ("top_p", 1.5, "(0, 1]"), ("top_p", 0, "(0, 1]"),
+    ("top_k", 0, "-1 (off) or >= 1"), ("min_p", 1.2, "[0, 1]"), ("logprobs", -1, ">= 0")])
+def test_sampling_ranges_are_checked_up_front(key, value, allowed):
+    full = f"generate_config.sampling_config.{key}"
+    assert_names(rejected([f"{full}={value}"]), full, allowed)
+    with pytest.raises(ConfigError, match=full):   # plan mode refuses it too
+        validate_lenient(compose_recipe(TINY, [f"{full}={value}"]), ClusterResources("cpu", 2))
+
+
+def test_gae_is_refused_until_a_critic_exists():
+    assert_names(rejected(["rl_config.adv_estimator=gae"]), "rl_config.adv_estimator",
+                 "critic", "group_norm")
+
+
+def test_expert_parallel_is_refused_until_moe_exists():
+    assert_names(rejected(["+generate_config.infer_expert_parallel_size=2"]),
+                 "generate_config.infer_expert_parallel_size", "mixture-of-experts")
 
 
 def test_entropy_schedule_needs_both_ends():
