@@ -19,8 +19,8 @@ from mindrl.config.errors import (CLUSTER, MACHINE_DEPENDENT, PATHS, STRUCTURE, 
 from mindrl.config.parse import parse
 from mindrl.config.placement import (data_parallel_size, place_roles,
                                      rollout_data_parallel_size)
+from mindrl.config.rl_checks import check_algorithm
 from mindrl.config.schema import ResourceSpec, RunConfig
-from mindrl.config.structure import suggest
 
 BACKEND_FOR_DEVICE = {"npu": "hccl", "cuda": "nccl", "cpu": "gloo"}
 
@@ -272,79 +272,9 @@ def check_batches(run: RunConfig) -> list[Problem]:
     return out
 
 
-def check_sampling(sampling, val_temperature: float) -> list[Problem]:
-    """vLLM's sampling ranges, checked before anything starts (vLLM itself would refuse them
-    only at the first generate, after Ray, Megatron and the engine are up)."""
-    key = "generate_config.sampling_config."
-    rules = (("temperature", sampling.temperature >= 0, ">= 0 (0 = greedy)"),
-             ("top_p", 0 < sampling.top_p <= 1, "in (0, 1] (1 = off)"),
-             ("top_k", sampling.top_k == -1 or sampling.top_k >= 1, "-1 (off) or >= 1"),
-             ("min_p", 0 <= sampling.min_p <= 1, "in [0, 1] (0 = off)"),
-             ("logprobs", sampling.logprobs >= 0, ">= 0 (0 = the sampled token's only)"))
-    out = [Problem(key + name, f"must be {allowed}", f"set {key + name} {allowed}",
-                   getattr(sampling, name)) for name, ok, allowed in rules if not ok]
-    if val_temperature < 0:
-        out.append(Problem("rl_config.val_temperature", "must be >= 0 (0 = greedy)",
-                           "set rl_config.val_temperature >= 0", val_temperature))
-    return out
-
-
-def check_algorithm(run: RunConfig, cluster: ClusterResources) -> list[Problem]:
-    """Names resolve to registered pieces; numbers are in range; dtype flags agree."""
+def check_roles(run: RunConfig, cluster: ClusterResources) -> list[Problem]:
+    """Each role's dtype flags agree and its backend suits the devices."""
     out: list[Problem] = []
-    rl, gen = run.rl_config, run.generate_config
-    for key, value, known in (("adv_estimator", rl.adv_estimator, names.ADV_ESTIMATORS),
-                              ("kl_penalty", rl.kl_penalty, names.KL_PENALTIES),
-                              ("loss_agg_mode", rl.loss_agg_mode, names.LOSS_AGG_MODES)):
-        if value not in known:
-            out.append(Problem(f"rl_config.{key}", "is not a known name",
-                               suggest(value, known), value))
-    for i, name in enumerate(rl.verifier_function):
-        if name not in names.KNOWN_VERIFIERS:
-            out.append(Problem(f"rl_config.verifier_function[{i}]", "is not a known verifier",
-                               suggest(name, names.KNOWN_VERIFIERS), name))
-    if len(rl.verifier_weight) != len(rl.verifier_function):
-        out.append(Problem("rl_config.verifier_weight", f"has {len(rl.verifier_weight)} "
-                           f"weight(s) for {len(rl.verifier_function)} verifier(s)",
-                           "give one weight per entry of rl_config.verifier_function",
-                           rl.verifier_weight))
-    if rl.rule_reward and not rl.verifier_function:
-        out.append(Problem("rl_config.verifier_function", "is empty while rule_reward=true",
-                           f"list verifiers from {list(names.KNOWN_VERIFIERS)}", []))
-    if rl.adv_estimator == "gae":
-        out.append(Problem("rl_config.adv_estimator", "gae needs a critic (a value model "
-                           "that scores every token), and MindRL has no critic role yet",
-                           "use group_norm, rloo or reinforce_plus_plus (no critic)", "gae"))
-    if rl.adv_estimator in ("gae", "reinforce_plus_plus") and not 0 < rl.gamma <= 1:
-        out.append(Problem("rl_config.gamma", f"must be in (0, 1] for {rl.adv_estimator}",
-                           "use 1.0 (no discount) for outcome rewards", rl.gamma))
-    if gen.infer_expert_parallel_size != 1:
-        out.append(Problem("generate_config.infer_expert_parallel_size", "must be 1: no "
-                           "mixture-of-experts model exists in MindRL yet, so there are no "
-                           "experts to shard", "set it to 1",
-                           gen.infer_expert_parallel_size))
-    out += check_sampling(gen.sampling_config, rl.val_temperature)
-    for key in ("clip_ratio", "clip_ratio_low", "clip_ratio_high", "verifier_timeout"):
-        value = getattr(rl, key)
-        if value is not None and value <= 0:
-            out.append(Problem(f"rl_config.{key}", "must be positive", "use e.g. 0.2", value))
-    for key in ("kl_coef", "entropy_coeff", "entropy_coeff_final", "entropy_decay_steps"):
-        if (getattr(rl, key) or 0) < 0:
-            out.append(Problem(f"rl_config.{key}", "must not be negative", "use 0 to disable",
-                               getattr(rl, key)))
-    if (rl.entropy_coeff_final is None) != (rl.entropy_decay_steps == 0):
-        out.append(Problem("rl_config.entropy_decay_steps", "and rl_config.entropy_coeff_final "
-                           "go together: one is set without the other", "set both (decay from "
-                           "entropy_coeff to entropy_coeff_final over entropy_decay_steps "
-                           "steps) or neither (a constant entropy_coeff)",
-                           rl.entropy_decay_steps))
-    if rl.use_wandb and not rl.wandb_project:
-        out.append(Problem("rl_config.wandb_project", "is required when use_wandb=true",
-                           "name a wandb project", rl.wandb_project))
-    if not 0 < gen.gpu_memory_utilization <= 1:
-        out.append(Problem("generate_config.gpu_memory_utilization", "must be in (0, 1]",
-                           "use e.g. 0.5 when training shares the devices",
-                           gen.gpu_memory_utilization))
     for role in run.active_roles:
         cfg = run.role(role)
         if cfg.bf16 and cfg.fp16:
@@ -356,7 +286,7 @@ def check_algorithm(run: RunConfig, cluster: ClusterResources) -> list[Problem]:
             out.append(Problem(_role_key(run, role, "distributed_backend"), f"does not suit "
                                f"{cluster.device_type} devices", f"use {want} or leave it "
                                "null to follow the device", backend, CLUSTER))
-    return _dedupe(out)
+    return out
 
 
 def check_reward(run: RunConfig) -> list[Problem]:
@@ -434,7 +364,8 @@ def find_problems(run: RunConfig, cluster: ClusterResources, *,
     out += check_parallelism(run)
     out += check_resources(run, cluster)
     out += check_batches(run)
-    out += check_algorithm(run, cluster)
+    out += check_algorithm(run)
+    out += check_roles(run, cluster)
     out += check_reward(run)
     if paths:
         out += check_paths(run)
