@@ -39,12 +39,16 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def read_rows(run_dir: Path) -> list:
+    path = run_dir / "metrics.jsonl"
+    return [json.loads(line) for line in open(path)] if path.exists() else []
+
+
 def run_seed(work: Path, seed: int, steps: int, overrides, recipe: str) -> dict:
     run_dir = work / "runs" / f"seed{seed}"
-    if (run_dir / "metrics.jsonl").exists():   # a finished run is reused, never resumed over
-        rows = [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
-        if rows and rows[-1]["step"] == steps:
-            return {"rows": rows, "seconds": None}
+    rows = read_rows(run_dir)
+    if rows and rows[-1]["step"] == steps:   # a finished run is reused, not trained again
+        return {"rows": rows, "seconds": None}
     cmd = [sys.executable, str(ROOT / "cli" / "train_grpo.py"), "--config-name", recipe,
            f"run_dir={run_dir}", f"megatron_training.seed={seed}",
            f"megatron_training.train_iters={steps}", f"rl_config.save_freq={steps}", *overrides]
@@ -54,8 +58,7 @@ def run_seed(work: Path, seed: int, steps: int, overrides, recipe: str) -> dict:
     proc = subprocess.run(cmd, env=env, cwd=str(work), capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"seed {seed} failed:\n{proc.stderr[-3000:]}")
-    rows = [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
-    return {"rows": rows, "seconds": time.perf_counter() - start}
+    return {"rows": read_rows(run_dir), "seconds": time.perf_counter() - start}
 
 
 def main() -> None:
