@@ -74,20 +74,31 @@ def transformer_config(spec: ModelSpec, parallel: Parallelism, params_dtype: str
         gradient_accumulation_fusion=False,
         persist_layer_norm=False,
         batch_p2p_sync=not on_cpu,
+        # Megatron's own backward (custom_backward): on CPU it keeps sequence parallel's
+        # backward inside the CUDA -> CPU redirects (PLATFORM_NOTES).
+        deallocate_pipeline_outputs=True,
     )
     values.update(overrides)
     return TransformerConfig(**values)
 
 
-def _layer_spec():
-    """Megatron's local (no Transformer Engine) layer, with SDPA as its core attention."""
+def _block_spec(config):
+    """Megatron's local (no Transformer Engine) layers with SDPA as their core attention and
+    torch norms that work under sequence parallelism (`norms.SequenceParallelNorm`), the
+    block's final norm included, for this rank's pipeline stage."""
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer.transformer_block import (TransformerBlockSubmodules,
+                                                             get_num_layers_to_build)
 
+    from mindrl.models.norms import SequenceParallelNorm
     from mindrl.models.sdpa_attention import SDPAttention
 
-    spec = get_gpt_layer_local_spec(normalization="RMSNorm")
-    spec.submodules.self_attention.submodules.core_attention = SDPAttention
-    return spec
+    layer = get_gpt_layer_local_spec(normalization="RMSNorm")
+    layer.submodules.self_attention.submodules.core_attention = SDPAttention
+    layer.submodules.input_layernorm = SequenceParallelNorm
+    layer.submodules.pre_mlp_layernorm = SequenceParallelNorm
+    return TransformerBlockSubmodules(layer_specs=[layer] * get_num_layers_to_build(config),
+                                      layer_norm=SequenceParallelNorm)
 
 
 def build_gpt_model(spec: ModelSpec, parallel: Parallelism, params_dtype: str = "fp32",
@@ -109,7 +120,7 @@ def build_gpt_model(spec: ModelSpec, parallel: Parallelism, params_dtype: str = 
         post_process = parallel_state.is_pipeline_last_stage()
     model = GPTModel(
         config=config,
-        transformer_layer_spec=_layer_spec(),
+        transformer_layer_spec=_block_spec(config),
         vocab_size=spec.padded_vocab_size(parallel.tensor_model_parallel_size),
         max_sequence_length=spec.max_position_embeddings,
         pre_process=pre_process,

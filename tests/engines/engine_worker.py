@@ -7,10 +7,12 @@ from mindrl.engines.megatron_engine import LossConfig, MegatronEngine, OptimConf
 from mindrl.models.builder import Parallelism, initialize_parallel
 
 
-def _engine(spec, full_by_tp, tp, pp, train, loss=None, mbs=2, distributed_optimizer=True):
+def _engine(spec, full_by_tp, tp, pp, train, loss=None, mbs=2, distributed_optimizer=True,
+            sequence_parallel=False):
     from megatron.core import parallel_state as ps
 
-    parallel = Parallelism(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+    parallel = Parallelism(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+                           sequence_parallel=sequence_parallel)
     initialize_parallel(parallel)
     engine = MegatronEngine(spec, parallel, micro_batch_size=mbs, loss=loss,
                             optim=OptimConfig(lr=1e-3, clip_grad=0.0,
@@ -37,13 +39,15 @@ def log_probs_at_layouts(rank, world, spec, full_by_tp, batch, layouts, temperat
     return out
 
 
-def full_gradients(rank, world, spec, full_by_tp, batch, tp, pp, loss_cfg, entropy_coeff=None):
+def full_gradients(rank, world, spec, full_by_tp, batch, tp, pp, loss_cfg, entropy_coeff=None,
+                   sequence_parallel=False):
     """{mcore full name: gradient} gathered over TP and PP on rank 0; `entropy_coeff` is
     passed per call (the trainer's scheduled coefficient) instead of through loss_cfg."""
     from megatron.core import parallel_state as ps
 
     # The distributed optimizer reduce-scatters: each DP rank's buffer holds only its shard.
-    engine = _engine(spec, full_by_tp, tp, pp, True, loss_cfg, distributed_optimizer=False)
+    engine = _engine(spec, full_by_tp, tp, pp, True, loss_cfg, distributed_optimizer=False,
+                     sequence_parallel=sequence_parallel)
     engine.forward_backward(batch, entropy_coeff)
     pp_rank, tp_size = ps.get_pipeline_model_parallel_rank(), tp
     layers = mapping.stage_layers(spec.num_layers, pp_rank, pp)

@@ -87,18 +87,27 @@ def test_update_gradient_equals_plain_torch_grpo_loss(setup):
     expected = {n: p.grad for n, p in hf.named_parameters()}
 
     # (1, 1) in a world of 2 = DP2; there the coefficient comes per call, as the trainer's
-    # entropy schedule passes it, over a config that has none.
+    # entropy schedule passes it, over a config that has none. TP2 with sequence parallel:
+    # every norm (the final one included) sees half the sequence per rank and its gradient is
+    # summed over TP by Megatron's finalize_model_grads.
     no_bonus = dataclasses.replace(cfg, entropy_coeff=0.0)
-    for tp, pp, loss_cfg, coeff in [(2, 1, cfg, None), (1, 2, cfg, None),
-                                    (1, 1, no_bonus, cfg.entropy_coeff)]:
+    by_layout = {}
+    for tp, pp, sp, loss_cfg, coeff in [(2, 1, False, cfg, None), (2, 1, True, cfg, None),
+                                        (1, 2, False, cfg, None),
+                                        (1, 1, False, no_bonus, cfg.entropy_coeff)]:
         grads = spawn_local(full_gradients, 2, spec, full_by_tp, batch, tp, pp, loss_cfg,
-                            coeff)[0]
+                            coeff, sp)[0]
+        by_layout[(tp, pp, sp)] = grads
         for rule, layer in mapping.iter_rules(spec):
             hf_grads = mapping.mcore_to_hf(rule, grads[rule.mcore_name(layer)], spec, layer)
             for name, g in hf_grads.items():
                 ref = expected[name]
                 rel = (g - ref).norm() / ref.norm().clamp(min=1e-12)
-                assert rel <= 1e-5, f"TP{tp} PP{pp} {name}: relative error {rel:.2e}"
+                assert rel <= 1e-5, f"TP{tp} PP{pp} SP{sp} {name}: relative error {rel:.2e}"
+    for name, g in by_layout[(2, 1, True)].items():      # SP against TP2 without it
+        ref = by_layout[(2, 1, False)][name]
+        rel = (g - ref).norm() / ref.norm().clamp(min=1e-12)
+        assert rel <= 1e-5, f"TP2 SP vs TP2 {name}: relative error {rel:.2e}"
 
 
 def _batches(vocab, n=3):
