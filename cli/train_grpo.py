@@ -52,7 +52,7 @@ def run(cfg: DictConfig, recipe: str) -> int:
         print(f"cannot start {recipe}: {e}", file=sys.stderr)
         return EXIT_INVALID
     from mindrl.trainer.launch import train
-    from mindrl.workers.worker_group import WorkerDied
+    from mindrl.errors import WorkerDied
 
     try:
         train(run_cfg)

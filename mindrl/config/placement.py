@@ -1,8 +1,8 @@
 """Which device indices each role gets, from the resource counts and colocation flags.
 
 Shared by validation (does it fit the cluster?) and plan mode (print it), so both agree.
-Colocated roles start on the same first device; the rollout engine always runs on the
-actor's devices.
+Colocated roles start on the same first device; the rollout engines always run on the
+actor's devices, one per `infer TP x infer PP` of them (`engine_devices`).
 """
 
 from __future__ import annotations
@@ -66,3 +66,13 @@ def rollout_data_parallel_size(run: RunConfig) -> int:
     world = world_size(run, "actor")
     mp = run.generate_config.model_parallel_size
     return world // mp if mp > 0 and world % mp == 0 else 0
+
+
+def engine_devices(run: RunConfig) -> list[tuple[int, ...]]:
+    """The actor devices each rollout engine spans, in engine order: consecutive runs of
+    infer TP x PP devices (empty when they do not divide the actor's devices)."""
+    devices = next(p.devices for p in place_roles(run) if p.role == "actor")
+    per_engine = run.generate_config.model_parallel_size
+    if rollout_data_parallel_size(run) == 0:
+        return []
+    return [devices[i:i + per_engine] for i in range(0, len(devices), per_engine)]

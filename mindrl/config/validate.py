@@ -129,6 +129,12 @@ def check_parallelism(run: RunConfig) -> list[Problem]:
                            f"(infer TP x PP = {itp} x {ipp})",
                            "set infer_tensor/pipeline_parallel_size to 1, or cpu_weights: "
                            "packed", gen.cpu_weights))
+    engines = rollout_data_parallel_size(run)
+    if gen.cpu_weights == "shared" and engines > 1:
+        out.append(Problem("generate_config.cpu_weights", f"shared is one engine's own "
+                           f"weights, and the actor's devices host {engines} engines",
+                           "use cpu_weights: packed (engines share each sync's bucket), or "
+                           "one engine (infer TP x PP = the actor's devices)", gen.cpu_weights))
     if ipp >= 1 and spec.num_layers % ipp:
         out.append(Problem("generate_config.infer_pipeline_parallel_size",
                            f"does not divide {spec.name} num_layers={spec.num_layers}",

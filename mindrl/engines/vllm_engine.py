@@ -231,6 +231,8 @@ class VLLMEngine:
                 "vLLM cannot start in a process that is part of a torch.distributed world (it "
                 "would join it and hang creating its groups); use VLLMEngineProcess here")
         _configure_environment()
+        if device.is_cpu():   # before LLM(): vLLM's CPU worker freezes the thread count
+            torch.set_num_threads(generate_config.cpu_threads)
         from vllm import LLM
 
         self.config = generate_config
@@ -267,6 +269,12 @@ class VLLMEngine:
                 raise RuntimeError(f"shared weight places {sorted(shapes)} disagree with "
                                    f"vLLM's tensors {sorted(self.hf_shapes)}")
             self.shared_weights = SharedWeights(path, numel, dtype, places)
+
+    def describe(self) -> dict:
+        """What a weight sender needs to know about this engine (picklable)."""
+        return {"dtype": self.dtype, "hf_shapes": self.hf_shapes, "module_of": self.module_of,
+                "load_mode": self.load_mode, "shared_weights": self.shared_weights,
+                "pid": os.getpid()}
 
     # ---------------------------------------------------------------- generation
 

@@ -12,19 +12,15 @@ from typing import Dict, List, Optional
 
 import torch
 
-from mindrl import device
 from mindrl.config.schema import GenerateConfig
 from mindrl.engines.vllm_engine import RolloutOutput, VLLMEngine, WeightSyncError
 from mindrl.engines.weight_fingerprint import NamedTensors
 
 def _serve(conn, model_path, generate_config, seed, kwargs) -> None:
     """Child body: one VLLMEngine, methods called by name over the pipe until None."""
-    torch.set_num_threads(generate_config.cpu_threads if device.is_cpu() else 1)
     try:
         engine = VLLMEngine(model_path, generate_config, seed, **kwargs)
-        conn.send((True, {"dtype": engine.dtype, "hf_shapes": engine.hf_shapes,
-                          "module_of": engine.module_of, "load_mode": engine.load_mode,
-                          "shared_weights": engine.shared_weights}))
+        conn.send((True, engine.describe()))
     except BaseException as exc:
         conn.send((False, RuntimeError(f"vLLM failed to start: {exc}\n{traceback.format_exc()}")))
         return

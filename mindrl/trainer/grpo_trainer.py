@@ -1,11 +1,12 @@
 """The GRPO driver, one step top to bottom:
 
-    prompts -> rollout (vLLM on the actor) -> rewards (rule verifiers and / or the reward
+    prompts -> rollout (the vLLM engine group) -> rewards (rule verifiers and / or the reward
     model) -> old log-probs (actor, when a batch feeds more than one update) -> ref
     log-probs (when KL is on) -> advantages -> actor update -> reshard (Megatron -> vLLM)
 
 The driver holds no model: roles are Ray worker groups (mindrl/workers; the reward model is
-the "reward" role), rule rewards run in the verifier process pool, the maths is
+the "reward" role), the rollout engines a data-parallel group of Ray actors on the actor's
+devices (mindrl/rollout), rule rewards run in the verifier process pool, the maths is
 mindrl/algorithms. A rerun resumes from the latest complete checkpoint in actor_config.save
 (model, optimizer, RNG, data position).
 """
@@ -61,10 +62,11 @@ class GRPOTrainer:
         self.n = self.rl.n_samples_per_prompt
         self.run_dir = Path(run.run_dir)
         self.save_dir = Path(run.actor_config.save or self.run_dir / "checkpoints")
+        self.groups, self.rollout = {}, None
 
     # ------------------------------------------------------------------ setup
 
-    def _role_setup(self, role: str, with_optim: bool, with_rollout: bool):
+    def _role_setup(self, role: str, with_optim: bool):
         from mindrl.engines.megatron_engine import LossConfig, OptimConfig
         from mindrl.models.builder import Parallelism
         from mindrl.workers.megatron_worker import RoleSetup
@@ -93,8 +95,6 @@ class GRPOTrainer:
                                  cfg.sequence_parallel),
             params_dtype=cfg.params_dtype, micro_batch_size=cfg.micro_batch_size, seed=cfg.seed,
             load=cfg.load, optim=optim, loss=loss, pad_id=self.pad_id,
-            rollout_model_path=cfg.tokenizer_name_or_path if with_rollout else None,
-            generate_config=self.gen if with_rollout else None, rollout_seed=cfg.seed,
             cpu_threads=cfg.cpu_threads)
 
     def _start(self) -> None:
@@ -104,8 +104,10 @@ class GRPOTrainer:
         from mindrl.data.prompt_loader import PromptLoader
         from mindrl.rewards import RuleReward
         from mindrl.trainer.tracking import Tracker
+        from mindrl import device
+        from mindrl.rollout.engine_group import RolloutGroup
         from mindrl.workers.placement import create_placement
-        from mindrl.workers.worker_group import WorkerGroup
+        from mindrl.workers.worker_group import WorkerGroup, worker_env
 
         shared = self.run.megatron_training
         self.tokenizer = AutoTokenizer.from_pretrained(shared.tokenizer_name_or_path)
@@ -118,19 +120,27 @@ class GRPOTrainer:
                                   verifier_timeout=self.rl.verifier_timeout,
                                   verifier_parallel=self.rl.verifier_parallel)
                        if self.rl.rule_reward else None)
-        slots = create_placement(self.run)
+        slots, engine_slots = create_placement(self.run)
         self.groups: Dict[str, WorkerGroup] = {}
-        setups = {"actor": self._role_setup("actor", with_optim=True, with_rollout=True)}
+        setups = {"actor": self._role_setup("actor", with_optim=True)}
         for role in self.run.active_roles[1:]:   # ref, reward: forward only
-            setups[role] = self._role_setup(role, with_optim=False, with_rollout=False)
+            setups[role] = self._role_setup(role, with_optim=False)
         for role, setup in setups.items():
             slot = slots[role]
             world = self.run.resource(role).count
             self.groups[role] = WorkerGroup(role, world, slot.placement_group, slot.first_bundle,
                                             slot.resources_per_rank)
+        actor_cfg = self.run.actor_config
+        shared = device.is_cpu() and self.gen.cpu_weights == "shared"
+        self.rollout = RolloutGroup(actor_cfg.tokenizer_name_or_path, self.gen, actor_cfg.seed,
+                                    engine_slots, worker_env(),
+                                    {"plain_cpu_linears": shared, "share_weights": shared})
         refs = {role: group.start_setup(setups[role]) for role, group in self.groups.items()}
         pids = {role: group.wait(refs[role], "setup") for role, group in self.groups.items()}
+        pids["rollout"] = self.rollout.start()
         (self.run_dir / "workers.json").write_text(json.dumps(pids))   # role -> pid per rank
+        self.groups["actor"].call("attach_engines", self.rollout.engines,
+                                  self.gen.reshard_bucket_mb)
         self.actor = self.groups["actor"]
         self.reward_model = self.groups.get("reward")
         self.tracker = Tracker(self.run_dir, self.rl.use_tensorboard, self.rl.use_wandb,
@@ -170,7 +180,7 @@ class GRPOTrainer:
         with timed(timings, "gen"):
             prompt_ids = [self._prompt_ids(p) for p in prompts]
             with self._training_state_offloaded():
-                rollout = self.actor.call_host("generate", prompt_ids, self.n, seed=seed)
+                rollout = self.rollout.generate(prompt_ids, self.n, seed=seed)
         with timed(timings, "reward"):
             labels = [prompts[i]["label"] for i in rollout.prompt_index]
             scores, metrics = self._score(rollout, labels)
@@ -322,8 +332,8 @@ class GRPOTrainer:
         """Score the held-out prompts with the validation sampling (greedy by default)."""
         rl = self.rl
         prompt_ids = [self._prompt_ids(row) for row in self.val_rows]
-        rollout = self.actor.call_host("generate", prompt_ids, rl.val_n_samples,
-                                       temperature=rl.val_temperature, seed=step)
+        rollout = self.rollout.generate(prompt_ids, rl.val_n_samples,
+                                        temperature=rl.val_temperature, seed=step)
         labels = [self.val_rows[i]["label"] for i in rollout.prompt_index]
         scores, metrics = self._score(rollout, labels)
         out = {"val/score": sum(scores) / len(scores)}
@@ -375,6 +385,8 @@ class GRPOTrainer:
                 self.reward.close()
             for group in self.groups.values():
                 group.shutdown()
+            if self.rollout is not None:
+                self.rollout.shutdown()
             if png is not None:
                 self.log(f"reward curve: {png}")
             self.log(f"tensorboard events: {self.run_dir / 'tensorboard'}")

@@ -1,8 +1,9 @@
 """One rank of a Megatron role (actor, reference or reward model) inside a Ray actor.
 
-The actor role's TP0/PP0/DP0 rank also hosts the rollout engine (vLLM in a child process, see
-vllm_process.VLLMEngineProcess) and is the resharding host; every actor rank takes part in the
-weight sync. Methods that return data return it from rank 0 only (None elsewhere).
+Every actor rank takes part in the weight sync; its TP0/PP0/DP0 rank is the resharding host,
+which feeds the rollout engines (Ray actors of their own, mindrl/rollout) through
+`weight_sync.EngineFanout`. Methods that return data return it from rank 0 only (None
+elsewhere).
 """
 
 from __future__ import annotations
@@ -28,9 +29,6 @@ class RoleSetup:
     optim: Any = None              # OptimConfig (actor) or None (reference)
     loss: Any = None               # LossConfig
     pad_id: int = 0
-    rollout_model_path: Optional[str] = None   # HF dir vLLM starts from (actor only)
-    generate_config: Any = None
-    rollout_seed: int = 0
     cpu_threads: int = 1           # torch threads of this rank (CPU device only)
 
 
@@ -39,7 +37,7 @@ class MegatronWorker:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         torch.set_num_threads(1)
         self.role, self.rank, self.world_size = role, rank, world_size
-        self.engine = self.rollout = self.resharder = None
+        self.engine = self.resharder = None
 
     # ---------------------------------------------------------------- setup
 
@@ -51,8 +49,6 @@ class MegatronWorker:
         return ray.util.get_node_ip_address(), free_port()
 
     def setup(self, setup: RoleSetup, master_addr: str, master_port: int) -> int:
-        from megatron.core import parallel_state as ps
-
         from mindrl import device
         from mindrl.ckpt.mcore_io import load_mcore_checkpoint
         from mindrl.engines.megatron_engine import MegatronEngine
@@ -70,19 +66,6 @@ class MegatronWorker:
             load_mcore_checkpoint(self.engine.module, setup.load)
             if self.engine.optimizer is not None:
                 self.engine.optimizer.reload_model_params()
-        if setup.rollout_model_path is not None:
-            from mindrl.engines.resharding import Resharder
-            from mindrl.engines.vllm_process import VLLMEngineProcess
-
-            is_host = (ps.get_data_parallel_rank() == 0 and ps.get_tensor_model_parallel_rank() == 0
-                       and ps.get_pipeline_model_parallel_rank() == 0)
-            if is_host:
-                shared = device.is_cpu() and setup.generate_config.cpu_weights == "shared"
-                self.rollout = VLLMEngineProcess(setup.rollout_model_path, setup.generate_config,
-                                                 seed=setup.rollout_seed,
-                                                 plain_cpu_linears=shared, share_weights=shared)
-            self.resharder = Resharder(self.engine.model, setup.spec, target=self.rollout,
-                                       bucket_mb=setup.generate_config.reshard_bucket_mb)
         return os.getpid()
 
     # ---------------------------------------------------------------- training role
@@ -117,18 +100,24 @@ class MegatronWorker:
     def onload(self) -> int:
         return self.engine.onload()
 
-    # ---------------------------------------------------------------- rollout (actor)
+    # ---------------------------------------------------------------- weight sync (actor)
 
-    def generate(self, prompt_token_ids: Sequence[Sequence[int]], n: int, **overrides):
-        if self.rollout is None:
-            return None
-        return self.rollout.generate(prompt_token_ids, n=n, **overrides)
+    def attach_engines(self, engines: Sequence[Any], bucket_mb: float) -> None:
+        """Build this rank's part of the weight sync; the host rank feeds every engine."""
+        from megatron.core import parallel_state as ps
+
+        from mindrl.engines.resharding import Resharder
+        from mindrl.weight_sync.engine_fanout import EngineFanout
+
+        is_host = (ps.get_data_parallel_rank() == 0 and ps.get_tensor_model_parallel_rank() == 0
+                   and ps.get_pipeline_model_parallel_rank() == 0)
+        target = EngineFanout(engines) if is_host else None
+        self.resharder = Resharder(self.engine.model, self.engine.spec, target=target,
+                                   bucket_mb=bucket_mb)
 
     def sync_weights(self, verify: bool = False):
         stats = self.resharder.sync(verify=verify)
-        return stats if self.rollout is not None else None
+        return stats if self.resharder.is_host else None
 
     def shutdown(self) -> None:
-        if self.rollout is not None:
-            self.rollout.close()
-            self.rollout = None
+        self.resharder = None

@@ -2,19 +2,20 @@
 
 Device indices come from mindrl.config.placement (the same assignment plan mode prints):
 one bundle per device, each bundle holding one rank of every role placed on that device;
-colocated roles split the bundle's device evenly so Ray lets them share it.
+colocated roles split the bundle's device evenly so Ray lets them share it. A rollout engine
+takes an equal share of the first device of its span, beside the actor ranks there.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict
+from typing import Dict, List, Tuple
 
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group
 
 from mindrl import device
-from mindrl.config.placement import place_roles
+from mindrl.config.placement import engine_devices, place_roles
 from mindrl.config.schema import RunConfig
 
 
@@ -39,8 +40,12 @@ def _rank_resources(kind: str, share: float) -> dict:
     return {"resources": {name: share}, "num_cpus": share}
 
 
-def create_placement(run: RunConfig, timeout_s: float = 120.0) -> Dict[str, RoleSlots]:
-    """One placement group over every device the run needs; role -> its bundle slots."""
+def create_placement(run: RunConfig, timeout_s: float = 120.0
+                     ) -> Tuple[Dict[str, RoleSlots], List["EngineSlot"]]:
+    """One placement group over every device the run needs: role -> its bundle slots, and
+    one slot per rollout engine."""
+    from mindrl.rollout.engine_group import EngineSlot
+
     placements = place_roles(run)
     kind = run.resource("actor").kind
     num_devices = max(max(p.devices) + 1 for p in placements if p.devices)
@@ -51,8 +56,15 @@ def create_placement(run: RunConfig, timeout_s: float = 120.0) -> Dict[str, Role
             f"Ray could not reserve {num_devices} x {_bundle(kind)} within {timeout_s:.0f} s; "
             f"the cluster offers {available}. Lower the *_resource counts in rl_config or add "
             f"nodes (ray start --address=...)")
+    actor_devices = set(next(p.devices for p in placements if p.role == "actor"))
     slots = {}
     for p in placements:
-        share = 1.0 / (1 + len(p.shares_with))
+        # Roles on the actor's devices leave a share there for the rollout engines.
+        with_engine = 1 if actor_devices.intersection(p.devices) else 0
+        share = 1.0 / (1 + len(p.shares_with) + with_engine)
         slots[p.role] = RoleSlots(pg, p.devices[0], _rank_resources(kind, share))
-    return slots
+    actor_sharing = next(p for p in placements if p.role == "actor").shares_with
+    engine_share = 1.0 / (2 + len(actor_sharing))
+    engines = [EngineSlot(pg, span[0], _rank_resources(kind, engine_share), span)
+               for span in engine_devices(run)]
+    return slots, engines

@@ -13,6 +13,7 @@ import ray
 from ray.util.placement_group import PlacementGroup
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from mindrl.errors import WorkerDied
 from mindrl.workers.megatron_worker import MegatronWorker, RoleSetup
 
 WORKER_ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
@@ -20,18 +21,20 @@ WORKER_ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
               "VLLM_LOGGING_LEVEL": "WARNING", "PYTHONWARNINGS": "ignore"}
 
 
-class WorkerDied(RuntimeError):
-    """A rank of a role is gone; the run cannot continue."""
+def worker_env() -> dict:
+    """Environment of every Ray actor the run starts (ranks and rollout engines)."""
+    env = dict(WORKER_ENV)
+    for key in ("MINDRL_DEVICE", "MINDRL_WORK_DIR", "MINDRL_CACHE_DIR"):
+        if key in os.environ:
+            env[key] = os.environ[key]
+    return env
 
 
 class WorkerGroup:
     def __init__(self, role: str, world_size: int, placement_group: PlacementGroup,
                  first_bundle: int, resources_per_rank: dict):
         self.role, self.world_size = role, world_size
-        env = dict(WORKER_ENV)
-        for key in ("MINDRL_DEVICE", "MINDRL_WORK_DIR", "MINDRL_CACHE_DIR"):
-            if key in os.environ:
-                env[key] = os.environ[key]
+        env = worker_env()
         remote_cls = ray.remote(MegatronWorker)
         self.workers = [
             remote_cls.options(
@@ -58,6 +61,9 @@ class WorkerGroup:
                              f"{str(e).splitlines()[0]}") from None
         except ray.exceptions.RayTaskError as e:
             rank = self._failed_rank(refs)
+            if isinstance(getattr(e, "cause", None), WorkerDied):   # e.g. an engine it fed
+                raise WorkerDied(f"{e.cause} (seen by role {self.role!r} rank {rank} during "
+                                 f"{what})") from None
             raise RuntimeError(f"role {self.role!r} rank {rank} failed in {what}:\n{e}") from None
 
     def _failed_rank(self, refs) -> str:
@@ -80,10 +86,6 @@ class WorkerGroup:
     def call_rank0(self, method: str, *args, **kwargs) -> Any:
         """Collective methods: every rank runs it, rank 0's answer is returned."""
         return self.call(method, *args, **kwargs)[0]
-
-    def call_host(self, method: str, *args, **kwargs) -> Any:
-        """Only rank 0 (the rollout host): generation is not collective."""
-        return self._get([getattr(self.workers[0], method).remote(*args, **kwargs)], method)[0]
 
     def start_setup(self, setup: RoleSetup) -> List[Any]:
         """Begin building every rank's engine (returns at once, so roles set up in parallel);

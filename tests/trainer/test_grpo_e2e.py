@@ -21,10 +21,14 @@ def work(tmp_path_factory):
 
 
 def test_tp2_actor_with_reference_logs_every_metric(work):
+    """Actor TP2 on two devices with inference TP1: two rollout engines, as the plan says."""
     run_dir = work / "runs" / "tp2"
-    train(work, run_dir, "megatron_training.train_iters=3", "rl_config.save_freq=3",
-          "+actor_config.tensor_model_parallel_size=2", "rl_config.actor_resource.num_cpus=2",
-          "rl_config.colocate_actor_ref=true")
+    overrides = ("+actor_config.tensor_model_parallel_size=2",
+                 "rl_config.actor_resource.num_cpus=2", "rl_config.colocate_actor_ref=true")
+    train(work, run_dir, "megatron_training.train_iters=3", "rl_config.save_freq=3", *overrides)
+    plan = train(work, run_dir, "+dry_run=true", *overrides).stdout
+    assert "TP=1 PP=1 x 2 instance(s)" in plan, plan
+    assert len(json.loads((run_dir / "workers.json").read_text())["rollout"]) == 2
     rows = metrics(run_dir)
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
     assert set(rows[0]) == {"step", "val/score", "val/arith"}   # val_before_train

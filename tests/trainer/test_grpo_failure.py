@@ -1,15 +1,19 @@
-"""A worker that dies stops the driver with a non-zero exit naming the role and rank, fast,
-and the last complete checkpoint stays loadable."""
+"""A worker or rollout engine that dies stops the driver with a non-zero exit naming it,
+fast, and the last complete checkpoint stays loadable."""
 
 import json
 import os
 import signal
 import time
 
+import pytest
+
 from grpo_runs import start
 
 
-def test_dead_reference_worker_stops_the_run_naming_it(tmp_path):
+@pytest.mark.parametrize("victim, named", [("ref", "role 'ref' rank 0 died"),
+                                           ("rollout", "rollout engine 0")])
+def test_a_dead_worker_or_engine_stops_the_run_naming_it(tmp_path, victim, named):
     run_dir = tmp_path / "runs" / "dies"
     proc = start(tmp_path, run_dir, "megatron_training.train_iters=400", "rl_config.save_freq=2")
     try:
@@ -20,8 +24,8 @@ def test_dead_reference_worker_stops_the_run_naming_it(tmp_path):
                 break
             time.sleep(0.5)
         assert proc.poll() is None, proc.communicate()[1][-3000:]
-        ref_pid = json.loads((run_dir / "workers.json").read_text())["ref"][0]
-        os.kill(ref_pid, signal.SIGKILL)
+        pid = json.loads((run_dir / "workers.json").read_text())[victim][0]
+        os.kill(pid, signal.SIGKILL)
         killed_at = time.time()
         _, err = proc.communicate(timeout=120)
         assert time.time() - killed_at < 60
@@ -29,6 +33,6 @@ def test_dead_reference_worker_stops_the_run_naming_it(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 3, err[-3000:]
-    assert "role 'ref' rank 0 died" in err
+    assert named in err and "died" in err, err[-3000:]
     latest = (run_dir / "latest_checkpointed_iteration.txt").read_text()
     assert (run_dir / f"iter_{int(latest):07d}" / "metadata.json").is_file()

@@ -1,0 +1,1 @@
+"""Rollout: the vLLM engines as a data-parallel group (engine_group)."""

@@ -1,0 +1,99 @@
+"""Every rollout engine as one target of the weight sync.
+
+The resharder (mindrl/engines/resharding.py) feeds one target from the actor's host rank.
+`EngineFanout` is that target for a group of engines reached through Ray: each call goes to
+every engine at once and returns when all have finished. The bytes exist once per node:
+a shared-memory bucket is a file every engine maps itself (only its name, offsets and shapes
+cross), and tensors handed over directly are put in Ray's object store once for all engines.
+Fingerprints are checked inside each engine, so only digests cross processes.
+
+A failure names the engine: `WeightSyncError("rollout engine 2: ...")`, or `EngineDied` when
+the engine's process is gone.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+
+from mindrl.engines.vllm_engine import WeightSyncError
+from mindrl.errors import EngineDied
+
+
+class EngineFanout:
+    """The resharder's target over Ray handles of `VLLMEngine` actors."""
+
+    wants_shared_memory = False    # tensors cross through Ray's object store, not torch's
+
+    def __init__(self, engines: Sequence[Any]):
+        if not engines:
+            raise ValueError("EngineFanout needs at least one engine")
+        self.engines = list(engines)
+        infos = self._wait(self._submit("describe"), "describe")
+        dtypes = {info["dtype"] for info in infos}
+        if len(dtypes) != 1:
+            raise WeightSyncError(f"rollout engines disagree on their dtype: "
+                                  f"{sorted(map(str, dtypes))}")
+        self.dtype = dtypes.pop()
+        # vLLM's shared weights are one engine's own parameters: with several engines every
+        # sync goes through the shared bucket instead (validation refuses the combination).
+        self.shared_weights = infos[0]["shared_weights"] if len(infos) == 1 else None
+
+    def _submit(self, method: str, *args) -> List[Any]:
+        return [getattr(engine, method).remote(*args) for engine in self.engines]
+
+    def _wait(self, refs: List[Any], method: str) -> List[Any]:
+        import ray
+
+        out = []
+        for index, ref in enumerate(refs):
+            try:
+                out.append(ray.get(ref))
+            except ray.exceptions.RayActorError as e:
+                raise EngineDied(f"rollout engine {index} died during {method}: "
+                                 f"{str(e).splitlines()[0]}") from None
+            except ray.exceptions.RayTaskError as e:
+                cause = getattr(e, "cause", None) or e
+                raise WeightSyncError(f"rollout engine {index}: {method} failed: "
+                                      f"{cause}") from None
+        return out
+
+    def _all(self, method: str, *args) -> List[Any]:
+        return self._wait(self._submit(method, *args), method)
+
+    # ---------------------------------------------------------------- the target protocol
+
+    def load_weights(self, weights) -> None:
+        import ray
+
+        self._all("load_weights", ray.put(list(weights)))
+
+    def load_weights_from_file(self, path: str, numel: int, dtype: torch.dtype,
+                               entries: Sequence[Tuple[str, int, Tuple[int, ...]]]) -> None:
+        self._all("load_weights_from_file", path, numel, dtype, list(entries))
+
+    def submit_load_from_file(self, path: str, numel: int, dtype: torch.dtype,
+                              entries) -> Callable[[], None]:
+        """Start the load on every engine; the returned function waits for all of them."""
+        refs = self._submit("load_weights_from_file", path, numel, dtype, list(entries))
+
+        def wait() -> None:
+            self._wait(refs, "load_weights_from_file")
+
+        return wait
+
+    def release_file(self, path: Optional[str] = None) -> None:
+        self._all("release_file", path)
+
+    def check_fingerprint(self, expected: Mapping[str, torch.Tensor],
+                          strict: bool = True) -> None:
+        import ray
+
+        self._all("check_fingerprint", ray.put(dict(expected)), strict)
+
+    def weights_written(self) -> None:
+        self._all("weights_written")
+
+    def invalidate(self, reason: str) -> None:
+        self._all("invalidate", reason)

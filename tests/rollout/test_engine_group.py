@@ -1,0 +1,120 @@
+"""The rollout engine group: prompts split across engines and merged back in prompt order,
+samples that do not depend on the engine count, one weight sync reaching every engine, and a
+dead engine named."""
+
+import pytest
+import torch
+
+from mindrl.config.schema import GenerateConfig, SamplingConfig
+from mindrl.engines.vllm_engine import RolloutOutput, WeightSyncError
+from mindrl.rollout.engine_group import (EngineDied, EngineSlot, RolloutGroup, merge_rollouts,
+                                         split_prompts)
+
+CONFIG = GenerateConfig(max_num_seqs=16, max_model_len=64, kv_cache_memory_bytes=16 * 2**20,
+                        sampling_config=SamplingConfig(max_tokens=8, seed=0))
+
+
+# ---------------------------------------------------------------------------- no engines
+
+def test_split_is_contiguous_and_balanced():
+    assert split_prompts(5, 2) == [(0, 3), (3, 5)]
+    assert split_prompts(8, 4) == [(0, 2), (2, 4), (4, 6), (6, 8)]
+    assert split_prompts(1, 3) == [(0, 1), (1, 1), (1, 1)]   # idle engines get nothing
+    assert split_prompts(0, 2) == [(0, 0), (0, 0)]
+
+
+def _part(prompts, n, tag):
+    """An engine's output: n samples per prompt, response = [tag, local prompt index]."""
+    out = RolloutOutput([], [], [], [], [])
+    for i, p in enumerate(prompts):
+        for _ in range(n):
+            out.prompt_token_ids.append(p)
+            out.response_token_ids.append([tag, i])
+            out.log_probs.append([-1.0, -2.0])
+            out.finish_reasons.append("length")
+            out.prompt_index.append(i)
+    return out
+
+
+def test_merge_restores_prompt_order_and_global_indices():
+    prompts = [[1], [2], [3], [4], [5]]
+    ranges = split_prompts(len(prompts), 2)
+    parts = [(a, _part(prompts[a:b], 2, tag)) for tag, (a, b) in enumerate(ranges)]
+    merged = merge_rollouts(list(reversed(parts)))        # arrival order does not matter
+    assert merged.prompt_index == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
+    assert [p[0] for p in merged.prompt_token_ids] == [1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
+    assert [r[0] for r in merged.response_token_ids] == [0] * 6 + [1] * 4
+
+
+# ---------------------------------------------------------------------------- real engines
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    from mindrl.models.tiny import make_tiny_model
+    from mindrl.workers.worker_group import worker_env
+
+    root = tmp_path_factory.mktemp("engine_group")
+    dirs = [make_tiny_model("tiny-qwen2", "char", root / f"seed{s}", seed=s) for s in (0, 1)]
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=128 * 2**20,
+             log_to_driver=False)
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="PACK")
+    assert pg.wait(60)
+
+    def group(count):
+        slots = [EngineSlot(pg, i, {"num_cpus": 0.5}, (i,)) for i in range(count)]
+        g = RolloutGroup(dirs[0], CONFIG, 0, slots, worker_env())
+        g.start()
+        return g
+
+    one, two = group(1), group(2)
+    yield dirs, one, two
+    one.shutdown()
+    two.shutdown()
+    remove_placement_group(pg)
+    ray.shutdown()
+
+
+PROMPTS = [[5, 6, 7], [8, 9], [10], [11, 12, 13, 14], [15, 16]]
+
+
+def test_two_engines_give_the_samples_of_one_in_prompt_order(cluster):
+    _, one, two = cluster
+    a = one.generate(PROMPTS, 3, seed=11)
+    b = two.generate(PROMPTS, 3, seed=11)
+    assert b.prompt_index == a.prompt_index == [i for i in range(5) for _ in range(3)]
+    assert b.prompt_token_ids == a.prompt_token_ids
+    assert b.response_token_ids == a.response_token_ids
+    for la, lb in zip(a.log_probs, b.log_probs):
+        assert torch.allclose(torch.tensor(la), torch.tensor(lb), atol=1e-5)
+    assert all(s > 0 for s in two.busy_seconds)          # both engines took part
+    greedy = two.generate(PROMPTS, 1, temperature=0.0)
+    assert greedy.prompt_index == list(range(5))
+
+
+def test_one_sync_reaches_every_engine_and_a_mismatch_names_the_engine(cluster):
+    from safetensors.torch import load_file
+
+    from mindrl.engines.weight_fingerprint import checkpoint_fingerprint
+    from mindrl.weight_sync.engine_fanout import EngineFanout
+
+    dirs, _, two = cluster
+    fanout = EngineFanout(two.engines)
+    assert fanout.dtype == torch.float32 and fanout.shared_weights is None
+    with pytest.raises(WeightSyncError, match="rollout engine 0: check_fingerprint failed"):
+        fanout.check_fingerprint(checkpoint_fingerprint(dirs[1]))
+    weights = load_file(str(next(dirs[1].glob("*.safetensors"))))
+    fanout.load_weights(sorted(weights.items()))
+    fanout.check_fingerprint(checkpoint_fingerprint(dirs[1]))   # both engines hold seed 1
+
+
+def test_a_dead_engine_is_named(cluster):
+    import ray
+
+    _, _, two = cluster
+    ray.kill(two.engines[1])
+    with pytest.raises(EngineDied, match=r"rollout engine 1 \(actor device 1\) died during "
+                                         "generate"):
+        two.generate(PROMPTS, 2, seed=3)
