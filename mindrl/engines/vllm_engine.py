@@ -4,20 +4,21 @@ Three jobs, kept apart below:
 
 - generate: token-id prompts in, responses + the sampled tokens' log-probs out, and the
   padded tensors of DESIGN.md's data contract (`RolloutOutput.to_batch`).
-- load weights in place, through ``collective_rpc`` with an in-process iterator, by the
-  loader `vllm_weights.load_mode` picks for the model (on CPU: straight into oneDNN's packed
-  weights, or into plain parameters; elsewhere vLLM's ``reload_weights``), then a
-  prefix-cache reset. Any failure is fatal (`WeightSyncError`): vLLM may hold half-loaded,
-  meta or mixed weights and must not generate again.
+- load weights in place, by the loader `vllm_weights.load_mode` picks for the model (on CPU:
+  straight into oneDNN's packed weights, or into plain parameters; elsewhere vLLM's
+  ``reload_weights``), through ``collective_rpc``: an in-process iterator at infer TP 1, a
+  shared file every TP worker maps at TP > 1; then a prefix-cache reset. Any failure is fatal
+  (`WeightSyncError`): vLLM may hold half-loaded, meta or mixed weights and must not
+  generate again.
 - fingerprint: a cheap per-HF-tensor digest of the weights vLLM is really computing with,
   derived from vLLM's own fused-module metadata (not from mindrl/ckpt/mapping.py), so that a
   wrong mapping entry shows up as a mismatch against an independent reference.
 
-vLLM is driven in-process (the only mode in which `reload_weights` takes an iterator). It
-cannot share a process with an initialised torch.distributed world (it would join that world
-and hang creating its groups), so a Megatron rank hosts it through
-`vllm_process.VLLMEngineProcess`: the same engine in a spawned child, fed weights through
-shared memory.
+vLLM's engine is driven in-process; at infer TP > 1 its workers are processes of their own
+(vLLM's mp executor: the executor that runs on every platform, CPU included). It cannot share
+a process with an initialised torch.distributed world (it would join that world and hang
+creating its groups): the trainer runs engines as Ray actors of their own (mindrl/rollout),
+tests and benches beside a Megatron rank through `vllm_process.VLLMEngineProcess`.
 """
 
 from __future__ import annotations
@@ -49,8 +50,12 @@ def _configure_environment() -> None:
     """Env vars vLLM reads at start-up; the CPU ones only on CPU (device.py decides)."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"   # in-process: iterators, fast start
     if device.is_cpu():
+        from mindrl.platforms.cpu.vllm_shm import sweep_stale_segments
+
+        # vLLM's CPU binding ("auto") fails at TP > 1 here ("Not enough allowed NUMA nodes").
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         os.environ.setdefault("OMP_NUM_THREADS", "1")
+        sweep_stale_segments()     # TP collectives' segments of killed engines: memory
 
 
 def llm_kwargs(cfg: GenerateConfig, seed: int, logprobs_mode: str, on_cpu: bool) -> dict:
@@ -65,6 +70,10 @@ def llm_kwargs(cfg: GenerateConfig, seed: int, logprobs_mode: str, on_cpu: bool)
         kw["block_size"] = cfg.block_size
     if cfg.kv_cache_memory_bytes:
         kw["kv_cache_memory_bytes"] = cfg.kv_cache_memory_bytes
+    if cfg.model_parallel_size > 1:
+        # Workers in processes of their own beside this one (vLLM's mp executor): the one
+        # that runs on every platform, CPU included (PLATFORM_NOTES "The cluster path").
+        kw["distributed_executor_backend"] = "mp"
     if on_cpu:
         # fp32: bf16 logprobs differ from the trainer's by ~0.04; eager: no compile on CPU.
         kw.update(dtype="float32", enforce_eager=True)
@@ -159,18 +168,12 @@ class RolloutOutput:
 
 
 from mindrl.engines import vllm_weights
-from mindrl.engines.weight_fingerprint import NamedTensors, compare_fingerprints
+from mindrl.engines.weight_fingerprint import (NamedTensors, combine_views,
+                                               compare_fingerprints)
 from mindrl.engines.weight_fingerprint import vllm_view as _vllm_view
 
 
 # ---------------------------------------------------------------------------- the engine
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
-
 
 class _NameTracker:
     """Iterates (name, tensor) pairs and remembers the last name handed to vLLM."""
@@ -196,6 +199,7 @@ class SharedWeights:
 
 
 SHARED_WEIGHTS_PREFIX = "mindrl-vllm-weights"
+STAGING_PREFIX = "mindrl-vllm-staging"     # tensors handed to a TP > 1 engine
 
 
 def shared_weights_path(pid: int) -> str:
@@ -250,7 +254,7 @@ class VLLMEngine:
                                  f"'reload' or {self.load_mode!r})")
             self.load_mode = load_mode
         self._failure: Optional[str] = None
-        self._mapped: Dict[str, torch.Tensor] = {}    # shared files, by path (oldest first)
+        self.tp_size = generate_config.infer_tensor_parallel_size
         view = self._view(with_digest=False)
         self.hf_shapes = {name: shape for name, (shape, _, _) in view.items()}
         # HF name -> the vLLM module that loads it: one load_weights call must carry all of a
@@ -329,15 +333,15 @@ class VLLMEngine:
 
     # ---------------------------------------------------------------- weights
 
-    def _check_names(self, pairs: List[Tuple[str, torch.Tensor]]) -> None:
+    def _check_names(self, shapes: Sequence[Tuple[str, Sequence[int]]]) -> None:
         """Reject before vLLM sees them: unknown names, wrong shapes, or a fused vLLM module
         fed only part of its tensors (vLLM would process it half-loaded: NaN weights)."""
         by_module: Dict[str, set] = {}
-        for name, tensor in pairs:
+        for name, shape in shapes:
             if name not in self.hf_shapes:
                 raise WeightSyncError(f"{name}: vLLM's model has no such tensor")
-            if tuple(tensor.shape) != tuple(self.hf_shapes[name]):
-                raise WeightSyncError(f"{name}: shape {tuple(tensor.shape)} but vLLM expects "
+            if tuple(shape) != tuple(self.hf_shapes[name]):
+                raise WeightSyncError(f"{name}: shape {tuple(shape)} but vLLM expects "
                                       f"{tuple(self.hf_shapes[name])}")
             by_module.setdefault(self.module_of[name], set()).add(name)
         for module, names in by_module.items():
@@ -346,33 +350,55 @@ class VLLMEngine:
                 raise WeightSyncError(f"vLLM module {module} would be loaded without {missing}: "
                                       f"send all of a module's tensors in one load_weights call")
 
+    def _failed(self, exc: Exception, where: str = "") -> WeightSyncError:
+        """Mark the engine unusable and say why (any failed load is fatal)."""
+        self._failure = f"loading{where}: {type(exc).__name__}: {exc}"
+        if isinstance(exc, WeightSyncError):
+            return exc
+        return WeightSyncError(f"vLLM weight load failed{where}: {type(exc).__name__}: {exc}")
+
     def load_weights(self, weights: NamedTensors) -> None:
         """Load HF-named tensors in place (one bucket), then reset the prefix cache.
 
         Any failure leaves vLLM with weights that cannot be trusted: it raises WeightSyncError
-        and the engine refuses all further work.
+        and the engine refuses all further work. At infer TP > 1 the tensors are staged in a
+        shared file that every TP worker maps (`load_weights_from_file`): a generator or a
+        list of tensors cannot cross to vLLM's worker processes.
         """
         self._usable()
-        tracker = _NameTracker([])
+        pairs = list(weights)
+        if self.tp_size > 1:
+            self._load_staged(pairs)
+            return
+        tracker = _NameTracker(pairs)
         try:
-            pairs = tracker.pairs = list(weights)
-            self._check_names(pairs)
+            self._check_names([(name, t.shape) for name, t in pairs])
             modules = sorted({self.module_of[name] for name, _ in pairs})
-            if self.load_mode == "in_place":
-                self.llm.collective_rpc(vllm_weights.load_in_place, args=(iter(tracker),))
-            elif self.load_mode == "packed":
-                self.llm.collective_rpc(vllm_weights.load_packed, args=(iter(tracker), modules))
-            else:
-                self.llm.collective_rpc(vllm_weights.reload_weights,
-                                        args=(iter(tracker), modules))
+            self.llm.collective_rpc(vllm_weights.LOADERS[self.load_mode],
+                                    args=(iter(tracker), modules))
             self.llm.reset_prefix_cache()
         except Exception as exc:
-            where = f" at {tracker.last!r}" if tracker.last else ""
-            self._failure = f"loading{where}: {type(exc).__name__}: {exc}"
-            if isinstance(exc, WeightSyncError):
-                raise
-            raise WeightSyncError(f"vLLM weight load failed{where}: {type(exc).__name__}: "
-                                  f"{exc}") from exc
+            raise self._failed(exc, f" at {tracker.last!r}" if tracker.last else "") from exc
+
+    def _load_staged(self, pairs: List[Tuple[str, torch.Tensor]]) -> None:
+        from mindrl.engines.shm_region import SharedRegion, sweep_stale
+
+        sweep_stale(STAGING_PREFIX)
+        dtype = self.dtype
+        entries, offset = [], 0
+        for name, t in pairs:
+            entries.append((name, offset, tuple(t.shape)))
+            offset += t.numel()
+        region = SharedRegion(os.path.join(os.path.dirname(shared_weights_path(0)),
+                                           f"{STAGING_PREFIX}-{os.getpid()}"),
+                              max(offset, 1), dtype, create=True)
+        try:
+            for (name, start, shape), (_, t) in zip(entries, pairs):
+                region.tensor[start:start + t.numel()].view(shape).copy_(t)
+            self.load_weights_from_file(region.path, region.numel, dtype, entries)
+        finally:
+            self.release_file(region.path)
+            del region
 
     def weights_written(self) -> None:
         """The actor has written new weights into `shared_weights`: drop what was computed
@@ -387,31 +413,30 @@ class VLLMEngine:
     def load_weights_from_file(self, path: str, numel: int, dtype: torch.dtype,
                                entries: Sequence[Tuple[str, int, Tuple[int, ...]]]) -> None:
         """`load_weights` of tensors laid out in a shared file (the resharder's bucket in
-        /dev/shm): (HF name, element offset, shape) per tensor. The last two files stay mapped
-        until `release_file` (the resharder alternates two buffers), so buckets reusing them
-        cost no new mapping."""
-        flat = self._mapped.get(path)
-        if flat is None or flat.numel() < numel:
-            self._mapped.pop(path, None)
-            while len(self._mapped) >= 2:
-                self._mapped.pop(next(iter(self._mapped)))
-            flat = self._mapped[path] = torch.from_file(path, shared=True, size=numel,
-                                                        dtype=dtype)
-        self.load_weights([(name, flat[o:o + _numel(shape)].view(shape))
-                           for name, o, shape in entries])
+        /dev/shm): (HF name, element offset, shape) per tensor. Every TP worker maps the file
+        itself (`vllm_weights.load_from_file`); the last two files stay mapped until
+        `release_file`, so buckets reusing them cost no new mapping."""
+        self._usable()
+        try:
+            self._check_names([(name, shape) for name, _, shape in entries])
+            modules = sorted({self.module_of[name] for name, _, _ in entries})
+            self.llm.collective_rpc(vllm_weights.load_from_file,
+                                    args=(path, numel, dtype, list(entries), self.load_mode,
+                                          modules))
+            self.llm.reset_prefix_cache()
+        except Exception as exc:
+            raise self._failed(exc) from exc
 
     def release_file(self, path: Optional[str] = None) -> None:
-        """Unmap one shared file, or all of them (None)."""
-        if path is None:
-            self._mapped.clear()
-        else:
-            self._mapped.pop(path, None)
+        """Unmap one shared file, or all of them (None), in every TP worker."""
+        self.llm.collective_rpc(vllm_weights.release_files, args=(path,))
 
     def reset_prefix_cache(self) -> None:
         self.llm.reset_prefix_cache()
 
     def _view(self, with_digest: bool):
-        return self.llm.collective_rpc(_vllm_view, args=(with_digest,))[0]
+        """`weight_fingerprint.vllm_view` of every TP worker, combined."""
+        return combine_views(self.llm.collective_rpc(_vllm_view, args=(with_digest,)))
 
     def fingerprint(self) -> Dict[str, torch.Tensor]:
         """{HF name: digest} of the weights vLLM computes with now (see `digest`); [k, 3] for a
@@ -445,4 +470,8 @@ class VLLMEngine:
             self.llm.wake_up()
 
     def close(self) -> None:
+        """Stop vLLM's workers (at infer TP > 1, processes that hold shared memory)."""
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None:
+            core.shutdown()
         self.llm = None

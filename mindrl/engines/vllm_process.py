@@ -7,6 +7,7 @@ name over a pipe; tensors cross through torch's shared-memory pickling.
 
 from __future__ import annotations
 
+import atexit
 import traceback
 from typing import Dict, List, Optional
 
@@ -52,9 +53,13 @@ class VLLMEngineProcess:
 
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_serve, daemon=True,
+        # A daemonic process may not start children, and vLLM's TP workers are children.
+        sharded = generate_config.model_parallel_size > 1
+        self.process = ctx.Process(target=_serve, daemon=not sharded,
                                    args=(child, str(model_path), generate_config, seed, kwargs))
         self.process.start()
+        if sharded:
+            atexit.register(self.close)
         child.close()
         info = self._reply()
         self.dtype, self.hf_shapes, self.module_of = (info["dtype"], info["hf_shapes"],
@@ -122,6 +127,8 @@ class VLLMEngineProcess:
         self._call("wake_up")
 
     def close(self) -> None:
+        if self._conn.closed:
+            return
         if self.process.is_alive():
             try:
                 self._conn.send(None)

@@ -208,6 +208,52 @@ def _refresh_tied_heads(model, loaded_modules: List[str]) -> None:
             module.quant_method.process_weights_after_loading(module)
 
 
+def _load_in_place(worker, weights: NamedTensors, modules: List[str]) -> None:
+    load_in_place(worker, weights)
+
+
+# load mode -> loader(worker, weights, names of the vLLM modules they fill)
+LOADERS = {"in_place": _load_in_place, "packed": load_packed, "reload": reload_weights}
+
+
+def load_from_file(worker, path: str, numel: int, dtype: torch.dtype,
+                   entries: Sequence[Tuple[str, int, Tuple[int, ...]]], mode: str,
+                   modules: List[str]) -> None:
+    """Worker side of a load from a shared file (the resharder's bucket in /dev/shm, or the
+    engine's staging file): each TP worker maps the file itself, so only names, offsets and
+    shapes cross processes, and vLLM's loaders cut each worker's shards from the full
+    tensors. The last two files stay mapped until `release_files` (the resharder alternates
+    two buffers). A failure names the tensor being loaded."""
+    mapped = worker.__dict__.setdefault("_mindrl_mapped", {})
+    flat = mapped.get(path)
+    if flat is None or flat.numel() < numel:
+        mapped.pop(path, None)
+        while len(mapped) >= 2:
+            mapped.pop(next(iter(mapped)))
+        flat = mapped[path] = torch.from_file(path, shared=True, size=numel, dtype=dtype)
+    last = [None]
+
+    def tensors():
+        for name, offset, shape in entries:
+            last[0] = name
+            yield name, flat[offset:offset + math.prod(shape)].view(shape)
+
+    try:
+        LOADERS[mode](worker, tensors(), modules)
+    except Exception as exc:
+        where = f" at {last[0]!r}" if last[0] else ""
+        raise RuntimeError(f"loading{where}: {type(exc).__name__}: {exc}") from exc
+
+
+def release_files(worker, path=None) -> None:
+    """Unmap one file `load_from_file` keeps mapped, or all of them (None)."""
+    mapped = worker.__dict__.setdefault("_mindrl_mapped", {})
+    if path is None:
+        mapped.clear()
+    else:
+        mapped.pop(path, None)
+
+
 # ---------------------------------------------------------------------------- shared weights
 
 def share_weights(worker, path: str):
@@ -222,7 +268,7 @@ def share_weights(worker, path: str):
     from vllm.distributed import get_tensor_model_parallel_world_size
 
     from mindrl.engines.shm_region import SharedRegion
-    from mindrl.engines.weight_fingerprint import vllm_view
+    from mindrl.engines.weight_fingerprint import combine_views, vllm_view
 
     if load_mode(worker) != "in_place" or get_tensor_model_parallel_world_size() != 1:
         raise ValueError("shared weights need plain CPU weights (plain_cpu_linears) and "
@@ -240,7 +286,8 @@ def share_weights(worker, path: str):
             offset_of[id(p)] = offset
             offset += p.numel()
     worker._mindrl_shared_weights = region          # lives as long as the model
-    return region.numel, dtype, hf_places(model, vllm_view(worker, with_digest=False), offset_of)
+    view = combine_views([vllm_view(worker, with_digest=False)])
+    return region.numel, dtype, hf_places(model, view, offset_of)
 
 
 def hf_places(model, view, offset_of) -> Dict[str, Tuple[int, Tuple[int, ...]]]:

@@ -89,13 +89,21 @@ class RolloutGroup:
                 else f"devices {devices[0]}-{devices[-1]}")
         return f"rollout engine {index} (actor {span})"
 
-    def _wait(self, refs: Dict[Any, int], what: str) -> Dict[int, Any]:
+    def _wait(self, refs: Dict[Any, int], what: str,
+              timeout_s: Optional[float] = None) -> Dict[int, Any]:
         """Results by engine index as they finish; the first failure raises at once."""
         import ray
 
         results, pending, start = {}, list(refs), time.perf_counter()
         while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
+            left = None if timeout_s is None else timeout_s - (time.perf_counter() - start)
+            ready, pending = ray.wait(pending, num_returns=1,
+                                      timeout=None if left is None else max(left, 0))
+            if not ready:
+                late = ", ".join(self._name(refs[r]) for r in pending)
+                raise TimeoutError(f"{late}: no answer to {what} within {timeout_s:.0f} s (an "
+                                   f"engine Ray cannot place waits for resources: see `ray "
+                                   f"status`)")
             index = refs[ready[0]]
             try:
                 results[index] = ray.get(ready[0])
@@ -107,9 +115,10 @@ class RolloutGroup:
             self.busy_seconds[index] = time.perf_counter() - start
         return results
 
-    def start(self) -> List[int]:
+    def start(self, timeout_s: float = 600.0) -> List[int]:
         """Wait for every engine to be up; their pids, in engine order."""
-        found = self._wait({e.describe.remote(): i for i, e in enumerate(self.engines)}, "start")
+        found = self._wait({e.describe.remote(): i for i, e in enumerate(self.engines)}, "start",
+                           timeout_s)
         self.info = [found[i] for i in range(len(self.engines))]
         return [info["pid"] for info in self.info]
 
@@ -132,9 +141,15 @@ class RolloutGroup:
         parts = self._wait(refs, "generate")
         return merge_rollouts([(ranges[i][0], part) for i, part in parts.items()])
 
-    def shutdown(self) -> None:
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        """Let every engine stop its workers, then end the actors."""
         import ray
 
+        try:
+            ray.wait([e.close.remote() for e in self.engines], num_returns=len(self.engines),
+                     timeout=timeout_s)
+        except Exception:
+            pass
         for engine in self.engines:
             try:
                 ray.kill(engine)

@@ -2,6 +2,9 @@
 samples that do not depend on the engine count, one weight sync reaching every engine, and a
 dead engine named."""
 
+import dataclasses
+import os
+
 import pytest
 import torch
 
@@ -63,14 +66,16 @@ def cluster(tmp_path_factory):
     pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="PACK")
     assert pg.wait(60)
 
-    def group(count):
-        slots = [EngineSlot(pg, i, {"num_cpus": 0.5}, (i,)) for i in range(count)]
-        g = RolloutGroup(dirs[0], CONFIG, 0, slots, worker_env())
-        g.start()
-        return g
+    def group(count, tp=1, first_bundle=0):
+        slots = [EngineSlot(pg, first_bundle + i, {"num_cpus": 0.5}, tuple(range(i, i + tp)))
+                 for i in range(count)]
+        config = dataclasses.replace(CONFIG, infer_tensor_parallel_size=tp)
+        return RolloutGroup(dirs[0], config, 0, slots, worker_env())
 
     one, two = group(1), group(2)
-    yield dirs, one, two
+    for g in (one, two):
+        g.start()
+    yield dirs, one, two, lambda: group(1, tp=2, first_bundle=1)   # bundle 0 is full
     one.shutdown()
     two.shutdown()
     remove_placement_group(pg)
@@ -81,7 +86,7 @@ PROMPTS = [[5, 6, 7], [8, 9], [10], [11, 12, 13, 14], [15, 16]]
 
 
 def test_two_engines_give_the_samples_of_one_in_prompt_order(cluster):
-    _, one, two = cluster
+    _, one, two, _ = cluster
     a = one.generate(PROMPTS, 3, seed=11)
     b = two.generate(PROMPTS, 3, seed=11)
     assert b.prompt_index == a.prompt_index == [i for i in range(5) for _ in range(3)]
@@ -100,7 +105,7 @@ def test_one_sync_reaches_every_engine_and_a_mismatch_names_the_engine(cluster):
     from mindrl.engines.weight_fingerprint import checkpoint_fingerprint
     from mindrl.weight_sync.engine_fanout import EngineFanout
 
-    dirs, _, two = cluster
+    dirs, _, two, _ = cluster
     fanout = EngineFanout(two.engines)
     assert fanout.dtype == torch.float32 and fanout.shared_weights is None
     with pytest.raises(WeightSyncError, match="rollout engine 0: check_fingerprint failed"):
@@ -110,10 +115,48 @@ def test_one_sync_reaches_every_engine_and_a_mismatch_names_the_engine(cluster):
     fanout.check_fingerprint(checkpoint_fingerprint(dirs[1]))   # both engines hold seed 1
 
 
+def test_an_infer_tp2_engine_samples_as_tp1_and_each_worker_holds_its_shards(cluster, tmp_path):
+    """Inference TP2 (vLLM's mp executor, workers in processes of their own): the same tokens
+    as TP1 and log-probs within 1e-4; the fingerprint, combined from each worker's shard
+    digests, equals the checkpoint's before and after a sync of other weights; vLLM's
+    shared-memory segments are its own, kept while mapped and gone after shutdown."""
+    from safetensors.torch import load_file
+
+    from mindrl.engines.weight_fingerprint import checkpoint_fingerprint
+    from mindrl.platforms.cpu.vllm_shm import SEGMENTS, mapped_files, sweep_stale_segments
+    from mindrl.weight_sync.engine_fanout import EngineFanout
+
+    dirs, one, _, make_tp2 = cluster
+    stale = tmp_path / "vllm_dist_killed-tp:0-[0-1]-cpushm_0"   # a killed engine's segment
+    stale.write_bytes(b"0" * 64)
+    tp2 = make_tp2()
+    try:
+        tp2.start()
+        live = [p for p in mapped_files() if os.path.basename(p).startswith("vllm_dist_")]
+        assert len(live) >= 2, live                  # one segment per TP rank, mapped
+        assert sweep_stale_segments(min_age_s=0, shm_dir=str(tmp_path)) == [str(stale)]
+        assert sweep_stale_segments(min_age_s=0) == []   # live segments stay
+        a, b = one.generate(PROMPTS, 3, seed=11), tp2.generate(PROMPTS, 3, seed=11)
+        assert b.response_token_ids == a.response_token_ids
+        diff = max(abs(x - y) for la, lb in zip(a.log_probs, b.log_probs) for x, y in zip(la, lb))
+        assert diff <= 1e-4
+        fanout = EngineFanout(tp2.engines)
+        fanout.check_fingerprint(checkpoint_fingerprint(dirs[0]))
+        weights = load_file(str(next(dirs[1].glob("*.safetensors"))))
+        fanout.load_weights(sorted(weights.items()))
+        fanout.check_fingerprint(checkpoint_fingerprint(dirs[1]))
+        with pytest.raises(WeightSyncError, match="differ from the expected weights"):
+            fanout.check_fingerprint(checkpoint_fingerprint(dirs[0]))
+    finally:
+        tp2.shutdown()
+    left = [p for p in live if os.path.exists(p)]
+    assert not left, f"segments left after shutdown: {left} ({SEGMENTS})"
+
+
 def test_a_dead_engine_is_named(cluster):
     import ray
 
-    _, _, two = cluster
+    _, _, two, _ = cluster
     ray.kill(two.engines[1])
     with pytest.raises(EngineDied, match=r"rollout engine 1 \(actor device 1\) died during "
                                          "generate"):
