@@ -23,6 +23,7 @@ from omegaconf import DictConfig  # noqa: E402
 from mindrl.config import (ConfigError, format_plan, local_cluster, make_plan,  # noqa: E402
                            validate, validate_lenient)
 from mindrl.config.compose import DEFAULT_RECIPE, recipe_dir  # noqa: E402
+from mindrl.config.scale_down import with_cpu_slots  # noqa: E402
 
 EXIT_INVALID = 1
 EXIT_FAILED = 3
@@ -33,6 +34,8 @@ def run(cfg: DictConfig, recipe: str) -> int:
     try:
         if cfg.get("dry_run", False):
             run_cfg, warnings = validate_lenient(cfg, cluster, recipe=recipe)
+            if cfg.get("scale_down"):   # devices become logical CPU slots
+                cluster = with_cpu_slots(cluster, run_cfg)
             print(format_plan(make_plan(run_cfg, cluster, warnings)))
             return 0
         # Shapes and batches first; then make what `prepare` asks for; then the paths.

@@ -20,6 +20,7 @@ from mindrl.config.parse import parse
 from mindrl.config.placement import (data_parallel_size, place_roles,
                                      rollout_data_parallel_size)
 from mindrl.config.rl_checks import check_algorithm
+from mindrl.config.scale_down import scale_down, with_cpu_slots
 from mindrl.config.schema import ResourceSpec, RunConfig
 
 BACKEND_FOR_DEVICE = {"npu": "hccl", "cuda": "nccl", "cpu": "gloo"}
@@ -380,9 +381,15 @@ def find_problems(run: RunConfig, cluster: ClusterResources, *,
 
 def check(raw: Any, cluster: Optional[ClusterResources] = None, *, check_paths: bool = False,
           recipe: Optional[str] = None) -> tuple[RunConfig, list[Problem]]:
-    """Parse (raising ConfigError on shape problems) and list the remaining problems."""
-    run = parse(raw, recipe=recipe)
-    return run, find_problems(run, cluster or local_cluster(), paths=check_paths)
+    """Parse (raising ConfigError on shape problems) and list the remaining problems. A
+    recipe scaled down (`+scale_down=D`, mindrl/config/scale_down.py) on a CPU cluster gets as
+    many logical CPU slots as it needs."""
+    scaled = scale_down(raw)
+    run = parse(scaled, recipe=recipe)
+    cluster = cluster or local_cluster()
+    if scaled is not raw:
+        cluster = with_cpu_slots(cluster, run)
+    return run, find_problems(run, cluster, paths=check_paths)
 
 
 def validate(raw: Any, cluster: Optional[ClusterResources] = None, *,

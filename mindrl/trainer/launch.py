@@ -75,7 +75,9 @@ def train(run: RunConfig, log: Callable[[str], None] = print) -> list:
     run_dir.mkdir(parents=True, exist_ok=True)
     log(f"run directory: {run_dir}")
     write_resolved_config(run, run_dir)
-    log(init_ray(run.resource("actor").count))
+    from mindrl.config.placement import devices_required
+
+    log(init_ray(devices_required(run)))
     previous = signal.getsignal(signal.SIGINT)
     try:
         return GRPOTrainer(run, log=log).fit()

@@ -1,0 +1,122 @@
+"""A cluster recipe in miniature: `+scale_down=D` runs it on CPU slots with the tiny model.
+
+Every device count and every tensor-parallel size (training and inference) is divided by D,
+so pipeline stages, data-parallel replicas and the number of rollout engines stay as the
+recipe has them; the devices become logical CPU slots. The model becomes tiny-qwen2 and the
+data the generated arithmetic task (made on first use, as the embedded default does), with
+lengths to match; every flag stays as the recipe sets it (sequence parallel, colocation,
+offload, KL loss, verifiers, batch sizes). Precision becomes fp32, the CPU platform's.
+
+This is how the shipped multi-device recipes are proven on a CPU box (tests/config and
+tests/trainer run them this way), and how a user tries a recipe's topology before renting it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from mindrl.config.errors import STRUCTURE, ConfigError, Problem
+
+WORK = "${mindrl.work_dir:}"
+TINY_MODEL = "tiny-qwen2"
+ROLE_SECTIONS = ("megatron_training", "actor_config", "ref_config", "reward_config")
+RESOURCES = ("actor_resource", "reference_resource", "reward_resource")
+DEVICE_KEYS = ("num_npus", "num_gpus", "num_cpus")
+
+# The tiny task's lengths: prompts "a+b=" of a char tokenizer, one-digit answers.
+LENGTHS = {("megatron_training", "seq_length"): 64,
+           ("rl_config", "max_prompt_length"): 24,
+           ("generate_config", "max_model_len"): 64,
+           ("generate_config", "max_num_batched_tokens"): 4096,
+           ("generate_config", "kv_cache_memory_bytes"): 64 * 2**20}
+MAX_TOKENS = 8
+
+
+def _divide(value: Any, divisor: int, key: str, problems: list) -> Any:
+    if not isinstance(value, int) or value % divisor:
+        problems.append(Problem(key, f"cannot be divided by scale_down={divisor}",
+                                "pick a scale_down that divides every TP size and device count "
+                                "of the recipe", value, STRUCTURE))
+        return value
+    return value // divisor
+
+
+def scale_down(raw: Any) -> Any:
+    """The recipe with `scale_down` applied (see the module docstring); unchanged without it."""
+    if not isinstance(raw, DictConfig) or raw.get("scale_down") is None:
+        return raw
+    divisor = raw.get("scale_down")
+    if not isinstance(divisor, int) or isinstance(divisor, bool) or divisor < 1:
+        raise ConfigError([Problem("scale_down", "must be a whole number >= 1", "e.g. "
+                                   "+scale_down=2 halves every device count and TP size",
+                                   divisor, STRUCTURE)])
+    data = OmegaConf.to_container(raw, resolve=False)
+    problems: list[Problem] = []
+    for section in ROLE_SECTIONS:
+        values = data.get(section) or {}
+        if "tensor_model_parallel_size" in values:
+            values["tensor_model_parallel_size"] = _divide(
+                values["tensor_model_parallel_size"], divisor,
+                f"{section}.tensor_model_parallel_size", problems)
+        for key in ("bf16", "fp16"):
+            if key in values:
+                values[key] = False
+        if section != "megatron_training" and values.get("load"):
+            kind = "reward-mcore" if section == "reward_config" else "mcore"
+            values["load"] = f"{WORK}/models/{TINY_MODEL}-{kind}"
+    rl = data.setdefault("rl_config", {})
+    for name in RESOURCES:
+        resource = rl.get(name)
+        if not resource:
+            continue
+        counts = {k: v for k, v in resource.items() if k in DEVICE_KEYS}
+        if len(counts) == 1:
+            (kind, count), = counts.items()
+            rl[name] = {"num_cpus": _divide(count, divisor, f"rl_config.{name}.{kind}",
+                                            problems)}
+    gen = data.setdefault("generate_config", {})
+    gen["infer_tensor_parallel_size"] = _divide(gen.get("infer_tensor_parallel_size", 1),
+                                                divisor, "generate_config."
+                                                "infer_tensor_parallel_size", problems)
+    if problems:
+        raise ConfigError(problems)
+
+    data["model"] = OmegaConf.to_container(OmegaConf.load(_model_file(TINY_MODEL)))
+    data["prepare"] = {"tiny_model": TINY_MODEL, "tokenizer": "char", "task": "arith",
+                       "num_prompts": 4096, "max_operand": 3, "holdout_pairs": 0}
+    shared = data.setdefault("megatron_training", {})
+    shared.update(model=TINY_MODEL, tokenizer_name_or_path=f"{WORK}/models/{TINY_MODEL}-hf",
+                  data_path=f"{WORK}/data/arith_0to3_holdout0/train.jsonl",
+                  load=f"{WORK}/models/{TINY_MODEL}-mcore")
+    for (section, key), value in LENGTHS.items():
+        data.setdefault(section, {})[key] = value
+    for section in ("actor_config", "ref_config", "reward_config"):
+        (data.get(section) or {}).pop("tokenizer_name_or_path", None)
+    rl.pop("val_data_path", None)
+    gen["dtype"] = "float32"
+    sampling = gen.setdefault("sampling_config", {})
+    sampling["max_tokens"] = min(sampling.get("max_tokens", MAX_TOKENS), MAX_TOKENS)
+    sampling["min_tokens"] = min(sampling.get("min_tokens", 0), MAX_TOKENS)
+    del data["scale_down"]
+    return OmegaConf.create(data)
+
+
+def _model_file(name: str):
+    from mindrl.paths import config_dir
+
+    return config_dir() / "model" / f"{name}.yaml"
+
+
+def with_cpu_slots(cluster, run):
+    """A CPU cluster with as many logical slots per node as `run` needs (a scaled-down recipe
+    runs its devices as logical CPU slots, several per core); other clusters unchanged."""
+    import dataclasses
+
+    from mindrl.config.placement import devices_required
+
+    if cluster.device_type != "cpu":
+        return cluster
+    per_node = -(-devices_required(run) // cluster.num_nodes)
+    return dataclasses.replace(cluster, num_devices=max(cluster.num_devices, per_node))

@@ -1,0 +1,53 @@
+"""`+scale_down=D`: a cluster recipe in miniature keeps its topology and flags."""
+
+import pytest
+
+from mindrl.config import ConfigError, load_recipe, make_plan
+from mindrl.config.placement import engine_devices, rollout_data_parallel_size
+from mindrl.config.scale_down import with_cpu_slots
+
+
+def _layout(run, role):
+    cfg = run.role(role)
+    return (cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size,
+            run.resource(role).count // cfg.model_parallel_size)
+
+
+@pytest.mark.parametrize("recipe, divisor, slots", [("r1_zero_qwen25_7b", 2, 8),
+                                                     ("r1_zero_qwen25_32b", 8, 4),
+                                                     ("grpo_qwen25_7b", 2, 4)])
+def test_scale_down_divides_devices_and_tp_and_keeps_the_rest(recipe, divisor, slots, cpu2,
+                                                              recipe_clusters):
+    full = load_recipe(recipe, cluster=recipe_clusters[recipe])
+    mini = load_recipe(recipe, [f"+scale_down={divisor}"], cluster=cpu2)
+    for role in full.active_roles:
+        tp, pp, dp = _layout(full, role)
+        assert _layout(mini, role) == (tp // divisor, pp, dp)
+        assert mini.resource(role).kind == "cpu" and mini.resource(role).count == slots
+    gen, mini_gen = full.generate_config, mini.generate_config
+    assert mini_gen.infer_tensor_parallel_size == gen.infer_tensor_parallel_size // divisor
+    assert rollout_data_parallel_size(mini) == rollout_data_parallel_size(full) == 4
+    assert len(engine_devices(mini)) == 4
+    # Flags as the recipe has them; model, data and lengths tiny.
+    assert mini.megatron_training.sequence_parallel == full.megatron_training.sequence_parallel
+    assert mini.rl_config.colocate_actor_ref == full.rl_config.colocate_actor_ref
+    assert mini.rl_config.use_kl_loss == full.rl_config.use_kl_loss
+    assert mini.rl_config.verifier_function == full.rl_config.verifier_function
+    assert mini.megatron_training.global_batch_size == full.megatron_training.global_batch_size
+    assert (mini_gen.offload_train_param, mini_gen.offload_train_optimizer) == \
+        (gen.offload_train_param, gen.offload_train_optimizer)
+    assert mini.model.name == "tiny-qwen2" and mini.prepare.task == "arith"
+    assert mini.generate_config.sampling_config.max_tokens == 8
+    assert not mini.actor_config.bf16
+    # Two cores, yet the plan places the miniature on its logical CPU slots.
+    plan = make_plan(mini, with_cpu_slots(cpu2, mini), [])
+    assert plan["rollout"]["instances"] == 4
+
+
+def test_a_divisor_that_does_not_divide_is_refused_naming_the_key(cpu2):
+    with pytest.raises(ConfigError) as e:
+        load_recipe("r1_zero_qwen25_7b", ["+scale_down=3"], cluster=cpu2)
+    assert "actor_config.tensor_model_parallel_size" in str(e.value)
+    assert "scale_down=3" in str(e.value)
+    with pytest.raises(ConfigError, match="scale_down"):
+        load_recipe("r1_zero_qwen25_7b", ["+scale_down=0"], cluster=cpu2)
