@@ -102,7 +102,7 @@ def rank_body(rank, world, spec, hf_dir, tp, pp, bucket_mbs, warm_repeats,
 
     from mindrl.config.schema import GenerateConfig, SamplingConfig
     from mindrl.engines.megatron_engine import MegatronEngine
-    from mindrl.engines.resharding import Resharder
+    from mindrl.weight_sync.resharder import Resharder
     from mindrl.engines.vllm_process import VLLMEngineProcess
     from mindrl.models.builder import Parallelism, initialize_parallel
 

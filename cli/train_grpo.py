@@ -62,6 +62,9 @@ def run(cfg: DictConfig, recipe: str) -> int:
     except WorkerDied as e:
         print(f"training stopped: {e}", file=sys.stderr)
         return EXIT_FAILED
+    except RuntimeError as e:   # a phase failed on a worker or engine (e.g. a verified sync)
+        print(f"training failed: {e}", file=sys.stderr)
+        return EXIT_FAILED
     except KeyboardInterrupt:
         print("interrupted: Ray shut down; the last complete checkpoint is intact",
               file=sys.stderr)

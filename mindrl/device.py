@@ -152,6 +152,15 @@ def prepare_megatron() -> None:
         megatron_cpu_compat.install()
 
 
+def prepare_vllm(cpu_threads: int) -> None:
+    """Make this process ready to start a vLLM engine: on CPU, threads and stale shared
+    memory (mindrl/platforms/cpu/vllm_start.py); nothing elsewhere."""
+    if is_cpu():
+        from mindrl.platforms.cpu.vllm_start import prepare_vllm_process
+
+        prepare_vllm_process(cpu_threads)
+
+
 def seed_model_parallel(seed: int) -> None:
     """Megatron's TP-aware RNG tracker, with CPU generators on CPU."""
     from megatron.core import tensor_parallel

@@ -195,6 +195,10 @@ class GenerateConfig:
     # (a sync costs about one memcpy); decoding then uses torch's GEMM: 0.81x the tokens/s at
     # the qwen2.5-0.5b shape with 64 sequences, 1.19x at the 75M bench shape (README).
     cpu_weights: Literal["packed", "shared"] = "packed"
+    # Which weight syncs are verified (every engine's fingerprints against the tensors sent;
+    # a mismatch stops the run naming the tensor and the engine): every sync, the first of
+    # each run (the start, where a wrong mapping shows), or none.
+    verify_sync: Literal["every", "first", "off"] = "first"
 
     @property
     def model_parallel_size(self) -> int:

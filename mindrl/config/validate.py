@@ -17,7 +17,7 @@ from mindrl.config.cluster import ClusterResources, local_cluster
 from mindrl.config.errors import (CLUSTER, MACHINE_DEPENDENT, PATHS, STRUCTURE, ConfigError,
                                   Problem)
 from mindrl.config.parse import parse
-from mindrl.config.placement import (data_parallel_size, place_roles,
+from mindrl.config.placement import (data_parallel_size, engine_devices, place_roles,
                                      rollout_data_parallel_size)
 from mindrl.config.rl_checks import check_algorithm
 from mindrl.config.scale_down import scale_down, with_cpu_slots
@@ -211,6 +211,16 @@ def check_resources(run: RunConfig, cluster: ClusterResources) -> list[Problem]:
                                f"({cluster.describe()})", "lower the resource counts, "
                                "colocate roles (rl_config.colocate_actor_ref) or add nodes",
                                res.count, CLUSTER))
+            break
+    per_node = cluster.num_devices
+    for index, span in enumerate(engine_devices(run)):
+        if span[0] // per_node != span[-1] // per_node:
+            out.append(Problem("generate_config.infer_tensor_parallel_size",
+                               f"x infer_pipeline_parallel_size = {len(span)}: rollout engine "
+                               f"{index} would span devices {span[0]}-{span[-1]}, across nodes "
+                               f"of {per_node} devices (an engine's TP group stays on one node)",
+                               f"use an inference TP x PP dividing {per_node}",
+                               run.generate_config.infer_tensor_parallel_size, CLUSTER))
             break
     return out
 

@@ -1,1 +1,2 @@
-"""Engines: Megatron (train / logprobs), vLLM (rollout), resharding between them."""
+"""Engines: Megatron (train / logprobs) and vLLM (rollout); mindrl/weight_sync moves weights
+between them."""

@@ -46,16 +46,10 @@ class WeightSyncError(RuntimeError):
 
 # ---------------------------------------------------------------------------- settings
 
-def _configure_environment() -> None:
-    """Env vars vLLM reads at start-up; the CPU ones only on CPU (device.py decides)."""
+def _configure_environment(cpu_threads: int) -> None:
+    """What vLLM reads at start-up; the platform's own needs come from device.py."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"   # in-process: iterators, fast start
-    if device.is_cpu():
-        from mindrl.platforms.cpu.vllm_shm import sweep_stale_segments
-
-        # vLLM's CPU binding ("auto") fails at TP > 1 here ("Not enough allowed NUMA nodes").
-        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
-        os.environ.setdefault("OMP_NUM_THREADS", "1")
-        sweep_stale_segments()     # TP collectives' segments of killed engines: memory
+    device.prepare_vllm(cpu_threads)
 
 
 def llm_kwargs(cfg: GenerateConfig, seed: int, logprobs_mode: str, on_cpu: bool) -> dict:
@@ -234,9 +228,7 @@ class VLLMEngine:
             raise RuntimeError(
                 "vLLM cannot start in a process that is part of a torch.distributed world (it "
                 "would join it and hang creating its groups); use VLLMEngineProcess here")
-        _configure_environment()
-        if device.is_cpu():   # before LLM(): vLLM's CPU worker freezes the thread count
-            torch.set_num_threads(generate_config.cpu_threads)
+        _configure_environment(generate_config.cpu_threads)
         from vllm import LLM
 
         self.config = generate_config

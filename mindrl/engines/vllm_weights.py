@@ -260,7 +260,7 @@ def share_weights(worker, path: str):
     """Move every parameter of the model into one new shared file at `path` (``in_place`` mode
     only: plain weights, infer TP 1) and say where each HF tensor lives in it.
 
-    Processes that map the file (the actor's ranks, `resharding`) then write new weights
+    Processes that map the file (the actor's ranks, weight_sync/shared_weights.py) then write new weights
     straight into the memory vLLM computes with: a weight update is one copy, made by the
     writers. Returns (numel, dtype, {HF name: (element offset, shape)}); the file is unlinked
     when this process drops it.

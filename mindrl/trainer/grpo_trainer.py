@@ -106,6 +106,7 @@ class GRPOTrainer:
         from mindrl.trainer.tracking import Tracker
         from mindrl import device
         from mindrl.rollout.engine_group import RolloutGroup
+        from mindrl.weight_sync.manager import WeightSync
         from mindrl.workers.placement import create_placement
         from mindrl.workers.worker_group import WorkerGroup, worker_env
 
@@ -141,6 +142,7 @@ class GRPOTrainer:
         (self.run_dir / "workers.json").write_text(json.dumps(pids))   # role -> pid per rank
         self.groups["actor"].call("attach_engines", self.rollout.engines,
                                   self.gen.reshard_bucket_mb)
+        self.weights = WeightSync(self.groups["actor"], self.gen.verify_sync)
         self.actor = self.groups["actor"]
         self.reward_model = self.groups.get("reward")
         self.tracker = Tracker(self.run_dir, self.rl.use_tensorboard, self.rl.use_wandb,
@@ -320,9 +322,9 @@ class GRPOTrainer:
                                            rl.shuffle_mini_batch, step, entropy_coeff)
         update["actor/entropy_coeff"] = entropy_coeff
         with timed(timings, "reshard"):
-            self.actor.call("sync_weights")
+            sync = self.weights.sync()
         metrics = {**batch_metrics(batch, scores, rollout.finish_reasons), **reward_metrics,
-                   **update, **timings}
+                   **update, **sync, **timings}
         timings["timing_s/step"] = time.perf_counter() - t_step
         metrics.update(timings)
         metrics.update(perf_metrics(metrics["perf/total_num_tokens"], timings["timing_s/step"]))
@@ -360,7 +362,7 @@ class GRPOTrainer:
         try:
             start = self._resume()
             self.tracker.rewind(start)        # drop rows of steps a crash lost
-            self.actor.call("sync_weights")   # vLLM starts from the actor's exact weights
+            self.weights.sync()               # vLLM starts from the actor's exact weights
             total = self.run.megatron_training.train_iters
             save_freq = self.rl.save_freq or self.run.megatron_training.save_interval
             bar = tqdm(range(start + 1, total + 1), initial=start, total=total, desc="GRPO",

@@ -1,6 +1,6 @@
 """Every rollout engine as one target of the weight sync.
 
-The resharder (mindrl/engines/resharding.py) feeds one target from the actor's host rank.
+The weight sync (weight_sync/resharder.py) feeds one target from the actor's host rank.
 `EngineFanout` is that target for a group of engines reached through Ray: each call goes to
 every engine at once and returns when all have finished. The bytes exist once per node:
 a shared-memory bucket is a file every engine maps itself (only its name, offsets and shapes

@@ -106,7 +106,7 @@ class MegatronWorker:
         """Build this rank's part of the weight sync; the host rank feeds every engine."""
         from megatron.core import parallel_state as ps
 
-        from mindrl.engines.resharding import Resharder
+        from mindrl.weight_sync.resharder import Resharder
         from mindrl.weight_sync.engine_fanout import EngineFanout
 
         is_host = (ps.get_data_parallel_rank() == 0 and ps.get_tensor_model_parallel_rank() == 0

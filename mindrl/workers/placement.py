@@ -9,7 +9,7 @@ takes an equal share of the first device of its span, beside the actor ranks the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Tuple
+from typing import TYPE_CHECKING, Dict, List, Tuple
 
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group
@@ -17,6 +17,9 @@ from ray.util.placement_group import PlacementGroup, placement_group
 from mindrl import device
 from mindrl.config.placement import engine_devices, place_roles
 from mindrl.config.schema import RunConfig
+
+if TYPE_CHECKING:
+    from mindrl.rollout.engine_group import EngineSlot
 
 
 @dataclass

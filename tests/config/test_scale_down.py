@@ -51,3 +51,13 @@ def test_a_divisor_that_does_not_divide_is_refused_naming_the_key(cpu2):
     assert "scale_down=3" in str(e.value)
     with pytest.raises(ConfigError, match="scale_down"):
         load_recipe("r1_zero_qwen25_7b", ["+scale_down=0"], cluster=cpu2)
+
+
+def test_an_engine_across_nodes_is_refused_before_anything_starts():
+    from mindrl.config import ClusterResources
+
+    # 16 NPUs on 4 nodes of 4: inference TP8 would put each engine on two nodes.
+    with pytest.raises(ConfigError) as e:
+        load_recipe("r1_zero_qwen25_7b", ["generate_config.infer_tensor_parallel_size=8"],
+                    cluster=ClusterResources("npu", 4, 4, device_memory_gib=64))
+    assert "rollout engine 0 would span devices 0-7, across nodes of 4 devices" in str(e.value)

@@ -26,7 +26,13 @@ def _command(work: Path, run_dir: Path, overrides):
     """The CLI command and its environment: a private Ray cluster, paths under `work`."""
     env = {**os.environ, "MINDRL_WORK_DIR": str(work)}
     env.pop("RAY_ADDRESS", None)
-    cmd = [sys.executable, str(REPO / "cli" / "train_grpo.py"), f"run_dir={run_dir}", *overrides]
+    options = []      # Hydra's own flags go before the overrides
+    overrides = list(overrides)
+    while overrides and overrides[0].startswith("--"):
+        options += overrides[:2]
+        overrides = overrides[2:]
+    cmd = [sys.executable, str(REPO / "cli" / "train_grpo.py"), *options, f"run_dir={run_dir}",
+           *overrides]
     return cmd, env
 
 

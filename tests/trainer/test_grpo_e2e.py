@@ -25,7 +25,8 @@ def test_tp2_actor_with_reference_logs_every_metric(work):
     run_dir = work / "runs" / "tp2"
     overrides = ("+actor_config.tensor_model_parallel_size=2",
                  "rl_config.actor_resource.num_cpus=2", "rl_config.colocate_actor_ref=true")
-    train(work, run_dir, "megatron_training.train_iters=3", "rl_config.save_freq=3", *overrides)
+    train(work, run_dir, "megatron_training.train_iters=3", "rl_config.save_freq=3",
+          "generate_config.verify_sync=every", *overrides)
     plan = train(work, run_dir, "+dry_run=true", *overrides).stdout
     assert "TP=1 PP=1 x 2 instance(s)" in plan, plan
     assert len(json.loads((run_dir / "workers.json").read_text())["rollout"]) == 2
@@ -39,6 +40,7 @@ def test_tp2_actor_with_reference_logs_every_metric(work):
         assert all(finite(row[k]) for k in REQUIRED_KEYS)
         # vLLM's sampled log-probs vs the TP2 actor's on the same tokens (fp32).
         assert row["rollout/logprob_diff_max"] < 1e-4
+        assert row["weight_sync/verified"] == 1.0   # both engines checked every sync
         assert row["actor/lr"] == pytest.approx(1e-3)
     assert (run_dir / "reward_curve.png").stat().st_size > 0
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))

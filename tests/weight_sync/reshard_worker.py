@@ -5,17 +5,18 @@ for the whole run; every Megatron layout of the run syncs into that same engine.
 """
 
 import dataclasses
+import os
 import time
 
 import torch
 
 from mindrl.ckpt import mapping
 from mindrl.engines.megatron_engine import LossConfig, MegatronEngine, OptimConfig
-from mindrl.engines.resharding import Resharder
 from mindrl.engines.vllm_engine import WeightSyncError
 from mindrl.engines.vllm_process import VLLMEngineProcess
 from mindrl.engines.weight_fingerprint import checkpoint_fingerprint
 from mindrl.models.builder import Parallelism, initialize_parallel
+from mindrl.weight_sync.resharder import Resharder
 
 N_SAMPLES = 4
 
@@ -72,6 +73,14 @@ def sync_layouts(rank, world, spec, vllm_dir, layout_dirs, fulls, layouts, promp
                                                        tp, pp, prompts, i)
         out["shared"] = _sync_and_train(spec, shared, layout_dirs[-1], fulls[-1], *layouts[-1],
                                         prompts, len(layouts))
+        # The transport for engines the ranks cannot reach through host memory (GPUs, other
+        # nodes): full tensors gathered on the host over the collective backend.
+        os.environ["MINDRL_RESHARD_SHM"] = "0"
+        try:
+            out["collective"] = _sync_and_train(spec, vllm, layout_dirs[-1], fulls[-1],
+                                                *layouts[-1], prompts, len(layouts) + 1)
+        finally:
+            del os.environ["MINDRL_RESHARD_SHM"]
         out["shared_failure"] = _failed_direct_write(spec, shared, fulls[-1], layouts[-1])
         out["wrong_entries"] = _wrong_mapping_entries(spec, layout_dirs[-1], fulls[-1],
                                                       layouts[-1], vllm)

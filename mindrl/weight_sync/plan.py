@@ -20,6 +20,7 @@ WIRE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)   # a header's dtyp
 
 @dataclass
 class SyncStats:
+    transport: str = ""         # which transport moved the bytes (weight_sync/transport.py)
     seconds: float = 0.0
     bytes: int = 0              # HF bytes handed to vLLM (host only)
     tensors: int = 0

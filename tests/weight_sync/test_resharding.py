@@ -1,4 +1,5 @@
-"""Resharding Megatron (TP2, PP2, TP2xPP2) into vLLM: vLLM's logprobs equal Megatron's.
+"""Resharding Megatron (TP2, PP2, TP2xPP2) into vLLM by every transport: vLLM's logprobs
+equal Megatron's.
 
 One spawn of 4 ranks runs every layout against one vLLM hosted by rank 0; the tests below
 read its results. Layouts in a world of 4: TP2 (x DP2), PP2 (x DP2), TP2 x PP2.
@@ -13,9 +14,9 @@ from transformers import AutoModelForCausalLM
 from mindrl.ckpt import mapping
 from mindrl.config.schema import GenerateConfig, SamplingConfig
 from mindrl.distributed import spawn_local
-from mindrl.engines.reshard_plan import plan_buckets, plan_units
 from mindrl.models.spec import load_model_spec
 from mindrl.models.tiny import make_tiny_model
+from mindrl.weight_sync.plan import plan_buckets, plan_units
 
 from reshard_worker import sync_layouts
 
@@ -112,6 +113,22 @@ def test_wrong_mapping_entry_is_caught_by_fingerprint(run, label, names):
 
 def test_cpu_loaders_in_use(run):
     assert run["modes"] == ("packed", "in_place")
+
+
+def test_each_sync_names_its_transport(run):
+    assert {res["sync"].transport for res in run["layouts"].values()} == {"shm_bucket"}
+    assert run["shared"]["sync"].transport == "shared_weights"
+    assert run["collective"]["sync"].transport == "collective"
+
+
+def test_the_collective_transport_follows_megatron(run):
+    """Full tensors gathered on the host (the GPU / other-node path), TP2 x PP2."""
+    res = run["collective"]
+    assert res["sync"].buckets > 1 and res["sync"].tensors == 26
+    assert res["diff_before"] <= TOL, res["diff_before"]
+    assert res["diff_new_vs_old"] > 0.05
+    assert res["diff_rescored_vs_new"] <= TOL and res["diff_rescored_vs_old"] > 0.05
+    assert res["diff_after"] <= TOL, res["diff_after"]
 
 
 def test_shared_weights_written_by_the_ranks_follow_megatron(run):

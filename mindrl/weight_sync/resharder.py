@@ -1,0 +1,73 @@
+"""Megatron TP/PP shards -> HF tensors -> every rollout engine: one sync, one interface.
+
+`Resharder` runs on every rank of the actor. Built once, it fixes the transport (a
+collective agreement, transport.py); each `sync` then moves this actor's current weights
+into the engines by that transport and, when asked, verifies them: the engines' fingerprints
+against those of every tensor sent (each engine computes its own; only digests cross).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Optional, Protocol
+
+import torch
+
+from mindrl import device
+from mindrl.models.spec import ModelSpec
+from mindrl.weight_sync.plan import SyncStats
+from mindrl.weight_sync.source import MegatronShards
+from mindrl.weight_sync.transport import choose_transport
+
+
+class WeightTarget(Protocol):
+    """What a sync feeds: `VLLMEngine`, `VLLMEngineProcess` or `EngineFanout`."""
+
+    dtype: torch.dtype
+
+    def load_weights(self, weights) -> None: ...
+
+    def check_fingerprint(self, expected, strict: bool = True) -> None: ...
+
+
+class Resharder:
+    """Moves one actor's Megatron weights into the rollout engines; build it on every rank
+    of the actor (a collective)."""
+
+    def __init__(self, model, spec: ModelSpec, target: Optional[WeightTarget] = None,
+                 bucket_mb: float = 512.0, keep_buffer: bool = False):
+        """model: the rank's GPTModel stage (DDP-wrapped is fine). target: the engines, on
+        the host rank (TP0/PP0/DP0) only. keep_buffer: keep the bucket buffers between syncs
+        (faster, but that memory stays taken while the engines generate)."""
+        self.source = MegatronShards(model, spec)
+        self.is_host = self.source.is_host
+        if self.is_host != (target is not None):
+            raise ValueError(
+                f"rank {torch.distributed.get_rank()}: pass the engines as target on the "
+                f"host rank (TP0/PP0/DP0) and only there (this rank is "
+                f"{'the host' if self.is_host else 'not the host'})")
+        self.target = target
+        self.transport = choose_transport(self.source, target, bucket_mb, keep_buffer)
+
+    def sync(self, verify: bool = False) -> SyncStats:
+        """Put this actor's current weights into the engines (collective over the actor's
+        ranks). verify: afterwards compare the engines' fingerprints with those of every
+        tensor sent (catches tensors dropped, never received or half-loaded). A wrong mapping
+        entry sends consistently wrong tensors: check those against a reference with
+        `check_fingerprint(checkpoint_fingerprint(hf_dir))` when both sides start from the same
+        checkpoint. Failures raise WeightSyncError (fatal)."""
+        start = time.perf_counter()
+        stats = SyncStats(transport=getattr(self.transport, "name", ""))
+        if self.transport is not None:
+            dev = device.current_device()
+            if self.is_host:
+                flag = torch.tensor([int(verify)], dtype=torch.long, device=dev)
+                for peer in self.source.peers:
+                    torch.distributed.send(flag, peer)
+                self.transport.host_sync(stats, verify)
+            else:
+                flag = torch.empty(1, dtype=torch.long, device=dev)
+                torch.distributed.recv(flag, self.source.host)
+                self.transport.peer_sync(bool(flag[0]))
+        stats.seconds = time.perf_counter() - start
+        return stats

@@ -1,0 +1,136 @@
+"""The Megatron side of a weight sync: this actor rank's shards and how full tensors are made.
+
+Every rank of the actor builds one `MegatronShards` (TP x PP x DP processes). The host is
+TP0 / PP0 of data-parallel replica 0 (global rank 0 in Megatron's default order); the peers
+are the other ranks of that replica's model-parallel group. Other replicas hold the same
+weights and take no part (`active` is False).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Optional
+
+import torch
+
+from mindrl import device
+from mindrl.ckpt import mapping
+from mindrl.models.spec import ModelSpec
+from mindrl.weight_sync.plan import WIRE_DTYPES, Unit, plan_units
+
+_MAX_DIMS = 4
+Alloc = Callable[[tuple, torch.dtype], torch.Tensor]   # where a full tensor is built
+
+
+def plain_alloc(shape, dtype) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device=device.current_device())
+
+
+class MegatronShards:
+    """This rank's parameters, the units in streaming order, and the point-to-point moves
+    that assemble full tensors on a stage's TP rank 0 and on the host."""
+
+    def __init__(self, model, spec: ModelSpec):
+        from megatron.core import parallel_state as ps
+
+        self.spec = spec
+        self.module = getattr(model, "module", model)
+        vpp = ps.get_virtual_pipeline_model_parallel_world_size()
+        if vpp not in (None, 1):
+            raise NotImplementedError("the weight sync does not support virtual pipeline stages")
+        self.tp_rank = ps.get_tensor_model_parallel_rank()
+        self.tp_size = ps.get_tensor_model_parallel_world_size()
+        self.pp_rank = ps.get_pipeline_model_parallel_rank()
+        self.pp_size = ps.get_pipeline_model_parallel_world_size()
+        self.active = ps.get_data_parallel_rank() == 0 and ps.get_context_parallel_rank() == 0
+        self.is_host = self.active and self.tp_rank == 0 and self.pp_rank == 0
+        self.units = plan_units(spec, self.pp_size)
+        self.params = dict(self.module.named_parameters())
+        self.stage_ranks = torch.distributed.get_process_group_ranks(
+            ps.get_pipeline_model_parallel_group())
+        self.tp_ranks = torch.distributed.get_process_group_ranks(
+            ps.get_tensor_model_parallel_group())
+        self.mp_ranks = torch.distributed.get_process_group_ranks(ps.get_model_parallel_group())
+        self.rank = torch.distributed.get_rank()
+
+    @property
+    def host(self) -> int:
+        return self.mp_ranks[0]
+
+    @property
+    def peers(self) -> List[int]:
+        return [r for r in self.mp_ranks if r != self.rank]
+
+    # ---------------------------------------------------------------- full tensors
+
+    def gather_tp(self, unit: Unit, alloc: Alloc = plain_alloc) -> Optional[torch.Tensor]:
+        """The full Megatron tensor on this stage's TP rank 0 (None on the others).
+
+        Point to point rather than a gather collective: gloo's gather stages everything in a
+        temporary of the full size, while recv writes straight into the destination (row-block
+        shards land in place; others are put in order by `mapping.gather`).
+        """
+        local = self.params[unit.local_name].detach()
+        if self.tp_size == 1 or unit.rule.tp_dim is None:
+            return local if self.tp_rank == 0 else None
+        local = local.contiguous()
+        if self.tp_rank != 0:
+            torch.distributed.send(local, self.tp_ranks[0])
+            return None
+        full = None
+        if mapping.shards_are_row_blocks(unit.rule):
+            full = alloc((local.shape[0] * self.tp_size, *local.shape[1:]), local.dtype)
+            shards = list(torch.chunk(full, self.tp_size, dim=0))
+        else:
+            shards = [torch.empty_like(local) for _ in range(self.tp_size)]
+        shards[0].copy_(local)
+        for r in range(1, self.tp_size):
+            torch.distributed.recv(shards[r], self.tp_ranks[r])
+        return full if full is not None else mapping.gather(unit.rule, shards)
+
+    def recv_full(self, unit: Unit, alloc: Alloc = plain_alloc) -> torch.Tensor:
+        """A full tensor from the TP rank 0 of the unit's stage (shape/dtype header first)."""
+        src = self.stage_ranks[unit.stage]
+        header = torch.empty(2 + _MAX_DIMS, dtype=torch.long, device=device.current_device())
+        torch.distributed.recv(header, src)
+        code, ndim, *shape = header.tolist()
+        out = alloc(tuple(shape[:ndim]), WIRE_DTYPES[code])
+        torch.distributed.recv(out, src)
+        return out
+
+    def hf_parts(self, unit: Unit, alloc: Alloc = plain_alloc) -> Dict[str, torch.Tensor]:
+        """On the host: the unit's HF tensors (gathered here, or received from its stage)."""
+        full = self.gather_tp(unit, alloc) if unit.stage == 0 else self.recv_full(unit, alloc)
+        return mapping.mcore_to_hf(unit.rule, full, self.spec, unit.layer)
+
+    def send_full_tensors(self) -> None:
+        """Peer side of `hf_parts`: each stage's TP rank 0 sends its full tensors to the host."""
+        for unit in self.units:
+            if unit.stage == self.pp_rank:
+                full = self.gather_tp(unit)
+                if full is not None:   # TP rank 0 of a stage other than the host's
+                    _send(full, self.stage_ranks[0])
+
+    def write_shards(self, destinations, where: str):
+        """This rank's shards of each (unit, views of its HF parts) into those views
+        (`mapping.write_shard`). None, or (index of the unit that failed, a message naming
+        it) at the first failure."""
+        for index, (unit, views) in enumerate(destinations):
+            if unit.stage != self.pp_rank:
+                continue
+            try:
+                mapping.write_shard(unit.rule, self.spec, self.params[unit.local_name].detach(),
+                                    self.tp_rank, self.tp_size, views)
+            except Exception as exc:
+                return index, (f"rank {self.rank} failed to write {unit.local_name} "
+                               f"({', '.join(unit.rule.hf_names(unit.layer))}) into {where}: "
+                               f"{type(exc).__name__}: {exc}")
+        return None
+
+
+def _send(tensor: torch.Tensor, dst: int) -> None:
+    """Shape and dtype header, then the data (the receiver allocates exactly)."""
+    shape = list(tensor.shape) + [0] * (_MAX_DIMS - tensor.dim())
+    header = torch.tensor([WIRE_DTYPES.index(tensor.dtype), tensor.dim()] + shape,
+                          dtype=torch.long, device=tensor.device)
+    torch.distributed.send(header, dst)
+    torch.distributed.send(tensor.contiguous(), dst)
