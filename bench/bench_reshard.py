@@ -4,6 +4,7 @@
     python bench/bench_reshard.py --layers 4            # smaller run, same tensor shapes
     python bench/bench_reshard.py --model tiny-qwen2    # smoke run
     python bench/bench_reshard.py --cpu-weights packed --bucket-mb 128,512
+    python bench/bench_reshard.py --layers 4 --engines 1,2,4   # one sync into N engines
 
 Both of vLLM's CPU weight modes by default, one spawn each (generate_config.cpu_weights):
 packed (oneDNN packs, rebuilt from the bucket on every sync) and shared (plain weights in
@@ -153,6 +154,86 @@ def rank_body(rank, world, spec, hf_dir, tp, pp, bucket_mbs, warm_repeats,
     return results if rank == 0 else None
 
 
+def engines_body(rank, world, spec, hf_dir, tp, pp, bucket_mb, warm_repeats, counts):
+    """The trainer's own path to many engines: rank 0 starts a local Ray, N `VLLMEngine`
+    actors (one logical CPU each, dummy weights) and feeds them through `EngineFanout`; every
+    rank builds the `Resharder` per engine count (shared-memory bucket transport: each engine
+    maps the same bucket). Median warm sync seconds per engine count."""
+    import torch
+    from megatron.core import parallel_state as ps
+
+    from mindrl.config.schema import GenerateConfig, SamplingConfig
+    from mindrl.engines.megatron_engine import MegatronEngine
+    from mindrl.models.builder import Parallelism, initialize_parallel
+    from mindrl.weight_sync.engine_fanout import EngineFanout
+    from mindrl.weight_sync.resharder import Resharder
+
+    parallel = Parallelism(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+    initialize_parallel(parallel)
+    engine = MegatronEngine(spec, parallel)
+    results = {}
+    if rank == 0:
+        import ray
+
+        from mindrl.engines.vllm_engine import VLLMEngine
+
+        ray.init(num_cpus=max(counts), include_dashboard=False, log_to_driver=False,
+                 object_store_memory=256 * MIB)
+        cfg = GenerateConfig(max_num_seqs=4, max_model_len=256, kv_cache_memory_bytes=64 * MIB,
+                             sampling_config=SamplingConfig(max_tokens=4))
+        env = {"OMP_NUM_THREADS": "1", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+        actors = [ray.remote(VLLMEngine).options(num_cpus=1, runtime_env={"env_vars": env})
+                  .remote(hf_dir, cfg, load_format="dummy") for _ in range(max(counts))]
+        ray.get([a.describe.remote() for a in actors])
+    try:
+        for count in counts:
+            target = EngineFanout(actors[:count]) if rank == 0 else None
+            resharder = Resharder(engine.model, spec, target=target, bucket_mb=bucket_mb)
+            times = []
+            for i in range(warm_repeats + 1):      # cold, then warm
+                torch.distributed.barrier()
+                stats = resharder.sync()
+                torch.distributed.barrier()
+                if i:
+                    times.append(stats.seconds)
+            if rank == 0:
+                results[count] = {"sync_s": statistics.median(times), "bytes": stats.bytes,
+                                  "transport": stats.transport}
+    finally:
+        if rank == 0:
+            import ray
+
+            ray.shutdown()
+        ps.destroy_model_parallel()
+    return results if rank == 0 else None
+
+
+def engines_main(args, spec) -> None:
+    from mindrl.distributed import spawn_local
+
+    counts = [int(c) for c in args.engines.split(",")]
+    bucket_mb = float(args.bucket_mb.split(",")[-1])
+    with tempfile.TemporaryDirectory(prefix="bench-reshard-") as tmp:
+        write_config_dir(spec, Path(tmp))
+        res = spawn_local(engines_body, args.tp * args.pp, spec, tmp, args.tp, args.pp,
+                          bucket_mb, args.repeats, counts)[0]
+    print(f"\nreshard {args.model} ({spec.num_layers} layers, fp32) TP{args.tp} x PP{args.pp} "
+          f"-> N vLLM engines (Ray actors, one logical CPU each, packed), bucket {bucket_mb:g} MiB")
+    print(f"{'engines':>7} {'transport':>10} {'GiB':>6} {'sync s':>7} {'vs 1':>6}")
+    base = res[counts[0]]["sync_s"]
+    for count in counts:
+        r = res[count]
+        print(f"{count:>7} {r['transport']:>10} {r['bytes'] / 2**30:>6.2f} {r['sync_s']:>7.2f} "
+              f"{r['sync_s'] / base:>6.2f}")
+    summary = {"bench": "reshard_engines", "model": args.model, "layers": spec.num_layers,
+               "tp": args.tp, "pp": args.pp, "bucket_mb": bucket_mb, "cores": os.cpu_count(),
+               "sync_s": {str(c): round(res[c]["sync_s"], 3) for c in counts}}
+    if 1 in res and 4 in res:
+        summary["engines_4_over_1"] = round(res[4]["sync_s"] / res[1]["sync_s"], 2)
+        summary["goal"] = "<= 1.3 (engines loading side by side on cores of their own)"
+    print(json.dumps(summary))
+
+
 def write_config_dir(spec, out: Path) -> None:
     """config.json + tokenizer: all vLLM needs with load_format="dummy" (no 2 GB of weights)."""
     from mindrl.models.hf_config import hf_config_from_spec
@@ -180,6 +261,9 @@ def main(argv=None):
                          "directly); generate_config.cpu_weights")
     ap.add_argument("--keep-buffer", action="store_true",
                     help="keep the shared bucket buffers between syncs (Resharder keep_buffer)")
+    ap.add_argument("--engines", default=None,
+                    help="comma-separated engine counts, e.g. 1,2,4: one sync feeding that many "
+                         "vLLM engines (Ray actors, the trainer's path); prints engines_4_over_1")
     args = ap.parse_args(argv)
     modes = args.cpu_weights.split(",")
     unknown = sorted(set(modes) - {"packed", "plain", "shared"})
@@ -196,6 +280,8 @@ def main(argv=None):
     spec = load_model_spec(args.model)
     if args.layers:
         spec = dataclasses.replace(spec, num_layers=args.layers)
+    if args.engines:
+        return engines_main(args, spec)
     buckets = [float(b) for b in args.bucket_mb.split(",")]
     results = {}
     with tempfile.TemporaryDirectory(prefix="bench-reshard-") as tmp:
