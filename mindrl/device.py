@@ -152,6 +152,12 @@ def prepare_megatron() -> None:
         megatron_cpu_compat.install()
 
 
+def weights_in_host_memory() -> bool:
+    """The device computes on host memory (CPU): processes on one node can share weight bytes
+    through /dev/shm instead of moving them over the collective backend."""
+    return is_cpu()
+
+
 def prepare_vllm(cpu_threads: int) -> None:
     """Make this process ready to start a vLLM engine: on CPU, threads and stale shared
     memory (mindrl/platforms/cpu/vllm_start.py); nothing elsewhere."""

@@ -77,7 +77,6 @@ class RolloutGroup:
                 **slot.resources,
             ).remote(str(model_path), generate_config, seed, **(engine_kwargs or {}))
             for slot in self.slots]
-        self.info: List[dict] = []
         self.busy_seconds: List[float] = [0.0] * len(self.engines)   # of the last generate
 
     def __len__(self) -> int:
@@ -119,8 +118,7 @@ class RolloutGroup:
         """Wait for every engine to be up; their pids, in engine order."""
         found = self._wait({e.describe.remote(): i for i, e in enumerate(self.engines)}, "start",
                            timeout_s)
-        self.info = [found[i] for i in range(len(self.engines))]
-        return [info["pid"] for info in self.info]
+        return [found[i]["pid"] for i in range(len(self.engines))]
 
     def generate(self, prompt_token_ids: Sequence[Sequence[int]], n: int,
                  **sampling_overrides) -> RolloutOutput:

@@ -100,12 +100,12 @@ class GRPOTrainer:
     def _start(self) -> None:
         from transformers import AutoTokenizer
 
+        from mindrl import device
         from mindrl.data.indexed import load_prompt_rows
         from mindrl.data.prompt_loader import PromptLoader
         from mindrl.rewards import RuleReward
-        from mindrl.trainer.tracking import Tracker
-        from mindrl import device
         from mindrl.rollout.engine_group import RolloutGroup
+        from mindrl.trainer.tracking import Tracker
         from mindrl.weight_sync.manager import WeightSync
         from mindrl.workers.placement import create_placement
         from mindrl.workers.worker_group import WorkerGroup, worker_env
@@ -132,7 +132,7 @@ class GRPOTrainer:
             self.groups[role] = WorkerGroup(role, world, slot.placement_group, slot.first_bundle,
                                             slot.resources_per_rank)
         actor_cfg = self.run.actor_config
-        shared = device.is_cpu() and self.gen.cpu_weights == "shared"
+        shared = device.weights_in_host_memory() and self.gen.cpu_weights == "shared"
         self.rollout = RolloutGroup(actor_cfg.tokenizer_name_or_path, self.gen, actor_cfg.seed,
                                     engine_slots, worker_env(),
                                     {"plain_cpu_linears": shared, "share_weights": shared})

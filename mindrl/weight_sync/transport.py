@@ -38,7 +38,7 @@ class Transport(Protocol):
 
 def can_share_host_memory() -> bool:
     """This process can map the host's shared memory and the device lives there (CPU)."""
-    return (device.is_cpu() and os.path.isdir(SHM_DIR)
+    return (device.weights_in_host_memory() and os.path.isdir(SHM_DIR)
             and os.environ.get("MINDRL_RESHARD_SHM", "1") != "0")
 
 

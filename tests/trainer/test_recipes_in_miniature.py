@@ -7,6 +7,9 @@ import json
 
 import pytest
 
+from mindrl.config import load_recipe, local_cluster, make_plan
+from mindrl.config.scale_down import with_cpu_slots
+
 from grpo_runs import finite, metrics, train
 
 # recipe, divisor: the 7B R1-Zero keeps TP2 (sequence parallel) and inference TP2; the 32B one
@@ -22,10 +25,10 @@ def work(tmp_path_factory):
 @pytest.mark.parametrize("recipe, divisor", MINIATURES)
 def test_recipe_runs_two_steps_in_miniature(work, recipe, divisor):
     run_dir = work / "runs" / recipe
-    args = ("--config-name", recipe, f"+scale_down={divisor}")
-    plan = train(work, run_dir, *args, "+dry_run=true").stdout
-    engines = int(plan.split(" instance(s)")[0].rsplit("x ", 1)[1])
-    train(work, run_dir, *args, "megatron_training.train_iters=2", timeout=1200)
+    mini = load_recipe(recipe, [f"+scale_down={divisor}"])
+    engines = make_plan(mini, with_cpu_slots(local_cluster(), mini), [])["rollout"]["instances"]
+    train(work, run_dir, "--config-name", recipe, f"+scale_down={divisor}",
+          "megatron_training.train_iters=2", timeout=1200)
     rows = [r for r in metrics(run_dir) if r["step"] > 0]
     assert [r["step"] for r in rows] == [1, 2]
     for row in rows:
