@@ -66,8 +66,7 @@ def create_placement(run: RunConfig, timeout_s: float = 120.0
         with_engine = 1 if actor_devices.intersection(p.devices) else 0
         share = 1.0 / (1 + len(p.shares_with) + with_engine)
         slots[p.role] = RoleSlots(pg, p.devices[0], _rank_resources(kind, share))
-    actor_sharing = next(p for p in placements if p.role == "actor").shares_with
-    engine_share = 1.0 / (2 + len(actor_sharing))
-    engines = [EngineSlot(pg, span[0], _rank_resources(kind, engine_share), span)
+    # An engine takes the same share of its device as an actor rank there.
+    engines = [EngineSlot(pg, span[0], slots["actor"].resources_per_rank, span)
                for span in engine_devices(run)]
     return slots, engines
