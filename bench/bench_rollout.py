@@ -44,16 +44,19 @@ def _group(model_dir, engines, max_tokens, prompts, pg):
 
 
 def measure(model_dir, engines, prompt_ids, max_tokens, repeats, pg):
+    from mindrl.data.batch import Batch
+
     group = _group(model_dir, engines, max_tokens, len(prompt_ids), pg)
+    batch = Batch.from_prompts(prompt_ids, 1, pad_id=0)   # the trainer's step input
     try:
-        group.generate(prompt_ids, 1, seed=1)          # warm-up
+        group.generate(batch, seed=1)          # warm-up
         times, busy = [], []
         for r in range(repeats):
             t0 = time.perf_counter()
-            out = group.generate(prompt_ids, 1, seed=2 + r)
+            out = group.generate(batch, seed=2 + r)
             times.append(time.perf_counter() - t0)
             busy.append(list(group.busy_seconds))
-        tokens = sum(len(ids) for ids in out.response_token_ids)
+        tokens = int(out["response_mask"].sum())
         assert tokens == len(prompt_ids) * max_tokens, tokens
     finally:
         group.shutdown()

@@ -43,11 +43,11 @@ def open_indexed(prefix: Union[str, Path], key: str):
 
 
 def read_indexed_prompts(prefix: Union[str, Path]) -> List[dict]:
-    """Rows {"prompt_ids", "prompt", "label"} of a preprocessed dataset.
+    """Rows {"prompt_ids", "prompt", "label", <additional keys>} of a preprocessed dataset.
 
-    "label" is decoded from the ``labels`` key (preprocessing only keeps labels that
-    round-trip exactly); "prompt" is the decoded template text, for logs and for a trainer
-    that tokenizes text itself.
+    "label" is decoded from the ``labels`` key (preprocessing only keeps values that
+    round-trip exactly), every other additional key under its own name; "prompt" is the
+    decoded template text, for logs.
     """
     from mindrl.data.preprocess import load_tokenizer
 
@@ -56,20 +56,37 @@ def read_indexed_prompts(prefix: Union[str, Path]) -> List[dict]:
         raise ValueError(f"{manifest_path(prefix)}: dataset has no 'labels' key; preprocess with "
                          f"dataset_additional_keys: [labels]")
     tokenizer = load_tokenizer(manifest["tokenizer"])
-    prompts, labels = open_indexed(prefix, INPUT_KEY), open_indexed(prefix, "labels")
-    if len(prompts) != len(labels):
-        raise ValueError(f"{prefix}: {len(prompts)} prompts but {len(labels)} labels; "
-                         f"re-run preprocessing")
+    keys = [k for k in manifest["keys"] if k != INPUT_KEY]
+    columns = {k: open_indexed(prefix, k) for k in [INPUT_KEY] + keys}
+    for key, column in columns.items():
+        if len(column) != len(columns[INPUT_KEY]):
+            raise ValueError(f"{prefix}: {len(columns[INPUT_KEY])} prompts but {len(column)} "
+                             f"{key}; re-run preprocessing")
+
+    def text(key: str, i: int) -> str:
+        return tokenizer.decode([int(t) for t in columns[key][i]], skip_special_tokens=False)
+
     rows = []
-    for i in range(len(prompts)):
-        ids = [int(t) for t in prompts[i]]
-        rows.append({"prompt_ids": ids,
-                     "prompt": tokenizer.decode(ids, skip_special_tokens=False),
-                     "label": tokenizer.decode([int(t) for t in labels[i]],
-                                               skip_special_tokens=False)})
+    for i in range(len(columns[INPUT_KEY])):
+        ids = [int(t) for t in columns[INPUT_KEY][i]]
+        row = {"prompt_ids": ids, "prompt": tokenizer.decode(ids, skip_special_tokens=False),
+               "label": text("labels", i)}
+        row.update({k: _value(text(k, i)) for k in keys if k != "labels"})
+        rows.append(row)
     if not rows:
         raise ValueError(f"{prefix}: no prompts (see {prefix}{REJECTS_SUFFIX})")
     return rows
+
+
+def _value(text: str):
+    """An additional key's value: preprocessing stores lists and objects as JSON text, so
+    those come back as Python values; everything else stays text."""
+    if text[:1] in "[{":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            pass
+    return text
 
 
 def load_prompt_rows(path: Union[str, Path]) -> List[dict]:

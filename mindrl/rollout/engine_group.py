@@ -2,9 +2,10 @@
 
 The actor's devices host `devices / (infer TP x infer PP)` engines (DESIGN.md, the cluster
 picture), each a Ray actor running one `VLLMEngine` placed on the first device of its span.
-A step's prompts are split into one contiguous run per engine (a prompt's n samples stay on
-one engine), every engine generates at once, and the results come back in prompt order with
-the same per-sample fields as one engine gives. Sampling seeds follow the prompt, not the
+A step's Batch is split by prompt group into one contiguous run per engine (a prompt's n
+samples stay on one engine), every engine generates at once, and the parts merge back in
+prompt order with the rollout fields added (response_ids, response_mask, rollout_log_probs,
+finish_reason). Sampling seeds follow the prompt, not the
 engine: prompt i's samples use seed + i*n ... whatever the engine count, so a run's samples do
 not depend on how many engines drew them.
 
@@ -17,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from mindrl.engines.vllm_engine import RolloutOutput
+from mindrl.data.batch import Batch, with_rollout
 from mindrl.errors import EngineDied
 
 
@@ -30,31 +31,6 @@ class EngineSlot:
     bundle: int
     resources: dict
     devices: Tuple[int, ...]
-
-
-def split_prompts(count: int, engines: int) -> List[Tuple[int, int]]:
-    """[start, stop) prompt ranges, one per engine, sizes differing by at most one (the first
-    engines take the extra prompts); an engine with nothing to do gets an empty range."""
-    base, extra = divmod(count, engines)
-    ranges, start = [], 0
-    for e in range(engines):
-        stop = start + base + (1 if e < extra else 0)
-        ranges.append((start, stop))
-        start = stop
-    return ranges
-
-
-def merge_rollouts(parts: Sequence[Tuple[int, RolloutOutput]]) -> RolloutOutput:
-    """One RolloutOutput from (first prompt index, engine output) parts in prompt order: each
-    part's prompt_index is shifted by its first prompt index."""
-    out = RolloutOutput([], [], [], [], [])
-    for start, part in sorted(parts, key=lambda p: p[0]):
-        out.prompt_token_ids += part.prompt_token_ids
-        out.response_token_ids += part.response_token_ids
-        out.log_probs += part.log_probs
-        out.finish_reasons += part.finish_reasons
-        out.prompt_index += [start + i for i in part.prompt_index]
-    return out
 
 
 class RolloutGroup:
@@ -120,24 +96,25 @@ class RolloutGroup:
                            timeout_s)
         return [found[i]["pid"] for i in range(len(self.engines))]
 
-    def generate(self, prompt_token_ids: Sequence[Sequence[int]], n: int,
-                 **sampling_overrides) -> RolloutOutput:
-        """n samples per prompt from every engine at once, in prompt order (see the module
-        docstring for seeds); `busy_seconds` then holds each engine's time to its answer."""
+    def generate(self, batch: Batch, **sampling_overrides) -> Batch:
+        """The batch plus its responses (DESIGN.md's rollout fields), every engine at once:
+        the batch splits by prompt group, one contiguous run per engine, and merges back in
+        prompt order (see the module docstring for seeds); `busy_seconds` then holds each
+        engine's time to its answer."""
         base = sampling_overrides.pop("seed", self.config.sampling_config.seed)
-        ranges = split_prompts(len(prompt_token_ids), len(self.engines))
-        refs = {}
+        n = batch.samples_per_group()
+        parts = batch.split_groups(len(self.engines))
+        refs, first_group = {}, 0
         self.busy_seconds = [0.0] * len(self.engines)
-        for index, (start, stop) in enumerate(ranges):
-            if start == stop:
-                continue
-            seed = {} if base is None else {"seed": base + start * n}
-            ref = self.engines[index].generate.remote(
-                [list(p) for p in prompt_token_ids[start:stop]], n, **seed,
-                **sampling_overrides)
-            refs[ref] = index
-        parts = self._wait(refs, "generate")
-        return merge_rollouts([(ranges[i][0], part) for i, part in parts.items()])
+        for index, part in enumerate(parts):
+            prompts = part.prompts()
+            if prompts:
+                seed = {} if base is None else {"seed": base + first_group * n}
+                refs[self.engines[index].generate.remote(prompts, n, **seed,
+                                                         **sampling_overrides)] = index
+            first_group += len(prompts)
+        outputs = self._wait(refs, "generate")
+        return Batch.concat([with_rollout(parts[i], outputs[i], n) for i in sorted(outputs)])
 
     def shutdown(self, timeout_s: float = 30.0) -> None:
         """Let every engine stop its workers, then end the actors."""

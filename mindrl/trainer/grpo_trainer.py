@@ -25,6 +25,7 @@ import torch
 from mindrl.algorithms import (apply_kl_penalty, compute_advantages, entropy_coeff_at,
                                scores_to_token_rewards)
 from mindrl.config.schema import RunConfig
+from mindrl.data.batch import PROMPT_KEYS, RESPONSE_KEYS, Batch
 from mindrl.trainer.metrics import batch_metrics, perf_metrics, reward_model_metrics
 
 
@@ -37,24 +38,6 @@ def timed(timings: Dict[str, float], key: str):
     timings[key] = timings.get(key, 0.0) + time.perf_counter() - start
 
 
-def _merge_groups(groups):
-    """One RolloutOutput (+ scores, labels) from (rollout, scores, labels, prompt) groups."""
-    from mindrl.engines.vllm_engine import RolloutOutput
-
-    out, scores, labels = RolloutOutput([], [], [], [], []), [], []
-    for new_index, (rollout, group_scores, group_labels, prompt) in enumerate(groups):
-        for j, index in enumerate(rollout.prompt_index):
-            if index == prompt:
-                out.prompt_token_ids.append(rollout.prompt_token_ids[j])
-                out.response_token_ids.append(rollout.response_token_ids[j])
-                out.log_probs.append(rollout.log_probs[j])
-                out.finish_reasons.append(rollout.finish_reasons[j])
-                out.prompt_index.append(new_index)
-                scores.append(group_scores[j])
-                labels.append(group_labels[j])
-    return out, scores, labels
-
-
 class GRPOTrainer:
     def __init__(self, run: RunConfig, log=print):
         self.run, self.log = run, log
@@ -63,6 +46,7 @@ class GRPOTrainer:
         self.run_dir = Path(run.run_dir)
         self.save_dir = Path(run.actor_config.save or self.run_dir / "checkpoints")
         self.groups, self.rollout = {}, None
+        self.data_metrics: Dict[str, float] = {}
 
     # ------------------------------------------------------------------ setup
 
@@ -101,8 +85,8 @@ class GRPOTrainer:
         from transformers import AutoTokenizer
 
         from mindrl import device
-        from mindrl.data.indexed import load_prompt_rows
         from mindrl.data.prompt_loader import PromptLoader
+        from mindrl.data.prompt_rows import extra_keys
         from mindrl.rewards import RuleReward
         from mindrl.rollout.engine_group import RolloutGroup
         from mindrl.trainer.tracking import Tracker
@@ -113,10 +97,11 @@ class GRPOTrainer:
         shared = self.run.megatron_training
         self.tokenizer = AutoTokenizer.from_pretrained(shared.tokenizer_name_or_path)
         self.pad_id = self.tokenizer.pad_token_id or 0
-        self.loader = PromptLoader(load_prompt_rows(shared.data_path),
+        self.extra_keys = extra_keys(shared.dataset_additional_keys)
+        self.loader = PromptLoader(self._prompt_rows(shared.data_path, "prompt_rejects.jsonl"),
                                    shared.global_batch_size, seed=shared.seed)
-        self.val_rows = (load_prompt_rows(self.rl.val_data_path)[:self.rl.val_max_prompts]
-                         if self.rl.val_data_path else [])
+        self.val_rows = (self._prompt_rows(self.rl.val_data_path, "val_prompt_rejects.jsonl")
+                         [:self.rl.val_max_prompts] if self.rl.val_data_path else [])
         self.reward = (RuleReward(self.rl.verifier_function, self.rl.verifier_weight,
                                   verifier_timeout=self.rl.verifier_timeout,
                                   verifier_parallel=self.rl.verifier_parallel)
@@ -178,27 +163,52 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ one step
 
-    def _generate_and_score(self, prompts: List[dict], seed: int, timings: Dict[str, float]):
-        with timed(timings, "gen"):
-            prompt_ids = [self._prompt_ids(p) for p in prompts]
-            with self._training_state_offloaded():
-                rollout = self.rollout.generate(prompt_ids, self.n, seed=seed)
-        with timed(timings, "reward"):
-            labels = [prompts[i]["label"] for i in rollout.prompt_index]
-            scores, metrics = self._score(rollout, labels)
-        return rollout, scores, labels, metrics
+    def _prompt_rows(self, path: str, rejects_name: str) -> List[dict]:
+        """The source's rows with token ids and extra keys; prompts over max_prompt_length are
+        skipped, counted and written to the run directory (mindrl/data/prompt_rows.py)."""
+        from mindrl.data.indexed import load_prompt_rows
+        from mindrl.data.prompt_rows import prepare_rows, write_rejects
 
-    def _score(self, rollout, labels) -> Tuple[List[float], Dict[str, float]]:
+        limit = self.rl.max_prompt_length
+        ready = prepare_rows(load_prompt_rows(path), str(path), self.extra_keys, limit,
+                             lambda text: self.tokenizer(text)["input_ids"])
+        if ready.rejected:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            write_rejects(ready.rejected, str(path), limit, self.run_dir / rejects_name)
+            self.log(f"{path}: {len(ready.rejected)} of {len(ready.rows) + len(ready.rejected)} "
+                     f"prompts are longer than rl_config.max_prompt_length={limit} tokens and "
+                     f"are skipped (rows listed in {self.run_dir / rejects_name})")
+        key = "data/val_prompts_over_max_length" if "val" in rejects_name else \
+            "data/prompts_over_max_length"
+        self.data_metrics[key] = float(len(ready.rejected))
+        return ready.rows
+
+    def _prompt_batch(self, rows: List[dict], n: int) -> Batch:
+        from mindrl.data.prompt_rows import per_prompt_fields
+
+        return Batch.from_prompts([r["prompt_ids"] for r in rows], n, self.pad_id,
+                                  **per_prompt_fields(rows, self.extra_keys))
+
+    def _generate_and_score(self, rows: List[dict], seed: int, timings: Dict[str, float]):
+        with timed(timings, "gen"):
+            with self._training_state_offloaded():
+                batch = self.rollout.generate(self._prompt_batch(rows, self.n), seed=seed)
+        with timed(timings, "reward"):
+            scores, metrics = self._score(batch)
+        return batch.add(scores=torch.tensor(scores, dtype=torch.float32)), metrics
+
+    def _score(self, batch: Batch) -> Tuple[List[float], Dict[str, float]]:
         """Per sample: rule score (weighted verifiers) + reward_model_weight x reward-model
-        score, each part present when its rl_config switch is on."""
-        scores, metrics = [0.0] * len(rollout), {}
+        score, each part present when its rl_config switch is on. Verifiers get the label and
+        the dataset's additional keys as keywords."""
+        scores, metrics = [0.0] * len(batch), {}
         if self.reward is not None:
-            texts = self.tokenizer.batch_decode(rollout.response_token_ids,
-                                                skip_special_tokens=True)
-            scores, metrics = self.reward.score(texts, labels)
+            texts = self.tokenizer.batch_decode(batch.response_lists(), skip_special_tokens=True)
+            extras = [{k: batch[k][i] for k in self.extra_keys} for i in range(len(batch))]
+            scores, metrics = self.reward.score(texts, batch["label"], extras)
         if self.reward_model is not None:
             model_scores = self.reward_model.call_rank0(
-                "compute_scores", rollout.to_batch(self.pad_id),
+                "compute_scores", batch.tensor_fields(PROMPT_KEYS + RESPONSE_KEYS),
                 self.run.reward_config.micro_batch_size)
             metrics = {**metrics, **reward_model_metrics(model_scores)}
             weight = self.rl.reward_model_weight
@@ -208,31 +218,32 @@ class GRPOTrainer:
     def _sample(self, step: int, timings: Dict[str, float]):
         """One batch of rollouts with their scores; with rl_config.dynamic_sampling, only
         groups whose samples disagree (DAPO), generating more prompts as needed."""
-        prompts = self.loader.next_batch()
-        seed = (self.gen.sampling_config.seed or 0) + step * len(prompts) * self.n
-        rollout, scores, labels, metrics = self._generate_and_score(prompts, seed, timings)
+        rows = self.loader.next_batch()
+        seed = (self.gen.sampling_config.seed or 0) + step * len(rows) * self.n
+        batch, metrics = self._generate_and_score(rows, seed, timings)
         if not self.rl.dynamic_sampling:
-            return rollout, scores, labels, metrics
+            return batch, metrics
         from mindrl.trainer.dynamic_sampling import informative_groups, select_groups
 
-        pools = ([], [])   # (rollout, scores, labels, prompt index): informative, not
+        pools = ([], [])   # (batch, group id): informative, not
         rounds, generated = 0, []
         while True:
             rounds += 1
-            generated += scores
-            keep = set(informative_groups(scores, rollout.prompt_index))
-            for i in dict.fromkeys(rollout.prompt_index):
-                pools[0 if i in keep else 1].append((rollout, scores, labels, i))
-            if len(pools[0]) >= len(prompts) or rounds >= self.rl.max_gen_rounds:
+            generated += batch["scores"].tolist()
+            keep = set(informative_groups(batch["scores"].tolist(),
+                                          batch["group_id"].tolist()))
+            for g in batch.group_ids:
+                pools[0 if g in keep else 1].append((batch, g))
+            if len(pools[0]) >= len(rows) or rounds >= self.rl.max_gen_rounds:
                 break
-            more = self.loader.next_batch()
-            rollout, scores, labels, _ = self._generate_and_score(
-                more, seed + rounds * 1_000_003, timings)
-        chosen = select_groups(pools[0], pools[1], len(prompts))
+            batch, _ = self._generate_and_score(self.loader.next_batch(),
+                                                seed + rounds * 1_000_003, timings)
+        chosen = select_groups(pools[0], pools[1], len(rows))
         metrics = {**metrics, "dynamic_sampling/rounds": float(rounds),
                    "dynamic_sampling/informative_groups": float(len(pools[0])),
                    "dynamic_sampling/raw_score_mean": sum(generated) / len(generated)}
-        return (*_merge_groups(chosen), metrics)
+        return Batch.concat([b.select_groups([g]) for b, g in chosen],
+                            renumber_groups=True), metrics
 
     def _log_prob_passes(self, batch_ref, timings: Dict[str, float]) -> Dict[str, torch.Tensor]:
         """Old (actor) and reference log-probs. They read the same batch and run on different
@@ -257,16 +268,16 @@ class GRPOTrainer:
         start = time.perf_counter()
         pending = [(key, field_name, group, group.submit("compute_log_probs", batch_ref, mbs))
                    for key, field_name, group, mbs in passes]
+        spans = []
         for key, field_name, group, refs in pending:
-            out[field_name] = group.wait(refs, "compute_log_probs")[0]["log_probs"]
+            result = group.wait(refs, "compute_log_probs")[0]
+            out[field_name] = result["log_probs"]
+            spans.append(result["span"])
             timings[f"timing_s/{key}"] = time.perf_counter() - start   # until it was ready
+        if len(spans) == 2:   # seconds both passes were running at once
+            timings["timing_s/log_prob_overlap"] = max(
+                0.0, min(spans[0][1], spans[1][1]) - max(spans[0][0], spans[1][0]))
         return out
-
-    def _prompt_ids(self, row: dict) -> List[int]:
-        """Preprocessed datasets carry token ids (template applied); jsonl rows carry text."""
-        if "prompt_ids" in row:
-            return list(row["prompt_ids"])
-        return self.tokenizer(row["prompt"])["input_ids"]
 
     @contextmanager
     def _training_state_offloaded(self):
@@ -296,11 +307,9 @@ class GRPOTrainer:
         # each batch feeds one update, ref without KL) costs 0 s.
         timings = {f"timing_s/{k}": 0.0 for k in ("old_log_prob", "ref")}
         t_step = time.perf_counter()
-        rollout, scores, _, reward_metrics = self._sample(step, timings)
-        batch = rollout.to_batch(self.pad_id)
-        batch["group_id"] = torch.tensor(rollout.prompt_index)
-        scores = torch.tensor(scores, dtype=torch.float32)
-        batch.update(self._log_prob_passes(ray.put(batch), timings))
+        batch, reward_metrics = self._sample(step, timings)
+        scores = batch["scores"]
+        batch.add(**self._log_prob_passes(ray.put(batch.tensor_fields()), timings))
         with timed(timings, "adv"):
             mask = batch["response_mask"]
             token_rewards = scores_to_token_rewards(scores, mask)
@@ -314,17 +323,18 @@ class GRPOTrainer:
                                                token_rewards=token_rewards, response_mask=mask,
                                                group_id=batch["group_id"], gamma=rl.gamma,
                                                lam=rl.lam)
-            batch["token_rewards"], batch["advantages"] = token_rewards, advantages
+            batch.add(token_rewards=token_rewards, advantages=advantages)
         entropy_coeff = entropy_coeff_at(step, rl.entropy_coeff, rl.entropy_coeff_final,
                                          rl.entropy_decay_steps)
         with timed(timings, "update_actor"):
-            update = self.actor.call_rank0("update", ray.put(batch), rl.mini_batch_size * self.n,
+            update = self.actor.call_rank0("update", ray.put(batch.tensor_fields()),
+                                           rl.mini_batch_size * self.n,
                                            rl.shuffle_mini_batch, step, entropy_coeff)
         update["actor/entropy_coeff"] = entropy_coeff
         with timed(timings, "reshard"):
             sync = self.weights.sync()
-        metrics = {**batch_metrics(batch, scores, rollout.finish_reasons), **reward_metrics,
-                   **update, **sync, **timings}
+        metrics = {**batch_metrics(batch, scores, batch["finish_reason"]), **reward_metrics,
+                   **update, **sync, **self.data_metrics, **timings}
         timings["timing_s/step"] = time.perf_counter() - t_step
         metrics.update(timings)
         metrics.update(perf_metrics(metrics["perf/total_num_tokens"], timings["timing_s/step"]))
@@ -333,11 +343,9 @@ class GRPOTrainer:
     def validate(self, step: int) -> Dict[str, float]:
         """Score the held-out prompts with the validation sampling (greedy by default)."""
         rl = self.rl
-        prompt_ids = [self._prompt_ids(row) for row in self.val_rows]
-        rollout = self.rollout.generate(prompt_ids, rl.val_n_samples,
-                                        temperature=rl.val_temperature, seed=step)
-        labels = [self.val_rows[i]["label"] for i in rollout.prompt_index]
-        scores, metrics = self._score(rollout, labels)
+        batch = self.rollout.generate(self._prompt_batch(self.val_rows, rl.val_n_samples),
+                                      temperature=rl.val_temperature, seed=step)
+        scores, metrics = self._score(batch)
         out = {"val/score": sum(scores) / len(scores)}
         out.update({"val/" + k.split("/", 1)[1]: v for k, v in metrics.items()
                     if k.split("/", 1)[1] in rl.verifier_function})

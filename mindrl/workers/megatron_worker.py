@@ -9,6 +9,7 @@ elsewhere).
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence
 
@@ -72,8 +73,13 @@ class MegatronWorker:
 
     def compute_log_probs(self, batch: Dict[str, torch.Tensor], micro_batch_size: int,
                           with_entropy: bool = False):
+        """{"log_probs" [B, R], ("entropy"), "span": (start, end) wall-clock seconds of this
+        pass, so the driver can show two roles' passes overlapping} on rank 0."""
+        start = time.time()
         out = self.engine.compute_log_probs(batch, micro_batch_size, with_entropy)
-        return {k: v.cpu() for k, v in out.items()} if self.rank == 0 else None
+        if self.rank != 0:
+            return None
+        return {**{k: v.cpu() for k, v in out.items()}, "span": (start, time.time())}
 
     def compute_scores(self, batch: Dict[str, torch.Tensor], micro_batch_size: int):
         """Reward role: one float per sample (rank 0; None elsewhere)."""

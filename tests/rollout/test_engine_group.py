@@ -9,44 +9,12 @@ import pytest
 import torch
 
 from mindrl.config.schema import GenerateConfig, SamplingConfig
-from mindrl.engines.vllm_engine import RolloutOutput, WeightSyncError
-from mindrl.rollout.engine_group import (EngineDied, EngineSlot, RolloutGroup, merge_rollouts,
-                                         split_prompts)
+from mindrl.data.batch import Batch
+from mindrl.engines.vllm_engine import WeightSyncError
+from mindrl.rollout.engine_group import EngineDied, EngineSlot, RolloutGroup
 
 CONFIG = GenerateConfig(max_num_seqs=16, max_model_len=64, kv_cache_memory_bytes=16 * 2**20,
                         sampling_config=SamplingConfig(max_tokens=8, seed=0))
-
-
-# ---------------------------------------------------------------------------- no engines
-
-def test_split_is_contiguous_and_balanced():
-    assert split_prompts(5, 2) == [(0, 3), (3, 5)]
-    assert split_prompts(8, 4) == [(0, 2), (2, 4), (4, 6), (6, 8)]
-    assert split_prompts(1, 3) == [(0, 1), (1, 1), (1, 1)]   # idle engines get nothing
-    assert split_prompts(0, 2) == [(0, 0), (0, 0)]
-
-
-def _part(prompts, n, tag):
-    """An engine's output: n samples per prompt, response = [tag, local prompt index]."""
-    out = RolloutOutput([], [], [], [], [])
-    for i, p in enumerate(prompts):
-        for _ in range(n):
-            out.prompt_token_ids.append(p)
-            out.response_token_ids.append([tag, i])
-            out.log_probs.append([-1.0, -2.0])
-            out.finish_reasons.append("length")
-            out.prompt_index.append(i)
-    return out
-
-
-def test_merge_restores_prompt_order_and_global_indices():
-    prompts = [[1], [2], [3], [4], [5]]
-    ranges = split_prompts(len(prompts), 2)
-    parts = [(a, _part(prompts[a:b], 2, tag)) for tag, (a, b) in enumerate(ranges)]
-    merged = merge_rollouts(list(reversed(parts)))        # arrival order does not matter
-    assert merged.prompt_index == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
-    assert [p[0] for p in merged.prompt_token_ids] == [1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
-    assert [r[0] for r in merged.response_token_ids] == [0] * 6 + [1] * 4
 
 
 # ---------------------------------------------------------------------------- real engines
@@ -85,18 +53,29 @@ def cluster(tmp_path_factory):
 PROMPTS = [[5, 6, 7], [8, 9], [10], [11, 12, 13, 14], [15, 16]]
 
 
+def _batch(n, prompts=PROMPTS):
+    return Batch.from_prompts(prompts, n, pad_id=0, label=[str(i) for i in range(len(prompts))])
+
+
 def test_two_engines_give_the_samples_of_one_in_prompt_order(cluster):
+    """The Batch splits by prompt group across engines and merges back in prompt order: the
+    prompt rows, labels and group ids as given, the responses of one engine exactly."""
     _, one, two, _ = cluster
-    a = one.generate(PROMPTS, 3, seed=11)
-    b = two.generate(PROMPTS, 3, seed=11)
-    assert b.prompt_index == a.prompt_index == [i for i in range(5) for _ in range(3)]
-    assert b.prompt_token_ids == a.prompt_token_ids
-    assert b.response_token_ids == a.response_token_ids
-    for la, lb in zip(a.log_probs, b.log_probs):
-        assert torch.allclose(torch.tensor(la), torch.tensor(lb), atol=1e-5)
+    batch = _batch(3)
+    a = one.generate(batch, seed=11)
+    b = two.generate(batch, seed=11)
+    assert b["group_id"].tolist() == a["group_id"].tolist() == [i for i in range(5)
+                                                                for _ in range(3)]
+    assert torch.equal(b["prompt_ids"], batch["prompt_ids"])
+    assert b["label"] == batch["label"]
+    assert b.response_lists() == a.response_lists()
+    assert torch.equal(b["response_mask"], a["response_mask"])
+    assert (a["rollout_log_probs"] - b["rollout_log_probs"]).abs().max() <= 1e-5
+    assert len(b["finish_reason"]) == 15 and set(b["finish_reason"]) <= {"stop", "length"}
+    assert "response_ids" not in batch                   # the input is not written to
     assert all(s > 0 for s in two.busy_seconds)          # both engines took part
-    greedy = two.generate(PROMPTS, 1, temperature=0.0)
-    assert greedy.prompt_index == list(range(5))
+    greedy = two.generate(_batch(1), temperature=0.0)
+    assert greedy["group_id"].tolist() == list(range(5))
 
 
 def test_one_sync_reaches_every_engine_and_a_mismatch_names_the_engine(cluster):
@@ -136,10 +115,9 @@ def test_an_infer_tp2_engine_samples_as_tp1_and_each_worker_holds_its_shards(clu
         assert len(live) >= 2, live                  # one segment per TP rank, mapped
         assert sweep_stale_segments(min_age_s=0, shm_dir=str(tmp_path)) == [str(stale)]
         assert sweep_stale_segments(min_age_s=0) == []   # live segments stay
-        a, b = one.generate(PROMPTS, 3, seed=11), tp2.generate(PROMPTS, 3, seed=11)
-        assert b.response_token_ids == a.response_token_ids
-        diff = max(abs(x - y) for la, lb in zip(a.log_probs, b.log_probs) for x, y in zip(la, lb))
-        assert diff <= 1e-4
+        a, b = one.generate(_batch(3), seed=11), tp2.generate(_batch(3), seed=11)
+        assert b.response_lists() == a.response_lists()
+        assert (a["rollout_log_probs"] - b["rollout_log_probs"]).abs().max() <= 1e-4
         fanout = EngineFanout(tp2.engines)
         fanout.check_fingerprint(checkpoint_fingerprint(dirs[0]))
         weights = load_file(str(next(dirs[1].glob("*.safetensors"))))
@@ -160,4 +138,4 @@ def test_a_dead_engine_is_named(cluster):
     ray.kill(two.engines[1])
     with pytest.raises(EngineDied, match=r"rollout engine 1 \(actor device 1\) died during "
                                          "generate"):
-        two.generate(PROMPTS, 2, seed=3)
+        two.generate(_batch(2), seed=3)

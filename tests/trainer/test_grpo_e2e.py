@@ -113,16 +113,22 @@ def test_offloading_training_state_during_generation_changes_nothing(work, strai
 
 
 def test_overlapped_passes_give_the_same_run(work):
-    """blocking=false runs the old-logprob and reference passes concurrently; with two
-    updates per step (mini batch 8 of 16 prompts) both passes run."""
-    runs = {}
+    """blocking=false runs the old-logprob and reference passes concurrently (their
+    wall-clock spans intersect); with two updates per step (mini batch 8 of 16 prompts) both
+    passes run, and the run equals the blocking one."""
+    runs, raw = {}, {}
     for blocking in ("true", "false"):
         run_dir = work / "runs" / f"blocking_{blocking}"
         train(work, run_dir, "megatron_training.train_iters=2", "rl_config.save_freq=2",
-              "rl_config.mini_batch_size=8", f"rl_config.blocking={blocking}",
+              "rl_config.mini_batch_size=4", f"rl_config.blocking={blocking}",
               "rl_config.val_data_path=null")
-        runs[blocking] = _deterministic(metrics(run_dir))
+        raw[blocking] = metrics(run_dir)
+        runs[blocking] = _deterministic(raw[blocking])
     assert runs["true"] == runs["false"]
+    steps = {b: [r for r in raw[b] if r["step"] > 0] for b in raw}
+    assert len(steps["false"]) == 2
+    assert all(r["timing_s/log_prob_overlap"] > 0 for r in steps["false"])
+    assert all("timing_s/log_prob_overlap" not in r for r in steps["true"])
     assert all(r["actor/pg_clipfrac"] >= 0 for r in runs["false"])
 
 

@@ -1,0 +1,196 @@
+"""The step's Batch: DESIGN.md's data contract as one object.
+
+Rows are samples (B = prompts x n); the n samples of one prompt are consecutive rows sharing
+a `group_id`. `tensors` hold per-sample tensors with B leading (2-D fields padded: prompt
+fields on the left, everything else on the right); `meta` holds per-sample Python values
+(labels, a dataset's additional keys, finish reasons). Phases add fields and never rewrite
+another phase's (`add` refuses), and the batch splits by prompt group and concatenates back,
+re-padding to the widest part, so a rollout engine group can deal it out and merge it.
+
+Later fields (packed sequences with `cu_seqlens`, images with `pixel_values` and
+`image_grid_thw`) are more entries of `tensors` / `meta`: the operations here are by row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Union
+
+import torch
+
+LEFT_PADDED = frozenset({"prompt_ids", "prompt_mask"})
+ID_FIELDS = frozenset({"prompt_ids", "response_ids"})   # padded with the pad id, others with 0
+PROMPT_KEYS = ("prompt_ids", "prompt_mask")
+RESPONSE_KEYS = ("response_ids", "response_mask", "rollout_log_probs")
+
+Rows = Union[Sequence[int], torch.Tensor]
+
+
+def _pad_to(name: str, value: torch.Tensor, width: int, pad_id: int) -> torch.Tensor:
+    """A 2-D field padded to `width` columns on its side."""
+    extra = width - value.shape[1]
+    if extra == 0:
+        return value
+    fill = pad_id if name in ID_FIELDS else 0
+    pad = torch.full((value.shape[0], extra, *value.shape[2:]), fill, dtype=value.dtype)
+    parts = (pad, value) if name in LEFT_PADDED else (value, pad)
+    return torch.cat(parts, dim=1)
+
+
+@dataclass
+class Batch:
+    tensors: Dict[str, torch.Tensor]
+    meta: Dict[str, list] = field(default_factory=dict)
+    pad_id: int = 0
+
+    # ------------------------------------------------------------------ building
+
+    @classmethod
+    def from_prompts(cls, prompt_ids: Sequence[Sequence[int]], n: int, pad_id: int,
+                     **per_prompt: Sequence) -> "Batch":
+        """Each prompt repeated n times (left-padded), group_id = the prompt's position;
+        `per_prompt` lists (labels, extra keys) are repeated alongside."""
+        from mindrl.engines.vllm_engine import left_pad
+
+        repeated = [list(p) for p in prompt_ids for _ in range(n)]
+        ids, mask = left_pad(repeated, pad_id)
+        group = torch.arange(len(prompt_ids)).repeat_interleave(n)
+        meta = {}
+        for key, values in per_prompt.items():
+            if len(values) != len(prompt_ids):
+                raise ValueError(f"{key}: {len(values)} values for {len(prompt_ids)} prompts")
+            meta[key] = [v for v in values for _ in range(n)]
+        return cls({"prompt_ids": ids, "prompt_mask": mask, "group_id": group}, meta, pad_id)
+
+    def add(self, **fields) -> "Batch":
+        """New fields, one value per sample (tensors with B leading, or lists); a field that
+        exists is refused: each phase owns the fields it writes."""
+        for key, value in fields.items():
+            if key in self:
+                raise KeyError(f"batch field {key!r} is already set; a phase may not rewrite "
+                               f"another phase's field")
+            if len(value) != len(self):
+                raise ValueError(f"batch field {key!r} has {len(value)} rows, the batch "
+                                 f"{len(self)}")
+            (self.tensors if isinstance(value, torch.Tensor) else self.meta)[key] = (
+                value if isinstance(value, torch.Tensor) else list(value))
+        return self
+
+    # ------------------------------------------------------------------ reading
+
+    def __len__(self) -> int:
+        return int(self.tensors["group_id"].shape[0])
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.tensors or key in self.meta
+
+    def __getitem__(self, key: str):
+        if key in self.tensors:
+            return self.tensors[key]
+        if key in self.meta:
+            return self.meta[key]
+        raise KeyError(f"batch has no field {key!r} (it has {sorted(self.tensors)} and "
+                       f"{sorted(self.meta)})")
+
+    def get(self, key: str, default=None):
+        return self[key] if key in self else default
+
+    def tensor_fields(self, keys: Optional[Sequence[str]] = None) -> Dict[str, torch.Tensor]:
+        """The tensors (all, or `keys`) as a plain dict: what a Megatron pass receives."""
+        return dict(self.tensors) if keys is None else {k: self.tensors[k] for k in keys}
+
+    @property
+    def group_ids(self) -> List[int]:
+        """The prompt groups in row order, each once."""
+        return list(dict.fromkeys(self.tensors["group_id"].tolist()))
+
+    def prompts(self) -> List[List[int]]:
+        """One unpadded prompt per group (its first row), in group order."""
+        ids, mask, groups = (self.tensors["prompt_ids"], self.tensors["prompt_mask"],
+                             self.tensors["group_id"].tolist())
+        first = {}
+        for row, g in enumerate(groups):
+            first.setdefault(g, row)
+        return [ids[r][mask[r].bool()].tolist() for r in first.values()]
+
+    def samples_per_group(self) -> int:
+        """n: rows per prompt group (the same for every group of a batch built here)."""
+        groups = self.group_ids
+        return len(self) // len(groups) if groups else 0
+
+    def response_lists(self) -> List[List[int]]:
+        ids, mask = self.tensors["response_ids"], self.tensors["response_mask"]
+        return [ids[r][mask[r].bool()].tolist() for r in range(len(self))]
+
+    # ------------------------------------------------------------------ by row
+
+    def select(self, rows: Rows) -> "Batch":
+        index = torch.as_tensor(rows, dtype=torch.long)
+        picked = index.tolist()
+        return Batch({k: v[index] for k, v in self.tensors.items()},
+                     {k: [v[i] for i in picked] for k, v in self.meta.items()}, self.pad_id)
+
+    def select_groups(self, groups: Sequence[int]) -> "Batch":
+        """The rows of `groups`, group by group in the order given."""
+        by_group: Dict[int, List[int]] = {}
+        for row, g in enumerate(self.tensors["group_id"].tolist()):
+            by_group.setdefault(g, []).append(row)
+        return self.select([r for g in groups for r in by_group[g]])
+
+    def split_groups(self, parts: int) -> List["Batch"]:
+        """`parts` batches of consecutive prompt groups, group counts differing by at most one
+        (the first parts take the extra); a part with nothing to do is empty."""
+        groups = self.group_ids
+        base, extra = divmod(len(groups), parts)
+        out, start = [], 0
+        for p in range(parts):
+            stop = start + base + (1 if p < extra else 0)
+            out.append(self.select_groups(groups[start:stop]))
+            start = stop
+        return out
+
+    @staticmethod
+    def concat(batches: Sequence["Batch"], renumber_groups: bool = False) -> "Batch":
+        """Rows of every batch in order, 2-D fields re-padded to the widest. With
+        `renumber_groups`, group ids become 0, 1, ... in order of appearance (batches drawn
+        from different prompt batches reuse ids)."""
+        batches = [b for b in batches if len(b)]
+        if not batches:
+            raise ValueError("concat of no rows")
+        keys = set(batches[0].tensors)
+        for b in batches[1:]:
+            if set(b.tensors) != keys or set(b.meta) != set(batches[0].meta):
+                raise ValueError(f"batches with different fields: {sorted(keys)} vs "
+                                 f"{sorted(b.tensors)}")
+        pad_id = batches[0].pad_id
+        tensors = {}
+        for key in batches[0].tensors:
+            values = [b.tensors[key] for b in batches]
+            if values[0].dim() >= 2:
+                width = max(v.shape[1] for v in values)
+                values = [_pad_to(key, v, width, pad_id) for v in values]
+            tensors[key] = torch.cat(values)
+        meta = {k: [x for b in batches for x in b.meta[k]] for k in batches[0].meta}
+        out = Batch(tensors, meta, pad_id)
+        if renumber_groups:
+            out.tensors["group_id"] = _renumbered(
+                [(i, g) for i, b in enumerate(batches) for g in b.tensors["group_id"].tolist()])
+        return out
+
+
+def _renumbered(keys: Sequence[tuple]) -> torch.Tensor:
+    """0, 1, ... per distinct key in order of appearance."""
+    ids: Dict[tuple, int] = {}
+    return torch.tensor([ids.setdefault(k, len(ids)) for k in keys], dtype=torch.long)
+
+
+def with_rollout(batch: Batch, rollout, n: int) -> Batch:
+    """`batch` (n rows per prompt) plus an engine's rollout of its prompts (prompt-major, n
+    samples each): response_ids / response_mask / rollout_log_probs and finish_reason."""
+    expected = [i for i in range(len(batch.group_ids)) for _ in range(n)]
+    if list(rollout.prompt_index) != expected:
+        raise ValueError(f"rollout rows {rollout.prompt_index[:8]}... do not follow the batch's "
+                         f"prompt groups ({n} samples each)")
+    return batch.add(**rollout.response_tensors(batch.pad_id),
+                     finish_reason=rollout.finish_reasons)
+
