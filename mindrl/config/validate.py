@@ -55,6 +55,8 @@ def check_positive(run: RunConfig) -> list[Problem]:
         ("rl_config.epochs", rl.epochs),
         ("rl_config.max_prompt_length", rl.max_prompt_length),
         ("rl_config.verifier_parallel", rl.verifier_parallel),
+        ("rl_config.val_n_samples", rl.val_n_samples),
+        ("rl_config.max_gen_rounds", rl.max_gen_rounds),
         ("generate_config.infer_tensor_parallel_size", gen.infer_tensor_parallel_size),
         ("generate_config.infer_pipeline_parallel_size", gen.infer_pipeline_parallel_size),
         ("generate_config.infer_expert_parallel_size", gen.infer_expert_parallel_size),
@@ -65,7 +67,7 @@ def check_positive(run: RunConfig) -> list[Problem]:
         ("generate_config.cpu_threads", gen.cpu_threads),
     ]
     for opt in ("actor_forward_micro_batch_size", "ref_forward_micro_batch_size",
-                "save_freq", "save_limit", "val_freq"):
+                "save_freq", "save_limit", "val_freq", "val_max_prompts"):
         if getattr(rl, opt) is not None:
             items.append((f"rl_config.{opt}", getattr(rl, opt)))
     for role in run.active_roles:
