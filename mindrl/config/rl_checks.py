@@ -54,7 +54,8 @@ def check_algorithm(run: RunConfig) -> list[Problem]:
     if rl.adv_estimator == "gae":
         out.append(Problem("rl_config.adv_estimator", "gae needs a critic (a value model "
                            "that scores every token), and MindRL has no critic role yet",
-                           "use group_norm, rloo or reinforce_plus_plus (no critic)", "gae"))
+                           "use one of the estimators that need no critic: " + ", ".join(
+                               n for n in names.ADV_ESTIMATORS if n != "gae"), "gae"))
     if rl.adv_estimator in ("gae", "reinforce_plus_plus") and not 0 < rl.gamma <= 1:
         out.append(Problem("rl_config.gamma", f"must be in (0, 1] for {rl.adv_estimator}",
                            "use 1.0 (no discount) for outcome rewards", rl.gamma))
