@@ -19,6 +19,7 @@ from mindrl.config.errors import (CLUSTER, MACHINE_DEPENDENT, PATHS, STRUCTURE, 
 from mindrl.config.parse import parse
 from mindrl.config.placement import (data_parallel_size, engine_devices, place_roles,
                                      rollout_data_parallel_size)
+from mindrl.config.ported import check_ported
 from mindrl.config.rl_checks import check_algorithm
 from mindrl.config.scale_down import scale_down, with_cpu_slots
 from mindrl.config.schema import ResourceSpec, RunConfig
@@ -384,6 +385,7 @@ def find_problems(run: RunConfig, cluster: ClusterResources, *,
     out += check_resources(run, cluster)
     out += check_batches(run)
     out += check_algorithm(run)
+    out += check_ported(run)
     out += check_roles(run, cluster)
     out += check_reward(run)
     if paths:
