@@ -29,6 +29,16 @@ EXIT_INVALID = 1
 EXIT_FAILED = 3
 
 
+def print_device_notices(run_cfg) -> None:
+    """Once, before training: recipe values the CPU device overrides (config/cpu_notice.py)."""
+    from mindrl import device
+    from mindrl.config.cpu_notice import cpu_notices
+
+    if device.is_cpu():
+        for line in cpu_notices(run_cfg):
+            print(f"notice: {line}")
+
+
 def run(cfg: DictConfig, recipe: str) -> int:
     cluster = local_cluster()
     try:
@@ -45,6 +55,7 @@ def run(cfg: DictConfig, recipe: str) -> int:
         for line in prepare_artifacts(run_cfg):
             print(f"prepared {line}")
         run_cfg = validate(cfg, cluster, check_paths=True, recipe=recipe)
+        print_device_notices(run_cfg)
         from mindrl.trainer.launch import preflight
 
         preflight(run_cfg)

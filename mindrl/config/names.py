@@ -1,12 +1,12 @@
 """Names a recipe may use for pluggable pieces, in one place each.
 
-The algorithms and rewards packages own the real registries; they may replace these
-tuples at import (config sits below them and must not import them), and validation reads
-the current value at call time.
+Verifier names are not listed here: validation reads mindrl/rewards' registry itself
+(`known_verifiers`), so a verifier registered with `register_verifier` validates with no
+second edit. The algorithm tables stay hand-kept because mindrl/algorithms imports torch,
+which config must not pull in; tests/config/test_config_names.py keeps them equal to
+the registries.
 """
 
-KNOWN_VERIFIERS: tuple[str, ...] = (
-    "base_acc", "strict_format", "format", "acc", "countdown", "arith")
 ADV_ESTIMATORS: tuple[str, ...] = ("group_norm", "rloo", "reinforce_plus_plus", "gae")
 KL_PENALTIES: tuple[str, ...] = ("kl", "mse", "low_var_kl", "abs")
 LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
@@ -15,3 +15,12 @@ ROLES: tuple[str, ...] = ("actor", "ref", "reward")
 ROLE_SECTIONS = {"actor": "actor_config", "ref": "ref_config", "reward": "reward_config"}
 ROLE_RESOURCES = {"actor": "actor_resource", "ref": "reference_resource",
                   "reward": "reward_resource"}
+
+
+def known_verifiers() -> tuple[str, ...]:
+    """The verifier registry's names, read at call time. mindrl.rewards imports only the
+    standard library (the math checker loads lazily), so importing it here stays light."""
+    import mindrl.rewards  # noqa: F401  (registers the built-in verifiers)
+    from mindrl.rewards.registry import VERIFIERS
+
+    return tuple(sorted(VERIFIERS))

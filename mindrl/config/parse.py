@@ -102,10 +102,33 @@ def _role_model(section: str, name: Optional[str], composed: ModelSpec,
         return None
 
 
+# MindSpeed-RL's names for MindRL keys: (section, its name) -> MindRL's key in that section.
+ALIASES = {("rl_config", "init_kl_coef"): "kl_coef"}
+
+
+def _apply_aliases(data: dict, problems: list[Problem]) -> dict:
+    """A ported recipe's alias becomes MindRL's key; both given with different values is
+    refused (which one would win is not obvious)."""
+    for (section, alias), key in ALIASES.items():
+        values = data.get(section)
+        if not isinstance(values, Mapping) or alias not in values:
+            continue
+        values = dict(values)
+        value = values.pop(alias)
+        if key in values and values[key] != value:
+            problems.append(Problem(f"{section}.{alias}", f"is MindSpeed-RL's name for "
+                                    f"{section}.{key}, which is set too, to {values[key]!r}",
+                                    f"keep one of {section}.{alias} and {section}.{key}",
+                                    value, STRUCTURE))
+        values[key] = value
+        data = {**data, section: values}
+    return data
+
+
 def parse(raw: Any, recipe: Optional[str] = None) -> RunConfig:
     """Typed RunConfig, or ConfigError listing every unknown, mistyped or missing key."""
-    data = to_plain(raw)
     problems: list[Problem] = []
+    data = _apply_aliases(to_plain(raw), problems)
     known = set(SECTIONS) | set(TOP_LEVEL_SCALARS)
     for key, value in data.items():
         if key not in known:

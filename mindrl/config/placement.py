@@ -22,7 +22,7 @@ class RolePlacement:
 def _groups(run: RunConfig) -> list[list[str]]:
     roles = run.active_roles
     rl = run.rl_config
-    if rl.colocate_all_models:
+    if rl.colocates_all:
         return [roles]
     if rl.colocate_actor_ref and "ref" in roles:
         return [["actor", "ref"]] + [[r] for r in roles if r not in ("actor", "ref")]

@@ -37,10 +37,12 @@ def check_algorithm(run: RunConfig) -> list[Problem]:
         if value not in known:
             out.append(Problem(f"rl_config.{key}", "is not a known name",
                                suggest(value, known), value))
+    verifiers = names.known_verifiers()
     for i, name in enumerate(rl.verifier_function):
-        if name not in names.KNOWN_VERIFIERS:
-            out.append(Problem(f"rl_config.verifier_function[{i}]", "is not a known verifier",
-                               suggest(name, names.KNOWN_VERIFIERS), name))
+        if name not in verifiers:
+            out.append(Problem(f"rl_config.verifier_function[{i}]", "is not a registered "
+                               "verifier", suggest(name, verifiers) + " (a verifier of your "
+                               "own: register it with mindrl.rewards.register_verifier)", name))
     if len(rl.verifier_weight) != len(rl.verifier_function):
         out.append(Problem("rl_config.verifier_weight", f"has {len(rl.verifier_weight)} "
                            f"weight(s) for {len(rl.verifier_function)} verifier(s)",
@@ -48,11 +50,12 @@ def check_algorithm(run: RunConfig) -> list[Problem]:
                            rl.verifier_weight))
     if rl.rule_reward and not rl.verifier_function:
         out.append(Problem("rl_config.verifier_function", "is empty while rule_reward=true",
-                           f"list verifiers from {list(names.KNOWN_VERIFIERS)}", []))
+                           f"list verifiers from {list(verifiers)}", []))
     if rl.adv_estimator == "gae":
         out.append(Problem("rl_config.adv_estimator", "gae needs a critic (a value model "
                            "that scores every token), and MindRL has no critic role yet",
-                           "use group_norm, rloo or reinforce_plus_plus (no critic)", "gae"))
+                           "use one of the estimators that need no critic: " + ", ".join(
+                               n for n in names.ADV_ESTIMATORS if n != "gae"), "gae"))
     if rl.adv_estimator in ("gae", "reinforce_plus_plus") and not 0 < rl.gamma <= 1:
         out.append(Problem("rl_config.gamma", f"must be in (0, 1] for {rl.adv_estimator}",
                            "use 1.0 (no discount) for outcome rewards", rl.gamma))

@@ -16,7 +16,7 @@ DeviceKind = Literal["npu", "cuda", "cpu"]
 # megatron_training keys that describe the run, not a role: a role section may not
 # override them (one global batch, one dataset, one schedule length for everybody).
 RUN_WIDE_KEYS = ("global_batch_size", "train_iters", "data_path", "dataset_additional_keys",
-                 "seq_length", "save_interval")
+                 "seq_length", "save_interval", "stage")
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,11 @@ class MegatronConfig:
     no_save_rng: bool = False
     log_interval: int = 1
     cpu_threads: int = 1              # torch threads per rank on the CPU device (1 per core)
+    # MindSpeed-RL keys (config/ported.py): accepted at the one value MindRL implements.
+    stage: str = "ray_grpo"                       # the algorithm; GRPO is the only one
+    recompute_granularity: Optional[str] = None   # no activation recomputation: null only
+    recompute_method: Optional[str] = None
+    recompute_num_layers: Optional[int] = None
 
     @property
     def model_parallel_size(self) -> int:
@@ -139,10 +144,22 @@ class RLConfig:
     val_n_samples: int = 1                # samples per validation prompt
     val_temperature: float = 0.0          # 0 = greedy
     val_max_prompts: Optional[int] = None  # first N rows; null = all
+    wandb_save_dir: Optional[str] = None   # wandb's local files; null = the run directory
+    # MindSpeed-RL keys (config/ported.py). use_integrated_worker: true = colocate_all_models.
+    use_integrated_worker: bool = False
+    guarantee_order: bool = False          # no effect: rollouts always come back in order
+    kl_ctrl_type: str = "fixed"            # fixed only: kl_coef is constant
+    log_max_throughput: bool = False       # false only: one perf/throughput figure
+    num_cpus_for_local_task: Optional[float] = None  # null only: no Ray local task
 
     @property
     def uses_reference(self) -> bool:
         return self.kl_coef > 0
+
+    @property
+    def colocates_all(self) -> bool:
+        """Every role on the actor's devices: MindRL's flag or MindSpeed-RL's name for it."""
+        return self.colocate_all_models or self.use_integrated_worker
 
     @property
     def clip_low(self) -> float:
@@ -199,6 +216,10 @@ class GenerateConfig:
     # a mismatch stops the run naming the tensor and the engine): every sync, the first of
     # each run (the start, where a wrong mapping shows), or none.
     verify_sync: Literal["every", "first", "off"] = "first"
+    # MindSpeed-RL keys (config/ported.py), accepted at the value MindRL implements only.
+    torchair_graph: bool = False          # false only: no torchair graph mode
+    enable_expert_parallel: bool = False  # false only: no MoE model yet
+    num_scheduler_steps: int = 1          # 1 only: vLLM V1 schedules one step at a time
 
     @property
     def model_parallel_size(self) -> int:
@@ -259,11 +280,10 @@ class RunConfig:
         if name == "actor":
             return rl.actor_resource
         if name == "ref":
-            if rl.reference_resource is None and (rl.colocate_actor_ref
-                                                  or rl.colocate_all_models):
+            if rl.reference_resource is None and (rl.colocate_actor_ref or rl.colocates_all):
                 return rl.actor_resource
             return rl.reference_resource
-        if rl.reward_resource is None and rl.colocate_all_models:
+        if rl.reward_resource is None and rl.colocates_all:
             return rl.actor_resource
         return rl.reward_resource
 

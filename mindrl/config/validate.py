@@ -19,6 +19,7 @@ from mindrl.config.errors import (CLUSTER, MACHINE_DEPENDENT, PATHS, STRUCTURE, 
 from mindrl.config.parse import parse
 from mindrl.config.placement import (data_parallel_size, engine_devices, place_roles,
                                      rollout_data_parallel_size)
+from mindrl.config.ported import check_ported
 from mindrl.config.rl_checks import check_algorithm
 from mindrl.config.scale_down import scale_down, with_cpu_slots
 from mindrl.config.schema import ResourceSpec, RunConfig
@@ -55,6 +56,8 @@ def check_positive(run: RunConfig) -> list[Problem]:
         ("rl_config.epochs", rl.epochs),
         ("rl_config.max_prompt_length", rl.max_prompt_length),
         ("rl_config.verifier_parallel", rl.verifier_parallel),
+        ("rl_config.val_n_samples", rl.val_n_samples),
+        ("rl_config.max_gen_rounds", rl.max_gen_rounds),
         ("generate_config.infer_tensor_parallel_size", gen.infer_tensor_parallel_size),
         ("generate_config.infer_pipeline_parallel_size", gen.infer_pipeline_parallel_size),
         ("generate_config.infer_expert_parallel_size", gen.infer_expert_parallel_size),
@@ -65,7 +68,7 @@ def check_positive(run: RunConfig) -> list[Problem]:
         ("generate_config.cpu_threads", gen.cpu_threads),
     ]
     for opt in ("actor_forward_micro_batch_size", "ref_forward_micro_batch_size",
-                "save_freq", "save_limit", "val_freq"):
+                "save_freq", "save_limit", "val_freq", "val_max_prompts"):
         if getattr(rl, opt) is not None:
             items.append((f"rl_config.{opt}", getattr(rl, opt)))
     for role in run.active_roles:
@@ -382,6 +385,7 @@ def find_problems(run: RunConfig, cluster: ClusterResources, *,
     out += check_resources(run, cluster)
     out += check_batches(run)
     out += check_algorithm(run)
+    out += check_ported(run)
     out += check_roles(run, cluster)
     out += check_reward(run)
     if paths:

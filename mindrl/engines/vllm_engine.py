@@ -31,6 +31,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 
 from mindrl import device
+from mindrl.config.cpu_notice import CPU_VLLM
 from mindrl.config.schema import GenerateConfig, SamplingConfig
 
 
@@ -70,7 +71,7 @@ def llm_kwargs(cfg: GenerateConfig, seed: int, logprobs_mode: str, on_cpu: bool)
         kw["distributed_executor_backend"] = "mp"
     if on_cpu:
         # fp32: bf16 logprobs differ from the trainer's by ~0.04; eager: no compile on CPU.
-        kw.update(dtype="float32", enforce_eager=True)
+        kw.update(CPU_VLLM)   # the CLI says so at start-up (config/cpu_notice.py)
         kw.setdefault("block_size", CPU_BLOCK_SIZE)
         kw.setdefault("kv_cache_memory_bytes", CPU_KV_CACHE_BYTES)
     else:

@@ -131,7 +131,8 @@ class GRPOTrainer:
         self.actor = self.groups["actor"]
         self.reward_model = self.groups.get("reward")
         self.tracker = Tracker(self.run_dir, self.rl.use_tensorboard, self.rl.use_wandb,
-                               self.rl.wandb_project, self.rl.wandb_exp_name, self.rl.wandb_mode)
+                               self.rl.wandb_project, self.rl.wandb_exp_name, self.rl.wandb_mode,
+                               wandb_dir=self.rl.wandb_save_dir)
 
     # ------------------------------------------------------------------ checkpoints
 

@@ -29,7 +29,10 @@ def _complete_rows(text: str) -> List[dict]:
 class Tracker:
     def __init__(self, run_dir: Path, use_tensorboard: bool = True, use_wandb: bool = False,
                  wandb_project: Optional[str] = None, wandb_exp_name: Optional[str] = None,
-                 wandb_mode: str = "offline", config: Optional[dict] = None):
+                 wandb_mode: str = "offline", config: Optional[dict] = None,
+                 wandb_dir: Optional[str] = None):
+        """wandb_dir: where wandb writes its local files (rl_config.wandb_save_dir); null =
+        the run directory."""
         self.run_dir = Path(run_dir)
         self.history: List[Dict[str, float]] = []
         self.tb = self.wandb = None
@@ -39,8 +42,10 @@ class Tracker:
             os.environ.setdefault("WANDB_MODE", wandb_mode)
             import wandb
 
+            save_dir = Path(wandb_dir) if wandb_dir else self.run_dir
+            save_dir.mkdir(parents=True, exist_ok=True)   # wandb falls back to /tmp otherwise
             self.wandb = wandb.init(project=wandb_project or "mindrl", name=wandb_exp_name,
-                                    dir=str(self.run_dir), config=config or {}, mode=wandb_mode)
+                                    dir=str(save_dir), config=config or {}, mode=wandb_mode)
         self._jsonl = open(self.run_dir / "metrics.jsonl", "a")
 
     def _tensorboard(self, purge_step: Optional[int] = None):

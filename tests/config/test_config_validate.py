@@ -195,6 +195,15 @@ def test_sampling_ranges_are_checked_up_front(key, value, allowed):
         validate_lenient(compose_recipe(TINY, [f"{full}={value}"]), ClusterResources("cpu", 2))
 
 
+@pytest.mark.parametrize("override,key", [
+    ("generate_config.sampling_config.max_tokens=0", "generate_config.sampling_config.max_tokens"),
+    ("rl_config.val_n_samples=0", "rl_config.val_n_samples"),
+    ("+rl_config.val_max_prompts=0", "rl_config.val_max_prompts"),
+    ("rl_config.max_gen_rounds=0", "rl_config.max_gen_rounds")])
+def test_sample_counts_are_at_least_one(override, key):
+    assert_names(rejected([override]), key, "at least 1")
+
+
 def test_gae_is_refused_until_a_critic_exists():
     assert_names(rejected(["rl_config.adv_estimator=gae"]), "rl_config.adv_estimator",
                  "critic", "group_norm")

@@ -42,3 +42,33 @@ def test_rewind_of_a_fresh_run_keeps_nothing(tmp_path):
     tracker.log(1, {"critic/score/mean": 0.5})
     tracker.close()
     assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 1
+
+
+class _FakeWandb:
+    """Records wandb.init's arguments (wandb is optional and needs no network here)."""
+
+    def __init__(self):
+        self.init_kwargs = None
+
+    def init(self, **kwargs):
+        self.init_kwargs = kwargs
+        return self
+
+    def log(self, *args, **kwargs):
+        pass
+
+    def finish(self):
+        pass
+
+
+def test_wandb_save_dir_is_where_wandb_writes(tmp_path, monkeypatch):
+    import sys
+
+    fake = _FakeWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    run_dir, save_dir = tmp_path / "run", tmp_path / "wandb_files"
+    run_dir.mkdir()
+    Tracker(run_dir, use_tensorboard=False, use_wandb=True, wandb_dir=str(save_dir)).close()
+    assert fake.init_kwargs["dir"] == str(save_dir) and save_dir.is_dir()
+    Tracker(run_dir, use_tensorboard=False, use_wandb=True).close()
+    assert fake.init_kwargs["dir"] == str(run_dir)   # unset: the run directory, as before

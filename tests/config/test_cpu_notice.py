@@ -1,0 +1,61 @@
+"""The CPU device overrides some generate_config values; the run says which, once."""
+
+import importlib.util
+
+import pytest
+
+from mindrl.config import ClusterResources, load_recipe
+from mindrl.config.cpu_notice import CPU_VLLM, cpu_notices
+from mindrl.paths import REPO_ROOT
+
+CPU2 = ClusterResources("cpu", 2)
+
+
+def tiny(*overrides):
+    return load_recipe("grpo_tiny_cpu", list(overrides), cluster=CPU2)
+
+
+def test_a_recipe_written_for_cpu_gets_no_notice():
+    assert cpu_notices(tiny()) == []
+
+
+def test_each_overridden_value_is_named_with_what_runs():
+    lines = cpu_notices(tiny("generate_config.dtype=bfloat16",
+                             "generate_config.enforce_eager=false",
+                             "+generate_config.gpu_memory_utilization=0.9"))
+    assert len(lines) == 3, lines
+    dtype, eager, memory = lines
+    assert "generate_config.dtype='bfloat16'" in dtype and "dtype='float32'" in dtype
+    assert "generate_config.enforce_eager=False" in eager and "enforce_eager=True" in eager
+    assert "gpu_memory_utilization=0.9" in memory and "kv_cache_memory_bytes" in memory
+
+
+def test_only_values_that_differ():
+    lines = cpu_notices(tiny("generate_config.enforce_eager=false"))
+    assert len(lines) == 1 and "enforce_eager" in lines[0]
+
+
+def test_the_engine_runs_what_the_notice_says():
+    from mindrl.engines.vllm_engine import llm_kwargs
+
+    run = tiny("generate_config.dtype=bfloat16", "generate_config.enforce_eager=false")
+    kw = llm_kwargs(run.generate_config, seed=1, logprobs_mode="processed_logprobs",
+                    on_cpu=True)
+    assert {k: kw[k] for k in CPU_VLLM} == CPU_VLLM
+    assert "gpu_memory_utilization" not in kw
+
+
+def test_the_cli_prints_them_on_cpu(monkeypatch, capsys):
+    spec = importlib.util.spec_from_file_location("train_grpo_cli",
+                                                  REPO_ROOT / "cli" / "train_grpo.py")
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    from mindrl import device
+
+    run = tiny("generate_config.dtype=bfloat16")
+    monkeypatch.setattr(device, "is_cpu", lambda: True)
+    cli.print_device_notices(run)
+    assert capsys.readouterr().out.startswith("notice: generate_config.dtype='bfloat16'")
+    monkeypatch.setattr(device, "is_cpu", lambda: False)
+    cli.print_device_notices(run)
+    assert capsys.readouterr().out == ""
