@@ -249,7 +249,9 @@ def test_mcore_flags_and_save_dir(fake_mcore, tmp_path):
     _mg_fails("HF output is one unsharded model", fake_mcore, out, tp=2)
     _mg_fails("add --add-qkv-bias", fake_mcore, out, add_qkv_bias=False)
     _mg_fails("does not match", fake_mcore, out, model_type_hf="llama3")
-    _mg_fails("carries no tokenizer: pass --tokenizer-model", fake_mcore, out)
+    plan = converter.plan_mcore_to_hf(fake_mcore, out)  # no tokenizer: a note, not an error
+    assert plan.tokenizer_dir is None and "no tokenizer carried" in plan.notes[0]
+    _assert_nothing_written(out)
     out.mkdir()
     (out / "config.json").write_text("{}")
     _mg_fails("not empty", fake_mcore, out, before=["config.json"])
