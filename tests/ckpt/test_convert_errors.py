@@ -5,7 +5,6 @@ All of these fail in planning, before Megatron is imported, so they run in the t
 
 import json
 import shutil
-import warnings
 from pathlib import Path
 
 import pytest
@@ -198,27 +197,6 @@ def test_torch_bin_weights_load_with_weights_only(work):
 
 
 # ------------------------------------------------------------------ mcore side
-
-
-@pytest.fixture
-def fake_mcore(tmp_path):
-    """A dist checkpoint's files (torch DCP, no Megatron needed) with MindRL's layout."""
-    import torch.distributed.checkpoint as dcp
-
-    from mindrl.models.hf_config import spec_from_hf_config
-
-    root = tmp_path / "mg"
-    ckpt = root / "release"
-    with warnings.catch_warnings():  # DCP warns when torch.distributed is not up
-        warnings.simplefilter("ignore")
-        dcp.save({"decoder.final_layernorm.weight": torch.ones(128)}, checkpoint_id=str(ckpt))
-    (ckpt / "metadata.json").write_text('{"sharded_backend": "torch_dist"}')
-    torch.save({"iteration": 0}, ckpt / "common.pt")
-    config = make_hf_model("qwen2", True, 2, 126).config
-    spec = spec_from_hf_config(config, "fake")
-    (ckpt / mcore_io.MODEL_INFO).write_text(mcore_io.ModelInfo(spec, "fp32").to_json())
-    (root / mcore_io.TRACKER).write_text("release")
-    return root
 
 
 def _mg_fails(match, load_dir, save_dir, before=None, **kwargs):
