@@ -117,6 +117,8 @@ def main(argv=None) -> int:
                 max_shard_size=args.max_shard_size or "5GB",
                 tp=args.target_tensor_parallel_size, pp=args.target_pipeline_parallel_size,
                 overwrite=args.overwrite)
+            for note in plan.notes:
+                print(f"note: {note}")
             out = converter.run_mcore_to_hf(plan, progress=not args.no_progress)
             what = f"HF safetensors checkpoint ({plan.params_dtype})"
     except converter.ConversionError as e:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Megatron-core checkpoint (torch_dist, e.g. from the trainer or the hf2mcore script) -> HF
-# safetensors shards + index, config.json and tokenizer, loadable by transformers and vLLM.
+# safetensors shards + index, config.json and tokenizer (when one was carried or is given),
+# loadable by transformers and vLLM.
 #
 # As shipped it converts back what ckpt_convert_qwen25_hf2mcore.sh wrote. MCORE_DIR may be a
 # checkpoint root (latest_checkpointed_iteration.txt picks the checkpoint) or one iter_* dir.
@@ -8,7 +9,7 @@ set -euo pipefail
 
 MCORE_DIR=./model_weights/tiny_qwen25_mcore
 HF_OUT_DIR=./model_from_hf/tiny_qwen25_hf_from_mcore   # written; must not exist or be empty
-TOKENIZER=                                           # empty: the tokenizer saved with MCORE_DIR
+TOKENIZER=                                           # empty: the one saved with MCORE_DIR, if any
 TP=1                                                 # HF output is unsharded: TP 1, PP 1
 PP=1
 PARAMS_DTYPE=                                        # empty: keep the checkpoint's dtype

@@ -138,7 +138,8 @@ def plan_hf_to_mcore(load_dir, save_dir, *, tp: int = 1, pp: int = 1,
         raise ConversionError(str(e)) from None
     notes: List[str] = []
     if tokenizer_dir is None:
-        notes.append(f"no tokenizer in {load_dir}: mcore -> hf will need --tokenizer-model")
+        notes.append(f"no tokenizer in {load_dir}: none is carried (mcore -> hf writes "
+                     f"weights and config; --tokenizer-model adds one)")
     try:
         check_hf_tensors(weights, spec, notes)
         if dtype is None:
@@ -225,9 +226,10 @@ class McoreToHFPlan:
     params_dtype: str
     config_text: str
     generation_config: Optional[Path]
-    tokenizer_dir: Path
+    tokenizer_dir: Optional[Path]  # None: weights and config only, as the HF input had
     max_shard_bytes: int
     overwrite: bool
+    notes: List[str] = field(default_factory=list)
 
 
 def _hf_config_text(ckpt: Path, spec: ModelSpec, out_dtype: str) -> str:
@@ -282,16 +284,19 @@ def plan_mcore_to_hf(load_dir, save_dir, *, params_dtype: Optional[str] = None,
         max_bytes = hf_io.parse_size(max_shard_size)
     except ValueError as e:
         raise ConversionError(f"--max-shard-size: {e}") from None
+    # A checkpoint converted from an HF folder without a tokenizer carries none; the way
+    # back then gives what went in (weights and config) rather than refusing.
     tokenizer_dir = tokenizer_source(tokenizer_model, ckpt / mcore_io.HF_ASSETS)
+    notes: List[str] = []
     if tokenizer_dir is None:
-        raise ConversionError(f"{ckpt} carries no tokenizer: pass --tokenizer-model (a "
-                              f"tokenizer.json or its folder)")
+        notes.append(f"no tokenizer carried: {ckpt} has none, so {save_dir} gets weights and "
+                     f"config only; --tokenizer-model (a tokenizer.json or its folder) adds one")
     check_tokenizer_fits(tokenizer_dir, spec)
     generation = ckpt / mcore_io.HF_ASSETS / "generation_config.json"
     return McoreToHFPlan(ckpt, save_dir, spec, saved_dtype, out_dtype,
                          _hf_config_text(ckpt, spec, out_dtype),
                          generation if generation.is_file() else None, tokenizer_dir,
-                         max_bytes, overwrite)
+                         max_bytes, overwrite, notes)
 
 
 def run_mcore_to_hf(plan: McoreToHFPlan, progress: bool = True) -> Path:
@@ -313,7 +318,8 @@ def run_mcore_to_hf(plan: McoreToHFPlan, progress: bool = True) -> Path:
             (tmp / "config.json").write_text(plan.config_text)
             if plan.generation_config is not None:
                 hf_io.copy_files(plan.generation_config.parent, tmp, ["generation_config.json"])
-            hf_io.copy_files(plan.tokenizer_dir, tmp, hf_io.TOKENIZER_FILES)
+            if plan.tokenizer_dir is not None:
+                hf_io.copy_files(plan.tokenizer_dir, tmp, hf_io.TOKENIZER_FILES)
             writer = hf_io.ShardedSafetensorsWriter(tmp, entries, plan.max_shard_bytes)
             steps = _steps(spec)
             arena = fastio.Arena()

@@ -70,11 +70,13 @@ class DistcpReader:
     """
 
     def __init__(self, ckpt_dir):
-        from torch.distributed.checkpoint import FileSystemReader
+        from mindrl.ckpt.safe_metadata import UnsafeMetadataError, load_metadata
 
         self.directory = Path(ckpt_dir)
         try:
-            self.metadata = FileSystemReader(str(self.directory)).read_metadata()
+            self.metadata = load_metadata(self.directory / ".metadata")
+        except UnsafeMetadataError as e:
+            raise McoreCheckpointError(str(e)) from None
         except Exception as e:
             raise McoreCheckpointError(f"{self.directory / '.metadata'}: unreadable "
                                        f"({e})") from e

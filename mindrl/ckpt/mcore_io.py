@@ -116,15 +116,18 @@ def read_model_info(ckpt_dir: Path) -> ModelInfo:
 def check_checkpoint_files(ckpt_dir: Path) -> Dict[str, Tuple[Tuple[int, ...], torch.dtype]]:
     """Every file the dist checkpoint refers to exists and is long enough; return
     {tensor key: (global shape, dtype)}. Catches partial copies before anything is written."""
-    from torch.distributed.checkpoint import FileSystemReader
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    from mindrl.ckpt.safe_metadata import UnsafeMetadataError, load_metadata
 
     ckpt_dir = Path(ckpt_dir)
     for name in ("metadata.json", "common.pt", ".metadata"):
         if not (ckpt_dir / name).is_file():
             raise McoreCheckpointError(f"{ckpt_dir / name} is missing: incomplete checkpoint")
-    try:
-        metadata = FileSystemReader(str(ckpt_dir)).read_metadata()
+    try:  # restricted: dist_checkpointing.load unpickles it again only after this check
+        metadata = load_metadata(ckpt_dir / ".metadata")
+    except UnsafeMetadataError as e:
+        raise McoreCheckpointError(str(e)) from None
     except Exception as e:
         raise McoreCheckpointError(f"{ckpt_dir / '.metadata'}: unreadable ({e})") from e
     needed: Dict[str, int] = {}

@@ -161,6 +161,9 @@ def load(module, optimizer, scheduler, ckpt_dir, load_optim: bool = True,
     from megatron.core import dist_checkpointing
     from megatron.core import parallel_state as ps
 
+    from mindrl.ckpt.safe_metadata import check_checkpoint_metadata
+
+    check_checkpoint_metadata(ckpt_dir)  # restricted unpickler first: Megatron's is not
     if load_optim and optimizer is not None:
         ensure_optimizer_state(optimizer)
     request = sharded_state(module, optimizer, ps, load_optim, load_rng, is_loading=True)

@@ -5,7 +5,6 @@ All of these fail in planning, before Megatron is imported, so they run in the t
 
 import json
 import shutil
-import warnings
 from pathlib import Path
 
 import pytest
@@ -200,27 +199,6 @@ def test_torch_bin_weights_load_with_weights_only(work):
 # ------------------------------------------------------------------ mcore side
 
 
-@pytest.fixture
-def fake_mcore(tmp_path):
-    """A dist checkpoint's files (torch DCP, no Megatron needed) with MindRL's layout."""
-    import torch.distributed.checkpoint as dcp
-
-    from mindrl.models.hf_config import spec_from_hf_config
-
-    root = tmp_path / "mg"
-    ckpt = root / "release"
-    with warnings.catch_warnings():  # DCP warns when torch.distributed is not up
-        warnings.simplefilter("ignore")
-        dcp.save({"decoder.final_layernorm.weight": torch.ones(128)}, checkpoint_id=str(ckpt))
-    (ckpt / "metadata.json").write_text('{"sharded_backend": "torch_dist"}')
-    torch.save({"iteration": 0}, ckpt / "common.pt")
-    config = make_hf_model("qwen2", True, 2, 126).config
-    spec = spec_from_hf_config(config, "fake")
-    (ckpt / mcore_io.MODEL_INFO).write_text(mcore_io.ModelInfo(spec, "fp32").to_json())
-    (root / mcore_io.TRACKER).write_text("release")
-    return root
-
-
 def _mg_fails(match, load_dir, save_dir, before=None, **kwargs):
     with pytest.raises(ConversionError, match=match):
         converter.plan_mcore_to_hf(load_dir, save_dir, **kwargs)
@@ -249,7 +227,9 @@ def test_mcore_flags_and_save_dir(fake_mcore, tmp_path):
     _mg_fails("HF output is one unsharded model", fake_mcore, out, tp=2)
     _mg_fails("add --add-qkv-bias", fake_mcore, out, add_qkv_bias=False)
     _mg_fails("does not match", fake_mcore, out, model_type_hf="llama3")
-    _mg_fails("carries no tokenizer: pass --tokenizer-model", fake_mcore, out)
+    plan = converter.plan_mcore_to_hf(fake_mcore, out)  # no tokenizer: a note, not an error
+    assert plan.tokenizer_dir is None and "no tokenizer carried" in plan.notes[0]
+    _assert_nothing_written(out)
     out.mkdir()
     (out / "config.json").write_text("{}")
     _mg_fails("not empty", fake_mcore, out, before=["config.json"])
