@@ -76,6 +76,9 @@ def run(cfg: DictConfig, recipe: str) -> int:
     except RuntimeError as e:   # a phase failed on a worker or engine (e.g. a verified sync)
         print(f"training failed: {e}", file=sys.stderr)
         return EXIT_FAILED
+    except ValueError as e:     # input the run meets at start-up: data rows, what to resume
+        print(f"cannot run {recipe}: {e}", file=sys.stderr)
+        return EXIT_INVALID
     except KeyboardInterrupt:
         print("interrupted: Ray shut down; the last complete checkpoint is intact",
               file=sys.stderr)

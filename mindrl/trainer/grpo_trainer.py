@@ -106,6 +106,7 @@ class GRPOTrainer:
                                   verifier_timeout=self.rl.verifier_timeout,
                                   verifier_parallel=self.rl.verifier_parallel)
                        if self.rl.rule_reward else None)
+        self.resume_plan = self._resume_plan()
         slots, engine_slots = create_placement(self.run)
         self.groups: Dict[str, WorkerGroup] = {}
         setups = {"actor": self._role_setup("actor", with_optim=True)}
@@ -136,16 +137,26 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ checkpoints
 
-    def _resume(self) -> int:
+    def _resume_plan(self):
+        """(step, checkpoint dir, parts) of the latest complete checkpoint in the save dir, or
+        None; decided before any worker starts, so a part the checkpoint lacks fails fast."""
         from mindrl.engines.megatron_checkpoint import iteration_dir, latest_iteration
+        from mindrl.trainer.resume import held_parts, resume_parts
 
         iteration = latest_iteration(self.save_dir)
         if iteration is None or iteration == 0:
+            return None
+        ckpt, cfg = iteration_dir(self.save_dir, iteration), self.run.actor_config
+        return iteration, ckpt, resume_parts(held_parts(ckpt), cfg.no_load_optim,
+                                             cfg.no_load_rng, str(ckpt))
+
+    def _resume(self) -> int:
+        if self.resume_plan is None:
             return 0
-        meta = self.actor.call_rank0("load_checkpoint", str(iteration_dir(self.save_dir,
-                                                                          iteration)), True, True)
+        iteration, ckpt, parts = self.resume_plan
+        meta = self.actor.call_rank0("load_checkpoint", str(ckpt), parts.optimizer, parts.rng)
         self.loader.load_state_dict(meta["extra"]["loader"])
-        self.log(f"resumed from {iteration_dir(self.save_dir, iteration)} (step {iteration})")
+        self.log(f"resumed from {ckpt} (step {iteration}): {parts.describe()}")
         return iteration
 
     def _save(self, step: int) -> None:

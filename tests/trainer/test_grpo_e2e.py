@@ -69,6 +69,30 @@ def test_rerun_resumes_and_matches_an_uninterrupted_run(work, straight):
     assert got == straight
 
 
+def test_resume_honours_no_save_optim_and_no_load_optim(work, straight):
+    """A run saved without its optimizer state refuses to resume it (naming the keys) before
+    any worker starts; with no_load_optim it resumes with a fresh optimizer, so the step after
+    the first update differs from the uninterrupted run's while the step before it matches."""
+    run_dir = work / "runs" / "no_optim"
+    train(work, run_dir, "megatron_training.train_iters=2", "rl_config.save_freq=2",
+          "+actor_config.no_save_optim=true")
+    cmd_args = ("megatron_training.train_iters=4", "rl_config.save_freq=2")
+    started = (run_dir / "workers.json").stat().st_mtime_ns
+    refused = start(work, run_dir, *cmd_args)
+    _, err = refused.communicate(timeout=300)
+    assert refused.returncode == 1, err[-2000:]
+    assert "saved without its optimizer state (actor_config.no_save_optim: true); set " \
+           "actor_config.no_load_optim: true" in err
+    assert (run_dir / "workers.json").stat().st_mtime_ns == started   # no worker started
+    proc = train(work, run_dir, *cmd_args, "+actor_config.no_load_optim=true")
+    assert "fresh optimizer state (actor_config.no_load_optim: true)" in proc.stdout + proc.stderr
+    got = _deterministic(metrics(run_dir))
+    assert [r["step"] for r in got] == [1, 2, 3, 4]
+    assert got[:2] == straight[:2]
+    assert got[2]["actor/grad_norm"] == straight[2]["actor/grad_norm"]   # same weights
+    assert got[3]["actor/pg_loss"] != straight[3]["actor/pg_loss"]       # another update
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

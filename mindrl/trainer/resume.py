@@ -1,0 +1,55 @@
+"""What a resume restores: the model and data position always; the optimizer state and the
+RNG state as actor_config.no_load_optim / no_load_rng say, and only when the checkpoint holds
+them (no_save_optim / no_save_rng leave them out). Decided before any worker loads anything,
+so a missing part is a clear error, not a failure deep inside Megatron's loader.
+
+`load:` checkpoints are the converter's (weights only, as Megatron's release checkpoints), so
+these keys matter on resume, where a run's own checkpoints hold all three.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import FrozenSet
+
+
+@dataclass(frozen=True)
+class ResumeParts:
+    optimizer: bool
+    rng: bool
+
+    def describe(self) -> str:
+        skipped = [f"{part} (actor_config.no_load_{key}: true)"
+                   for part, key, on in (("optimizer state", "optim", self.optimizer),
+                                         ("RNG state", "rng", self.rng)) if not on]
+        loaded = ["model", "data position"] + [p for p, on in (("optimizer state", self.optimizer),
+                                                               ("RNG state", self.rng)) if on]
+        return ", ".join(loaded) + (f"; fresh {', '.join(skipped)}" if skipped else "")
+
+
+def held_parts(ckpt_dir) -> FrozenSet[str]:
+    """{"optimizer", "rng"}, those the checkpoint holds (from its DCP metadata's keys)."""
+    from mindrl.ckpt.safe_metadata import load_metadata
+
+    keys = load_metadata(Path(ckpt_dir) / ".metadata").state_dict_metadata
+    held = set()
+    for key in keys:
+        if key.startswith("optimizer."):
+            held.add("optimizer")
+        elif key.startswith("rng_state"):
+            held.add("rng")
+    return frozenset(held)
+
+
+def resume_parts(held: FrozenSet[str], no_load_optim: bool, no_load_rng: bool,
+                 ckpt_dir: str) -> ResumeParts:
+    """The parts to load; asking for one the checkpoint lacks fails naming the keys."""
+    for part, key in (("optimizer", "optim"), ("rng", "rng")):
+        wanted = not (no_load_optim if part == "optimizer" else no_load_rng)
+        if wanted and part not in held:
+            raise ValueError(
+                f"{ckpt_dir} was saved without its {part} state (actor_config.no_save_{key}: "
+                f"true); set actor_config.no_load_{key}: true to resume with a fresh one, or "
+                f"start in a new run directory")
+    return ResumeParts(optimizer=not no_load_optim, rng=not no_load_rng)
