@@ -73,7 +73,7 @@ def check_positive(run: RunConfig) -> list[Problem]:
             items.append((f"rl_config.{opt}", getattr(rl, opt)))
     for role in run.active_roles:
         for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
-                    "micro_batch_size", "cpu_threads"):
+                    "micro_batch_size", "cpu_threads", "log_interval"):
             items.append((_role_key(run, role, key), getattr(run.role(role), key)))
     seen: set[str] = set()
     out = []

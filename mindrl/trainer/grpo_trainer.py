@@ -26,7 +26,8 @@ from mindrl.algorithms import (apply_kl_penalty, compute_advantages, entropy_coe
                                scores_to_token_rewards)
 from mindrl.config.schema import RunConfig
 from mindrl.data.batch import PROMPT_KEYS, RESPONSE_KEYS, Batch
-from mindrl.trainer.metrics import batch_metrics, perf_metrics, reward_model_metrics
+from mindrl.trainer.metrics import (batch_metrics, console_line, perf_metrics,
+                                    reward_model_metrics)
 
 
 @contextmanager
@@ -385,6 +386,7 @@ class GRPOTrainer:
             self.weights.sync()               # vLLM starts from the actor's exact weights
             total = self.run.megatron_training.train_iters
             save_freq = self.rl.save_freq or self.run.megatron_training.save_interval
+            log_interval = self.run.actor_config.log_interval
             bar = tqdm(range(start + 1, total + 1), initial=start, total=total, desc="GRPO",
                        dynamic_ncols=True)
             if self._validation_due(start, start):
@@ -394,6 +396,8 @@ class GRPOTrainer:
                 if self._validation_due(step, start):
                     metrics.update(self.validate(step))
                 self.tracker.log(step, metrics)
+                if step % log_interval == 0 or step == total:
+                    bar.write(console_line(step, total, metrics))
                 bar.set_postfix(score=f"{metrics['critic/score/mean']:.3f}",
                                 len=f"{metrics['response_length/mean']:.1f}",
                                 s=f"{metrics['timing_s/step']:.2f}")

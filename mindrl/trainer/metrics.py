@@ -37,6 +37,18 @@ def perf_metrics(total_tokens: float, step_seconds: float) -> Dict[str, float]:
             "perf/throughput": total_tokens / max(step_seconds, 1e-9)}
 
 
+CONSOLE_KEYS = (("score", "critic/score/mean"), ("response_len", "response_length/mean"),
+                ("pg_loss", "actor/pg_loss"), ("kl_loss", "actor/kl_loss"),
+                ("grad_norm", "actor/grad_norm"), ("lr", "actor/lr"),
+                ("step_s", "timing_s/step"))
+
+
+def console_line(step: int, total: int, metrics: Dict[str, float]) -> str:
+    """The step's one-line summary printed every actor_config.log_interval steps."""
+    parts = [f"{name} {metrics[key]:.4g}" for name, key in CONSOLE_KEYS if key in metrics]
+    return f"step {step}/{total} | " + " | ".join(parts)
+
+
 def moving_average(values: Sequence[float], window: int) -> list:
     out, acc = [], 0.0
     for i, v in enumerate(values):

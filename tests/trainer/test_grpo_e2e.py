@@ -84,8 +84,11 @@ def test_resume_honours_no_save_optim_and_no_load_optim(work, straight):
     assert "saved without its optimizer state (actor_config.no_save_optim: true); set " \
            "actor_config.no_load_optim: true" in err
     assert (run_dir / "workers.json").stat().st_mtime_ns == started   # no worker started
-    proc = train(work, run_dir, *cmd_args, "+actor_config.no_load_optim=true")
-    assert "fresh optimizer state (actor_config.no_load_optim: true)" in proc.stdout + proc.stderr
+    proc = train(work, run_dir, *cmd_args, "+actor_config.no_load_optim=true",
+                 "+actor_config.log_interval=4")
+    out = proc.stdout + proc.stderr
+    assert "fresh optimizer state (actor_config.no_load_optim: true)" in out
+    assert "step 3/4 |" not in out and "step 4/4 | score " in out   # every log_interval steps
     got = _deterministic(metrics(run_dir))
     assert [r["step"] for r in got] == [1, 2, 3, 4]
     assert got[:2] == straight[:2]

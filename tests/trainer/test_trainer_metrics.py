@@ -23,3 +23,11 @@ def test_batch_metrics_hand_computed():
 def test_moving_average_window():
     assert moving_average([1, 2, 3, 4], 2) == [1.0, 1.5, 2.5, 3.5]
     assert moving_average([4.0], 10) == [4.0]
+
+
+def test_console_line_names_the_step_and_what_is_there():
+    from mindrl.trainer.metrics import console_line
+
+    line = console_line(3, 10, {"critic/score/mean": 0.25, "actor/grad_norm": 1.5e-3,
+                                "timing_s/step": 2.0, "other": 7.0})
+    assert line == "step 3/10 | score 0.25 | grad_norm 0.0015 | step_s 2"
