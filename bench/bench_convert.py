@@ -10,7 +10,15 @@ buffer, write out: the least a converter does, since it must hold the bytes to t
 them); the kernel's own copy (sendfile, bytes never enter a process) and the memory copy with
 fsync (the converter fsyncs what it writes) are shown beside it. Conversion time is measured
 inside the converting process (interpreter start and imports excluded; shown as CLI wall).
-Targets: throughput >= 0.5x the copy; peak RSS <= 2 GiB + 2 x the largest tensor.
+Peak RSS is the process tree's: the converting process and every process under it (writer
+processes, such as Megatron's default checkpoint writer forks, if any start; MindRL's
+converter writes in-process, and `tree_processes` reports the most processes seen at once),
+their RSS summed every 5 ms by a sampling thread in this process (psutil), the peak of that
+sum kept; it is never below the converting process's own ru_maxrss, which is exact for that
+process alone and shown beside it (`peak_rss_parent_gib`). The sum counts pages a forked
+child shares with its parent once per process, so it is an upper bound on the tree's
+memory, never an under-count.
+Targets: throughput >= 0.5x the copy; peak RSS (the tree's) <= 2 GiB + 2 x the largest tensor.
 Prints a table, then one JSON line.
 """
 
@@ -22,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -57,18 +66,61 @@ def _worker(direction: str, src: str, dst: str) -> None:
         "seconds": seconds,
         "rss_after_imports": rss_before,
         "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        "peak_rss_children": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
     }))
+
+
+class TreeRSS:
+    """Samples the summed RSS of a process and all its descendants in a thread; keeps the
+    peak of the sum and the largest number of processes seen at once."""
+
+    def __init__(self, pid: int, interval: float = 0.005):
+        import psutil
+
+        self.psutil, self.root = psutil, psutil.Process(pid)
+        self.interval, self.stop = interval, threading.Event()
+        self.peak, self.processes = 0, 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _sample(self) -> None:
+        try:
+            procs = [self.root] + self.root.children(recursive=True)
+        except self.psutil.Error:
+            return
+        total = 0
+        for proc in procs:
+            try:
+                total += proc.memory_info().rss
+            except self.psutil.Error:     # exited between listing and reading
+                pass
+        self.peak, self.processes = max(self.peak, total), max(self.processes, len(procs))
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            self._sample()
+            time.sleep(self.interval)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
 
 
 def _run_worker(direction: str, src: Path, dst: Path) -> dict:
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, __file__, "--worker", direction, str(src), str(dst)],
-                          capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    if done.returncode:
-        raise SystemExit(f"{direction} failed:\n{done.stderr[-4000:]}")
-    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    proc = subprocess.Popen([sys.executable, __file__, "--worker", direction, str(src), str(dst)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    tree = TreeRSS(proc.pid)
+    try:
+        stdout, stderr = proc.communicate()
+    finally:
+        tree.close()
+    if proc.returncode:
+        raise SystemExit(f"{direction} failed:\n{stderr[-4000:]}")
+    figures = json.loads(stdout.strip().splitlines()[-1])
     figures["wall"] = time.perf_counter() - start
+    figures["peak_rss_tree"] = max(tree.peak, figures["peak_rss"])
+    figures["tree_processes"] = tree.processes
     return figures
 
 
@@ -168,31 +220,35 @@ def main() -> None:
 
     best = {k: min(v) for k, v in times.items()}
     to_mg, to_hf = (min(figures[d], key=lambda f: f["seconds"]) for d in ("hf2mg", "mg2hf"))
-    peak = {d: max(f["peak_rss"] for f in figures[d]) for d in figures}
-    child = {d: max(f["peak_rss_children"] for f in figures[d]) for d in figures}
+    peak = {d: max(f["peak_rss_tree"] for f in figures[d]) for d in figures}
+    parent = {d: max(f["peak_rss"] for f in figures[d]) for d in figures}
+    procs = {d: max(f["tree_processes"] for f in figures[d]) for d in figures}
     rss_limit = 2 * GIB + 2 * largest
     baseline = best["user"]
     rows = [("copy in the kernel (sendfile)", best["kernel"], None, None, None),
             ("copy through memory [baseline]", best["user"], None, None, None),
             ("copy through memory + fsync", best["user_fsync"], None, None, None),
-            ("HF -> mcore (torch_dist)", best["hf2mg"], peak["hf2mg"], child["hf2mg"],
+            ("HF -> mcore (torch_dist)", best["hf2mg"], peak["hf2mg"], parent["hf2mg"],
              to_mg["wall"]),
-            ("mcore -> HF (safetensors)", best["mg2hf"], peak["mg2hf"], child["mg2hf"],
+            ("mcore -> HF (safetensors)", best["mg2hf"], peak["mg2hf"], parent["mg2hf"],
              to_hf["wall"])]
     print(f"model {args.model} ({args.dtype}, random init made in {made:.0f} s): "
           f"{nbytes / GIB:.2f} GiB in {len(files)} file(s), largest tensor "
           f"{largest / GIB:.3f} GiB; RSS limit 2 GiB + 2 x largest = {rss_limit / GIB:.2f} GiB; "
           f"best of {args.rounds} interleaved rounds")
-    print(f"{'step':<32} {'seconds':>8} {'GiB/s':>7} {'x base':>7} {'peak RSS':>9} "
-          f"{'writers':>8} {'CLI wall':>9}")
+    print(f"{'step':<32} {'seconds':>8} {'GiB/s':>7} {'x base':>7} {'tree RSS':>9} "
+          f"{'parent':>8} {'CLI wall':>9}")
     for name, seconds, rss, kid, wall in rows:
         gib = lambda v: f"{v / GIB:.2f}" if v is not None else "-"  # noqa: E731
         print(f"{name:<32} {seconds:8.2f} {nbytes / seconds / GIB:7.2f} "
               f"{baseline / seconds:7.2f} {gib(rss):>9} {gib(kid):>8} "
               f"{(f'{wall:.1f}' if wall else '-'):>9}")
-    print("x base: throughput / copy through memory. peak RSS: the converting process "
-          "(ru_maxrss); writers: Megatron's forked file writers (they share the parent's "
-          "pages). CLI wall adds interpreter start and imports.")
+    print("x base: throughput / copy through memory. tree RSS: peak of the summed RSS of the "
+          "converting process and all its child processes (sampled every 5 ms; shared pages "
+          "are counted once per process: an upper bound); parent: the converting "
+          "process alone (ru_maxrss). Processes in the tree at once, most seen: "
+          + ", ".join(f"{d} {procs[d]}" for d in procs) + ". CLI wall adds interpreter start "
+          "and imports.")
 
     ratio = {d: baseline / best[d] for d in ("hf2mg", "mg2hf")}
     result = {
@@ -205,6 +261,8 @@ def main() -> None:
         "peak_rss_gib": round(max(peak.values()) / GIB, 3),
         "peak_rss_gib_hf2mcore": round(peak["hf2mg"] / GIB, 3),
         "peak_rss_gib_mcore2hf": round(peak["mg2hf"] / GIB, 3),
+        "peak_rss_parent_gib": round(max(parent.values()) / GIB, 3),
+        "tree_processes": procs,
         "rss_after_imports_gib": round(to_mg["rss_after_imports"] / GIB, 3),
         "largest_tensor_gib": round(largest / GIB, 3),
         "rss_limit_gib": round(rss_limit / GIB, 3),

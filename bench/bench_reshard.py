@@ -1,4 +1,5 @@
-"""Megatron -> vLLM weight sync (TP2 x PP2, fp32, CPU) against a memcpy of the same bytes.
+"""Megatron -> vLLM weight sync (TP2 x PP2, fp32, CPU) against a memcpy of the same bytes by
+the same number of writer processes.
 
     python bench/bench_reshard.py                       # qwen25-0.5b shape, 24 layers
     python bench/bench_reshard.py --layers 4            # smaller run, same tensor shapes
@@ -15,10 +16,16 @@ Four ranks (spawn_local) build a random-init Megatron model at TP x PP; rank 0 h
 its child process (VLLMEngineProcess, random "dummy" weights, no checkpoint on disk) and is
 the resharding host. Per bucket size: one cold sync, then timed warm syncs (median), then one
 verified sync (fingerprints of everything sent, compared with vLLM's afterwards).
-The floor: on rank 0, copying the same number of bytes through a buffer of the bucket's size
-(memcpy bandwidth, measured in the same run). Peak extra memory: private memory (RSS less
-shared pages) sampled every 2 ms on rank 0 and in the vLLM process, minus its value just
-before the sync, plus the shared bucket buffer on the host.
+The floor (`floor_s`, "memcpy, N writers"): the same number of bytes copied by as many writer
+processes as the sync has, the TP x PP ranks (4 by default), each copying its 1/N share
+between two warm private buffers in chunks of bucket/N, started together after a barrier and
+timed on rank 0 until the last one is done (best of 3, measured in the same run). Both weight
+modes write from those N ranks (shared: into vLLM's weights; packed: into the bucket), so
+`ratio_to_floor` compares like with like. The single-thread memcpy of the same bytes through a
+bucket-sized buffer on rank 0 (`memcpy_1thread_s`) is printed beside it, for reference only.
+Peak extra memory: private memory (RSS less shared pages) sampled every 2 ms on rank 0 and in
+the vLLM process, minus its value just before the sync, plus the shared bucket buffer on the
+host.
 Prints a table, then one JSON line.
 """
 
@@ -96,6 +103,32 @@ def memcpy_seconds(total_bytes: int, bucket_bytes: int, repeats: int = 3) -> flo
     return best
 
 
+def parallel_memcpy_seconds(total_bytes: int, bucket_bytes: int, repeats: int = 3) -> float:
+    """Best of `repeats`: every rank of the default group copies its 1/world share of
+    total_bytes between two warm private buffers, in chunks of bucket_bytes/world, all starting
+    at a barrier; the time is rank 0's, from the barrier until every rank is done (a second
+    barrier). Every rank must call it with the same arguments; rank 0's figure is the floor."""
+    import torch
+
+    world = torch.distributed.get_world_size()
+    n = max(1, bucket_bytes // world // 4)
+    share = (total_bytes // 4 + world - 1) // world
+    src, dst = torch.randn(n), torch.empty(n)
+    dst.copy_(src)
+    best = float("inf")
+    for _ in range(repeats):
+        torch.distributed.barrier()
+        start = time.perf_counter()
+        left = share
+        while left > 0:
+            k = min(n, left)
+            dst[:k].copy_(src[:k])
+            left -= k
+        torch.distributed.barrier()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
 def rank_body(rank, world, spec, hf_dir, tp, pp, bucket_mbs, warm_repeats,
               cpu_weights="packed", keep_buffer=False):
     import torch
@@ -143,8 +176,12 @@ def rank_body(rank, world, spec, hf_dir, tp, pp, bucket_mbs, warm_repeats,
                         run[key] = entry
                     else:
                         run["warm"].append(entry)
+            sent = torch.tensor([stats.bytes if rank == 0 else 0], dtype=torch.int64)
+            torch.distributed.broadcast(sent, 0)     # the bytes rank 0 counted for the sync
+            floor_s = parallel_memcpy_seconds(int(sent.item()), int(bucket_mb * MIB))
             if vllm:
-                run["memcpy_s"] = memcpy_seconds(stats.bytes, int(bucket_mb * MIB))
+                run["floor_s"], run["writers"] = floor_s, world
+                run["memcpy_1thread_s"] = memcpy_seconds(stats.bytes, int(bucket_mb * MIB))
                 run["sample"] = vllm.generate([[5, 6, 7]], n=1).response_token_ids[0]
             results["runs"].append(run)
     finally:
@@ -298,7 +335,7 @@ def main(argv=None):
           + ", ".join(f"{m}: model build {r['build_s']:.1f}s, wall {r['wall']:.0f}s"
                       for m, r in results.items()))
     header = (f"{'weights':>7} {'bucket MiB':>10} {'buffer MiB':>10} {'buckets':>7} {'GiB':>6} "
-              f"{'memcpy s':>8} {'cold s':>7} {'warm s':>7} {'ratio':>6} {'gather':>7} "
+              f"{'floor s':>7} {'1thr s':>6} {'cold s':>7} {'warm s':>7} {'ratio':>6} {'gather':>7} "
               f"{'pack':>6} {'load':>6} {'verify s':>8} {'host +MiB':>9} {'vLLM +MiB':>9}")
     print(header)
     print("-" * len(header))
@@ -309,12 +346,15 @@ def main(argv=None):
             row["cpu_weights"] = mode
             rows.append(row)
             print(f"{mode:>7} {row['bucket_mb']:>10.0f} {row['buffer_mib']:>10.0f} "
-                  f"{row['buckets']:>7} {row['bytes'] / 2**30:>6.2f} {row['memcpy_s']:>8.3f} "
+                  f"{row['buckets']:>7} {row['bytes'] / 2**30:>6.2f} {row['floor_s']:>7.3f} "
+                  f"{row['memcpy_1thread_s']:>6.3f} "
                   f"{row['cold_s']:>7.2f} {row['sync_s']:>7.2f} {row['ratio_to_floor']:>6.2f} "
                   f"{row['gather_s']:>7.2f} {row['pack_s']:>6.2f} {row['load_s']:>6.2f} "
                   f"{row['verify_s']:>8.2f} {row['peak_extra_mib']:>9.0f} "
                   f"{row['vllm_peak_extra_mib']:>9.0f}")
-    print("warm s: median of the warm syncs; ratio: warm / memcpy; gather: ranks writing the "
+    print(f"floor s: memcpy of the same bytes by {args.tp * args.pp} writer processes (the "
+          "ranks), each its share; 1thr s: single-thread memcpy on rank 0 (reference only); "
+          "warm s: median of the warm syncs; ratio: warm / floor; gather: ranks writing the "
           "bucket or vLLM's shared weights (or TP gather + PP receive); pack: un-fuse + copy "
           "into the bucket; load: waiting for vLLM's loads; host/vLLM +MiB: peak private "
           "memory above the pre-sync value, rank 0 (plus the shared bucket) / vLLM process")
@@ -323,7 +363,8 @@ def main(argv=None):
                "tp": args.tp, "pp": args.pp, "dtype": "float32", "keep_buffer": args.keep_buffer,
                "ratio_to_floor": round(best["ratio_to_floor"], 2),
                "cpu_weights": best["cpu_weights"], "sync_s": round(best["sync_s"], 3),
-               "memcpy_s": round(best["memcpy_s"], 4),
+               "floor_s": round(best["floor_s"], 4), "floor_writers": best["writers"],
+               "memcpy_1thread_s": round(best["memcpy_1thread_s"], 4),
                "peak_extra_mib": round(best["peak_extra_mib"], 1),
                "bucket_mb": best["bucket_mb"], "bytes": best["bytes"]}
     for mode in results:     # each mode's figures at the largest bucket
@@ -344,9 +385,10 @@ def summarize(run) -> dict:
                      + [run["cold"]["host_extra"]]) + mid["buffer_bytes"]
     vllm_extra = max([w["vllm_extra"] for w in run["warm"]] + [run["cold"]["vllm_extra"]])
     return {"bucket_mb": run["bucket_mb"], "buffer_mib": mid["buffer_bytes"] / MIB,
-            "buckets": mid["buckets"], "bytes": mid["bytes"], "memcpy_s": run["memcpy_s"],
+            "buckets": mid["buckets"], "bytes": mid["bytes"], "floor_s": run["floor_s"],
+            "writers": run["writers"], "memcpy_1thread_s": run["memcpy_1thread_s"],
             "cold_s": run["cold"]["stats"]["seconds"], "sync_s": warm_s,
-            "ratio_to_floor": warm_s / run["memcpy_s"],
+            "ratio_to_floor": warm_s / run["floor_s"],
             "gather_s": mid["gather_seconds"], "pack_s": mid["pack_seconds"],
             "load_s": mid["load_seconds"],
             "verify_s": run["verified"]["stats"]["verify_seconds"],

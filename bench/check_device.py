@@ -1,14 +1,35 @@
 """Device check on whatever accelerator mindrl.device finds (CUDA, NPU, or CPU), one rank:
 
+    python bench/check_device.py                # parity + fp32/bf16 update timing (3 steps)
+    python bench/check_device.py --steps 1 --batch 4   # a quick run (CPU)
+    python bench/check_device.py --steps 0      # parity only
+    MINDRL_DEVICE=cpu python bench/check_device.py     # force the CPU on an accelerator box
+
+The device is mindrl.device's choice: MINDRL_DEVICE if set, else an NPU that torch_npu
+reports, else CUDA if available, else the CPU; on the CPU every check runs the same way.
+
 1. Megatron GPTModel (TP1) vs transformers logits on the same weights, fp32, on the device.
-2. MegatronEngine.compute_log_probs vs transformers log-probs of a padded batch.
+2. MegatronEngine.compute_log_probs vs transformers log-probs of a padded batch, fp32.
 3. Train-step throughput of a ~100M Qwen2 shape, fp32 vs bf16 (Megatron engine update, the
-   baseline measured in the same run).
-Prints a table and a final JSON line.
+   baseline measured in the same run), and whether each dtype's grad norm is finite.
+
+Thresholds (THRESHOLDS below); the script exits 1, naming each figure that is out of bounds,
+when one is exceeded, else 0:
+  logits_max_diff   <= 1e-5   fp32 logits of the same weights (tiny-qwen2): only summation
+                              order may differ (measured 0 on CPU; TF32 matmuls on CUDA
+                              would exceed it, and should: this is an fp32 parity check)
+  logprob_max_diff  <= 1e-5   fp32 log-probs of the response tokens, padding masked out
+                              (measured 9.5e-7 on CPU: log_softmax over a 128-token vocab of
+                              logits within the bound above)
+  grad_norm_finite_<dtype>    must be true for fp32 and bf16 (a NaN/inf grad norm is a bug)
+The timing figures (update_s_*, tokens_per_s_*, bf16_speedup) have no threshold: they are
+measurements, not parity (bf16 can be slower than fp32 on a CPU without bf16 matmul units).
+Prints a table and a final JSON line (with `failed`: the figures over their threshold).
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
@@ -47,7 +68,25 @@ def batch(vocab, B, P, R, dev, seed=0):
             "response_mask": rm, "advantages": torch.randn(B, R, generator=g) * rm}
 
 
-def main() -> None:
+THRESHOLDS = {"logits_max_diff": 1e-5, "logprob_max_diff": 1e-5}
+
+
+def failures(out: dict) -> list:
+    """Names of the figures in `out` that break their threshold (THRESHOLDS: at most; the
+    grad_norm_finite_* flags: must be true)."""
+    bad = [f"{k} = {out[k]:.3g} > {limit:g}" for k, limit in THRESHOLDS.items()
+           if not out[k] <= limit]           # `not <=` so that a NaN fails too
+    bad += [f"{k} is false" for k, v in out.items()
+            if k.startswith("grad_norm_finite_") and not v]
+    return bad
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=3,
+                    help="timed update steps per dtype after one warm-up; 0 skips part 3")
+    ap.add_argument("--batch", type=int, default=32, help="sequences per update (part 3)")
+    args = ap.parse_args(argv)
     import torch
 
     from mindrl import device
@@ -87,16 +126,17 @@ def main() -> None:
 
     big = dataclasses.replace(spec, num_layers=8, hidden_size=1024, ffn_hidden_size=2816,
                               num_attention_heads=16, num_query_groups=4, vocab_size=32000)
-    B, P, R = 32, 64, 192
-    for dtype in ("float32", "bfloat16"):
+    B, P, R = args.batch, 64, 192
+    for dtype in ("float32", "bfloat16") if args.steps > 0 else ():
         initialize_parallel(Parallelism())
-        eng = MegatronEngine(big, Parallelism(), params_dtype=dtype, micro_batch_size=8,
+        eng = MegatronEngine(big, Parallelism(), params_dtype=dtype,
+                             micro_batch_size=min(8, B),
                              optim=OptimConfig(lr=1e-5))
         bb = {k: v.to(dev) for k, v in batch(big.vocab_size, B, P, R, dev).items()}
         eng.update(bb, mini_batch_size=B)   # warm-up
         device.synchronize()
         t = time.perf_counter()
-        steps = 3
+        steps = args.steps
         for _ in range(steps):
             metrics = eng.update(bb, mini_batch_size=B)
         device.synchronize()
@@ -106,16 +146,25 @@ def main() -> None:
         out[f"grad_norm_finite_{dtype}"] = bool(torch.isfinite(torch.tensor(metrics["actor/grad_norm"])))
         del eng
         device.empty_cache()
-    out["bf16_speedup"] = out["update_s_float32"] / out["update_s_bfloat16"]
+    if args.steps > 0:
+        out["bf16_speedup"] = out["update_s_float32"] / out["update_s_bfloat16"]
     print(f"device {out['device']} ({out['backend']})")
-    print(f"  logits vs transformers, fp32        max |diff| {out['logits_max_diff']:.2e}")
-    print(f"  log-probs vs transformers, fp32     max |diff| {out['logprob_max_diff']:.2e}")
-    for dtype in ("float32", "bfloat16"):
-        print(f"  update {dtype:9s} {out[f'update_s_{dtype}']:.3f} s/step, "
-              f"{out[f'tokens_per_s_{dtype}']:.0f} tokens/s")
-    print(f"  bf16 speedup over fp32: {out['bf16_speedup']:.2f}x")
+    print(f"  logits vs transformers, fp32        max |diff| {out['logits_max_diff']:.2e} "
+          f"(limit {THRESHOLDS['logits_max_diff']:g})")
+    print(f"  log-probs vs transformers, fp32     max |diff| {out['logprob_max_diff']:.2e} "
+          f"(limit {THRESHOLDS['logprob_max_diff']:g})")
+    if args.steps > 0:
+        for dtype in ("float32", "bfloat16"):
+            print(f"  update {dtype:9s} {out[f'update_s_{dtype}']:.3f} s/step, "
+                  f"{out[f'tokens_per_s_{dtype}']:.0f} tokens/s, grad norm finite: "
+                  f"{out[f'grad_norm_finite_{dtype}']}")
+        print(f"  bf16 speedup over fp32: {out['bf16_speedup']:.2f}x (no threshold)")
+    out["failed"] = failures(out)
+    for line in out["failed"]:
+        print(f"FAILED: {line}")
     print(json.dumps(out))
+    return 1 if out["failed"] else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -105,12 +105,48 @@ def test_config_errors(tmp_path):
         preprocess(cfg, progress=False)
 
 
-def test_shipped_recipes_load():
-    from mindrl.data.handlers import resolve_map_keys
-    from mindrl.data.preprocess import load_config
-    from mindrl.data.templates import get_template
+# One raw row per shipped recipe, in its dataset's own column layout, and what the recipe must
+# make of it: (tokenizer kind standing in for the recipe's model directory, row, question text
+# the prompt must contain, label). tiny_arith's row is read from its shipped input file.
+RECIPE_ROWS = {
+    "r1_zero_qwen25_7b": ("qwen25", {"problem": " What is $2^{10}$? ", "answer": " 1024 "},
+                          "What is $2^{10}$?", "1024"),
+    "gsm8k_qwen25": ("qwen25", {"question": "Tom has 3 apples and buys 4. How many?",
+                                "answer": "He has 3 + 4 = 7 apples.\n#### 7"},
+                     "Tom has 3 apples and buys 4. How many?", "7"),
+    "countdown_qwen25": ("qwen25", {"nums": [3, 5, 7], "target": 22},
+                         "Using the numbers [3, 5, 7], create an equation that equals 22.",
+                         '{"numbers": [3, 5, 7], "target": 22}'),
+    "tiny_arith": ("char", None, None, None),
+}
 
-    for name in ("r1_zero_qwen25_7b", "gsm8k_qwen25", "countdown_qwen25", "tiny_arith"):
+
+def test_shipped_recipes_load_and_make_prompts_and_labels():
+    """Every recipe in configs/datasets loads, and turns a row of its dataset into what the
+    trainer reads: input_ids (the rendered template around the question, within
+    max_prompt_length) and labels (the verifier's label), nothing else."""
+    from mindrl.data.handlers import resolve_map_keys
+    from mindrl.data.preprocess import load_config, load_tokenizer, process_row
+    from mindrl.data.templates import get_template
+    from mindrl.paths import REPO_ROOT, config_dir
+
+    shipped = sorted(p.stem for p in (config_dir() / "datasets").glob("*.yaml"))
+    assert shipped == sorted(RECIPE_ROWS), "a shipped recipe without a row in RECIPE_ROWS"
+    tokenizers = {}
+    for name, (kind, row, question, label) in RECIPE_ROWS.items():
         cfg = load_config(name)
-        get_template(cfg.prompt_type)
-        resolve_map_keys(cfg.handler_name, cfg.map_keys)
+        if row is None:      # the recipe's own input, shipped in the repo
+            first = (REPO_ROOT / cfg.input).read_text().splitlines()[0]
+            row = json.loads(first)
+            question, label = row["problem"], row["answer"]
+        tok = tokenizers.get(kind) or tokenizers.setdefault(kind, load_tokenizer(kind))
+        template = get_template(cfg.prompt_type)
+        out = process_row(row, cfg, tok, template, resolve_map_keys(cfg.handler_name,
+                                                                   cfg.map_keys))
+        assert list(out) == ["input_ids", "labels"], name
+        assert tok.decode(out["labels"]) == label, name
+        prompt = tok.decode(out["input_ids"])
+        before, after = template.render("\x00").split("\x00")    # the template's own text
+        assert prompt.startswith(before) and prompt.endswith(after), name
+        assert question in prompt, name
+        assert 0 < len(out["input_ids"]) <= cfg.max_prompt_length, name
