@@ -157,7 +157,7 @@ def test_overlapped_passes_give_the_same_run(work):
     assert all(r["timing_s/log_prob_overlap"] > 0 for r in steps["false"])
     assert all("timing_s/log_prob_overlap" not in r for r in steps["true"])
     # Two updates per step: the second mini batch is off-policy, so the ratio moves.
-    assert all(r["actor/ppo_kl"] > 0 and 0 <= r["actor/pg_clipfrac"] <= 1 for r in runs["false"])
+    assert all(r["actor/ppo_kl"] != 0 and 0 <= r["actor/pg_clipfrac"] <= 1 for r in runs["false"])
 
 
 def test_trains_from_a_preprocessed_indexed_dataset_with_a_reward_model(work):
