@@ -39,8 +39,24 @@ def print_device_notices(run_cfg) -> None:
             print(f"notice: {line}")
 
 
+def cluster_for_run():
+    """The Ray cluster RAY_ADDRESS names (its nodes by id), else this machine."""
+    import os
+
+    address = os.environ.get("RAY_ADDRESS")
+    if not address:
+        return local_cluster()
+    from mindrl.workers.ray_cluster import read_ray_cluster
+
+    return read_ray_cluster(address)
+
+
 def run(cfg: DictConfig, recipe: str) -> int:
-    cluster = local_cluster()
+    try:
+        cluster = cluster_for_run()
+    except ConnectionError as e:
+        print(f"cannot reach the cluster: {e}", file=sys.stderr)
+        return EXIT_INVALID
     try:
         if cfg.get("dry_run", False):
             run_cfg, warnings = validate_lenient(cfg, cluster, recipe=recipe)

@@ -15,25 +15,58 @@ RESOURCE_KEY = {"npu": "num_npus", "cuda": "num_gpus", "cpu": "num_cpus"}
 
 
 @dataclass(frozen=True)
+class ClusterNode:
+    """One node as Ray sees it: nodes are told apart by id (several may share an IP)."""
+
+    node_id: str
+    address: str
+    num_devices: int
+
+    def label(self, index: int) -> str:
+        return f"node {index} ({self.address}, id {self.node_id[:8]})"
+
+
+@dataclass(frozen=True)
 class ClusterResources:
-    """device_type in {npu, cuda, cpu}; num_devices per node; device_memory_gib if known."""
+    """device_type in {npu, cuda, cpu}; num_devices per node; device_memory_gib if known.
+    `nodes`, when read from a running Ray cluster, lists every node with its own device
+    count (num_nodes and num_devices then follow from it: the largest node's count)."""
 
     device_type: str
     num_devices: int
     num_nodes: int = 1
     device_memory_gib: Optional[float] = None
+    nodes: tuple[ClusterNode, ...] = ()
 
     def __post_init__(self) -> None:
         kind = _ALIASES.get(self.device_type)
         if kind is None:
             raise ValueError(f"device_type={self.device_type!r}: use one of npu, cuda, cpu")
         object.__setattr__(self, "device_type", kind)
+        if self.nodes:
+            object.__setattr__(self, "num_nodes", len(self.nodes))
+            object.__setattr__(self, "num_devices", max(n.num_devices for n in self.nodes))
         if self.num_devices < 1 or self.num_nodes < 1:
             raise ValueError("a cluster needs at least one node with one device")
 
     @property
+    def node_device_counts(self) -> list[int]:
+        return ([n.num_devices for n in self.nodes] if self.nodes
+                else [self.num_devices] * self.num_nodes)
+
+    @property
     def total_devices(self) -> int:
-        return self.num_devices * self.num_nodes
+        return sum(self.node_device_counts)
+
+    def node_of(self, device: int) -> int:
+        """The node holding global device index `device` (nodes fill in order); num_nodes
+        when it lies beyond the cluster."""
+        end = 0
+        for index, count in enumerate(self.node_device_counts):
+            end += count
+            if device < end:
+                return index
+        return self.num_nodes
 
     @property
     def resource_key(self) -> str:
@@ -41,6 +74,9 @@ class ClusterResources:
 
     def describe(self) -> str:
         mem = f", {self.device_memory_gib:g} GiB each" if self.device_memory_gib else ""
+        if self.nodes:
+            each = "; ".join(f"{n.label(i)}: {n.num_devices}" for i, n in enumerate(self.nodes))
+            return f"{self.num_nodes} node(s) of {self.device_type} devices{mem}: {each}"
         return (f"{self.num_nodes} node(s) x {self.num_devices} {self.device_type} "
                 f"device(s){mem}")
 

@@ -11,7 +11,7 @@ from typing import Any, Iterable, Optional
 from mindrl.config.cluster import ClusterResources
 from mindrl.config.errors import Problem
 from mindrl.config.memory import GIB, inference_weight_bytes, train_state_bytes
-from mindrl.config.placement import (data_parallel_size, place_roles,
+from mindrl.config.placement import (data_parallel_size, engine_devices, place_roles,
                                      rollout_data_parallel_size)
 from mindrl.config.schema import RunConfig
 
@@ -98,7 +98,6 @@ def _memory(run: RunConfig, cluster: ClusterResources,
 def make_plan(run: RunConfig, cluster: ClusterResources,
               warnings: Iterable[Problem] = ()) -> dict[str, Any]:
     """Placement, parallel layout, batch arithmetic and memory estimate as a plain dict."""
-    per_node = cluster.num_devices
     placements = {p.role: p for p in place_roles(run)}
     needed = max((d + 1 for p in placements.values() for d in p.devices), default=0)
     fits = (needed <= cluster.total_devices
@@ -109,7 +108,8 @@ def make_plan(run: RunConfig, cluster: ClusterResources,
         roles[role] = {
             "model": run.models[role].name,
             "devices": list(p.devices),
-            "nodes": sorted({d // per_node for d in p.devices}) if fits else None,
+            "nodes": sorted({cluster.node_of(d) for d in p.devices}) if fits else None,
+            "rank_nodes": [cluster.node_of(d) for d in p.devices] if fits else None,
             "shares_with": list(p.shares_with),
             "tp": cfg.tensor_model_parallel_size,
             "pp": cfg.pipeline_model_parallel_size,
@@ -124,6 +124,8 @@ def make_plan(run: RunConfig, cluster: ClusterResources,
         "tp": gen.infer_tensor_parallel_size,
         "pp": gen.infer_pipeline_parallel_size,
         "instances": idp,
+        "engine_nodes": ([cluster.node_of(span[0]) for span in engine_devices(run)]
+                         if fits else None),
         "prompts_per_instance": _ratio(run.megatron_training.global_batch_size, idp),
         "dtype": gen.dtype,
         "max_tokens": gen.sampling_config.max_tokens,
@@ -140,7 +142,9 @@ def make_plan(run: RunConfig, cluster: ClusterResources,
         "model": run.model.name,
         "model_parameters": run.model.num_parameters(),
         "cluster": {"device_type": cluster.device_type, "num_devices": cluster.num_devices,
-                    "num_nodes": cluster.num_nodes, "total": cluster.total_devices},
+                    "num_nodes": cluster.num_nodes, "total": cluster.total_devices,
+                    "nodes": [{"label": n.label(i), "devices": n.num_devices}
+                              for i, n in enumerate(cluster.nodes)]},
         "devices_required": needed,
         "device_kind_required": run.resource("actor").kind,
         "roles": roles,
@@ -179,7 +183,9 @@ def format_plan(plan: dict[str, Any]) -> str:
              f"cluster: {c['num_nodes']} node(s) x {c['num_devices']} {c['device_type']} = "
              f"{c['total']} device(s); recipe needs {plan['devices_required']} "
              f"{plan['device_kind_required']} device(s)",
-             "", "placement:"]
+             ]
+    lines += [f"  {n['label']}: {n['devices']} {c['device_type']} device(s)" for n in c["nodes"]]
+    lines += ["", "placement:"]
     for role, r in plan["roles"].items():
         share = f", shared with {', '.join(r['shares_with'])}" if r["shares_with"] else ""
         nodes = (f"nodes {','.join(map(str, r['nodes']))}" if r["nodes"] is not None
@@ -188,10 +194,14 @@ def format_plan(plan: dict[str, Any]) -> str:
                      f"TP={r['tp']} PP={r['pp']} "
                      f"DP={r['dp']} micro_batch={r['micro_batch_size']} {r['params_dtype']} "
                      f"[{r['model']}]")
+        if r["rank_nodes"] and c["num_nodes"] > 1:
+            lines.append(f"          node of each rank: {r['rank_nodes']}")
     ro = plan["rollout"]
     lines.append(f"  rollout devices {_ranges(ro['devices'])} (on the actor's): vLLM TP="
                  f"{ro['tp']} PP={ro['pp']} x {ro['instances']} instance(s), "
                  f"{ro['prompts_per_instance']} prompts each, {ro['dtype']}")
+    if ro["engine_nodes"] and c["num_nodes"] > 1:
+        lines.append(f"          node of each engine: {ro['engine_nodes']}")
     lines += ["", "batch per step:",
               f"  prompts {b['prompts_per_step']} x samples {b['n_samples_per_prompt']} = "
               f"{b['samples_per_step']} samples (<= {b['max_tokens_per_sample']} tokens each)",

@@ -116,7 +116,7 @@ def with_cpu_slots(cluster, run):
 
     from mindrl.config.placement import devices_required
 
-    if cluster.device_type != "cpu":
+    if cluster.device_type != "cpu" or cluster.nodes:   # a Ray cluster's slots are its own
         return cluster
     per_node = -(-devices_required(run) // cluster.num_nodes)
     return dataclasses.replace(cluster, num_devices=max(cluster.num_devices, per_node))

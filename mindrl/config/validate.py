@@ -215,14 +215,15 @@ def check_resources(run: RunConfig, cluster: ClusterResources) -> list[Problem]:
                                "colocate roles (rl_config.colocate_actor_ref) or add nodes",
                                res.count, CLUSTER))
             break
-    per_node = cluster.num_devices
     for index, span in enumerate(engine_devices(run)):
-        if span[0] // per_node != span[-1] // per_node:
+        if cluster.node_of(span[0]) != cluster.node_of(span[-1]):
+            counts = sorted(set(cluster.node_device_counts))
             out.append(Problem("generate_config.infer_tensor_parallel_size",
                                f"x infer_pipeline_parallel_size = {len(span)}: rollout engine "
                                f"{index} would span devices {span[0]}-{span[-1]}, across nodes "
-                               f"of {per_node} devices (an engine's TP group stays on one node)",
-                               f"use an inference TP x PP dividing {per_node}",
+                               f"({cluster.describe()}; an engine's TP group stays on one node)",
+                               f"use an inference TP x PP dividing each node's devices "
+                               f"({', '.join(map(str, counts))})",
                                run.generate_config.infer_tensor_parallel_size, CLUSTER))
             break
     return out

@@ -43,6 +43,21 @@ def _rank_resources(kind: str, share: float) -> dict:
     return {"resources": {name: share}, "num_cpus": share}
 
 
+def _pinned_nodes(kind: str, num_devices: int):
+    """On a cluster of several nodes, each device's bundle pinned to the node the plan puts it
+    on (nodes fill in order, the head first: config.cluster.node_of), so an engine's span and
+    the plan's node of each rank are what Ray places; None on one node."""
+    from mindrl.config.cluster import ClusterResources
+    from mindrl.workers.ray_cluster import nodes_of_connected_cluster
+
+    nodes = nodes_of_connected_cluster(kind)
+    if len(nodes) < 2:
+        return None
+    cluster = ClusterResources(kind, 1, nodes=tuple(nodes))
+    return [{"ray.io/node-id": nodes[min(cluster.node_of(d), len(nodes) - 1)].node_id}
+            for d in range(num_devices)]
+
+
 def create_placement(run: RunConfig, timeout_s: float = 120.0
                      ) -> Tuple[Dict[str, RoleSlots], List["EngineSlot"]]:
     """One placement group over every device the run needs: role -> its bundle slots, and
@@ -52,7 +67,8 @@ def create_placement(run: RunConfig, timeout_s: float = 120.0
     placements = place_roles(run)
     kind = run.resource("actor").kind
     num_devices = max(max(p.devices) + 1 for p in placements if p.devices)
-    pg = placement_group([_bundle(kind) for _ in range(num_devices)], strategy="PACK")
+    pg = placement_group([_bundle(kind) for _ in range(num_devices)], strategy="PACK",
+                         bundle_label_selector=_pinned_nodes(kind, num_devices))
     if not pg.wait(timeout_s):
         available = ray.available_resources()
         raise RuntimeError(

@@ -60,4 +60,5 @@ def test_an_engine_across_nodes_is_refused_before_anything_starts():
     with pytest.raises(ConfigError) as e:
         load_recipe("r1_zero_qwen25_7b", ["generate_config.infer_tensor_parallel_size=8"],
                     cluster=ClusterResources("npu", 4, 4, device_memory_gib=64))
-    assert "rollout engine 0 would span devices 0-7, across nodes of 4 devices" in str(e.value)
+    assert "rollout engine 0 would span devices 0-7, across nodes (4 node(s) x 4 npu" in str(e.value)
+    assert "dividing each node's devices (4)" in str(e.value)
