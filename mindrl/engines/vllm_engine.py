@@ -170,6 +170,12 @@ from mindrl.engines.weight_fingerprint import vllm_view as _vllm_view
 
 # ---------------------------------------------------------------------------- the engine
 
+def _this_node() -> str:
+    from mindrl.weight_sync.node_relay import this_node
+
+    return this_node()
+
+
 class _NameTracker:
     """Iterates (name, tensor) pairs and remembers the last name handed to vLLM."""
 
@@ -271,7 +277,7 @@ class VLLMEngine:
         """What a weight sender needs to know about this engine (picklable)."""
         return {"dtype": self.dtype, "hf_shapes": self.hf_shapes, "module_of": self.module_of,
                 "load_mode": self.load_mode, "shared_weights": self.shared_weights,
-                "pid": os.getpid()}
+                "pid": os.getpid(), "node": _this_node()}
 
     # ---------------------------------------------------------------- generation
 

@@ -54,6 +54,7 @@ class RolloutGroup:
             ).remote(str(model_path), generate_config, seed, **(engine_kwargs or {}))
             for slot in self.slots]
         self.busy_seconds: List[float] = [0.0] * len(self.engines)   # of the last generate
+        self.nodes: List[str] = []        # each engine's node, known once started
 
     def __len__(self) -> int:
         return len(self.engines)
@@ -94,6 +95,7 @@ class RolloutGroup:
         """Wait for every engine to be up; their pids, in engine order."""
         found = self._wait({e.describe.remote(): i for i, e in enumerate(self.engines)}, "start",
                            timeout_s)
+        self.nodes = [found[i]["node"] for i in range(len(self.engines))]   # Ray node ids
         return [found[i]["pid"] for i in range(len(self.engines))]
 
     def generate(self, batch: Batch, **sampling_overrides) -> Batch:

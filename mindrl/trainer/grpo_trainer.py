@@ -127,7 +127,7 @@ class GRPOTrainer:
         pids = {role: group.wait(refs[role], "setup") for role, group in self.groups.items()}
         pids["rollout"] = self.rollout.start()
         (self.run_dir / "workers.json").write_text(json.dumps(pids))   # role -> pid per rank
-        self.groups["actor"].call("attach_engines", self.rollout.engines,
+        self.groups["actor"].call("attach_engines", self.rollout.engines, self.rollout.nodes,
                                   self.gen.reshard_bucket_mb)
         self.weights = WeightSync(self.groups["actor"], self.gen.verify_sync)
         self.actor = self.groups["actor"]

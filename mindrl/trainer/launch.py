@@ -25,8 +25,10 @@ def init_ray(num_local_devices: int) -> str:
     from mindrl import device
 
     kwargs = {"num_cpus": max(num_local_devices, os.cpu_count() or 1)} if device.is_cpu() else {}
-    ray.init(include_dashboard=False, object_store_memory=256 * 2**20, log_to_driver=True,
-             **kwargs)
+    # address="local": a new cluster even when `ray start` left one on this machine (Ray
+    # would otherwise join that one).
+    ray.init(address="local", include_dashboard=False, object_store_memory=256 * 2**20,
+             log_to_driver=True, **kwargs)
     return "started a local Ray cluster"
 
 

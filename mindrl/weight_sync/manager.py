@@ -31,4 +31,5 @@ class WeightSync:
         stats = self.actor.call("sync_weights", verify)[0]
         self.count += 1
         return {"weight_sync/verified": float(verify),
+                "weight_sync/relayed_bytes": float(getattr(stats, "relayed_bytes", 0)),
                 "timing_s/reshard_verify": float(getattr(stats, "verify_seconds", 0.0))}

@@ -30,6 +30,7 @@ class SyncStats:
     pack_seconds: float = 0.0    # un-fusing and copying into the bucket
     load_seconds: float = 0.0    # waiting for vLLM's loads
     verify_seconds: float = 0.0
+    relayed_bytes: int = 0      # bucket bytes sent to other nodes' receivers (node_relay.py)
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,16 @@ class Resharder:
                 flag = torch.tensor([int(verify)], dtype=torch.long, device=dev)
                 for peer in self.source.peers:
                     torch.distributed.send(flag, peer)
-                self.transport.host_sync(stats, verify)
+                finish = getattr(self.target, "finish", None)   # other nodes' receivers
+                try:
+                    self.transport.host_sync(stats, verify)
+                except BaseException:
+                    if finish is not None:
+                        finish(False)
+                    raise
+                if finish is not None:
+                    finish(True)
+                    stats.relayed_bytes = self.target.take_relayed_bytes()
             else:
                 flag = torch.empty(1, dtype=torch.long, device=dev)
                 torch.distributed.recv(flag, self.source.host)

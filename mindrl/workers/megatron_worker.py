@@ -108,21 +108,27 @@ class MegatronWorker:
 
     # ---------------------------------------------------------------- weight sync (actor)
 
-    def attach_engines(self, engines: Sequence[Any], bucket_mb: float) -> None:
-        """Build this rank's part of the weight sync; the host rank feeds every engine."""
+    def attach_engines(self, engines: Sequence[Any], engine_nodes: Sequence[str],
+                       bucket_mb: float) -> None:
+        """Build this rank's part of the weight sync (a collective over the actor's ranks):
+        the host rank feeds its node's engines, and one rank on each other node with engines
+        receives the buckets for them (weight_sync/node_relay.py)."""
         from megatron.core import parallel_state as ps
 
+        from mindrl.weight_sync.node_relay import build_relay
         from mindrl.weight_sync.resharder import Resharder
-        from mindrl.weight_sync.engine_fanout import EngineFanout
 
-        is_host = (ps.get_data_parallel_rank() == 0 and ps.get_tensor_model_parallel_rank() == 0
+        replica0 = ps.get_data_parallel_rank() == 0 and ps.get_context_parallel_rank() == 0
+        is_host = (replica0 and ps.get_tensor_model_parallel_rank() == 0
                    and ps.get_pipeline_model_parallel_rank() == 0)
-        target = EngineFanout(engines) if is_host else None
+        target, self.relay_receiver = build_relay(engines, engine_nodes, is_host, replica0)
         self.resharder = Resharder(self.engine.model, self.engine.spec, target=target,
                                    bucket_mb=bucket_mb)
 
     def sync_weights(self, verify: bool = False):
         stats = self.resharder.sync(verify=verify)
+        if getattr(self, "relay_receiver", None) is not None:
+            self.relay_receiver.serve()
         return stats if self.resharder.is_host else None
 
     def shutdown(self) -> None:

@@ -22,10 +22,13 @@ REQUIRED_KEYS = (
     + ["rollout/logprob_diff_max", "rollout/logprob_diff_mean"])
 
 
-def _command(work: Path, run_dir: Path, overrides):
-    """The CLI command and its environment: a private Ray cluster, paths under `work`."""
+def _command(work: Path, run_dir: Path, overrides, ray_address: str = None):
+    """The CLI command and its environment: a private Ray cluster (or the one `ray_address`
+    names), paths under `work`."""
     env = {**os.environ, "MINDRL_WORK_DIR": str(work)}
     env.pop("RAY_ADDRESS", None)
+    if ray_address:
+        env["RAY_ADDRESS"] = ray_address
     options = []      # Hydra's own flags go before the overrides
     overrides = list(overrides)
     while overrides and overrides[0].startswith("--"):
@@ -36,8 +39,9 @@ def _command(work: Path, run_dir: Path, overrides):
     return cmd, env
 
 
-def train(work: Path, run_dir: Path, *overrides: str, timeout: int = 900):
-    cmd, env = _command(work, run_dir, overrides)
+def train(work: Path, run_dir: Path, *overrides: str, timeout: int = 900,
+          ray_address: str = None):
+    cmd, env = _command(work, run_dir, overrides, ray_address)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
                           cwd=str(work))
     assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}"

@@ -1,0 +1,269 @@
+"""Weights to engines on other nodes: one receiver per node, fed over the collective backend.
+
+The host rank's transports (collective, shm_bucket) feed the engines on the host's node. For
+every other node that hosts engines, one actor rank there (the lowest that takes no part in
+the sync itself: a rank of another data-parallel replica) is that node's receiver: the host
+broadcasts each finished bucket (one flat tensor, plus its entries: HF name, offset, shape)
+over a process group of the host and the receivers (gloo on CPU, nccl / hccl on devices);
+each receiver takes it straight into a shared-memory file of its node, and that node's
+engines load it from there, as the host's do. The bytes cross the network once per node, and
+every process holds at most one bucket (or one module larger than a bucket).
+
+A verified sync covers every node: the host sends its expected fingerprints, each receiver
+has its node's engines check them, and the answers come back to the host, which names the
+node and engine of a mismatch. The receivers' loop ends with the host's `finish`.
+
+Layout rule (checked when the sync is built): each remote node with engines needs such a
+receiver, so replica 0's model-parallel group (the ranks that take part) lies on one node;
+`plan_relay` refuses other layouts, naming the node.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from mindrl import device
+from mindrl.engines.vllm_engine import WeightSyncError
+
+Entry = Tuple[str, int, Tuple[int, ...]]     # HF name, element offset, shape
+
+_BUCKET, _RELEASE, _WRITTEN, _INVALIDATE, _CHECK, _END, _ABORT = range(7)
+
+
+@dataclass(frozen=True)
+class RelayPlan:
+    """Who feeds which engines: the host's node and, per other node, its receiver rank."""
+
+    host_node: str
+    local_engines: Tuple[int, ...]                       # engine indices on the host's node
+    receivers: Dict[str, int]                            # node -> receiver's global rank
+    remote_engines: Dict[str, Tuple[int, ...]]           # node -> engine indices
+
+    @property
+    def group_ranks(self) -> List[int]:
+        return sorted(self.receivers.values())
+
+
+def plan_relay(rank_nodes: Sequence[str], engine_nodes: Sequence[str], host_rank: int,
+               active_ranks: Sequence[int]) -> RelayPlan:
+    """Pure: rank_nodes[r] is global rank r's node, engine_nodes[e] engine e's; the active
+    ranks take part in the sync (replica 0's model-parallel group) and cannot receive."""
+    host_node = rank_nodes[host_rank]
+    by_node: Dict[str, List[int]] = {}
+    for index, node in enumerate(engine_nodes):
+        by_node.setdefault(node, []).append(index)
+    receivers, remote = {}, {}
+    for node, engines in by_node.items():
+        if node == host_node:
+            continue
+        free = [r for r, n in enumerate(rank_nodes) if n == node and r not in active_ranks]
+        if not free:
+            raise WeightSyncError(
+                f"rollout engines {engines} are on node {node[:8]}, where every actor rank "
+                f"takes part in the sync (replica 0's TP x PP group spans nodes); place one "
+                f"data-parallel replica's TP x PP ranks on one node (TP x PP <= devices per "
+                f"node) so another replica's rank there can receive the weights")
+        receivers[node], remote[node] = free[0], tuple(engines)
+    return RelayPlan(host_node, tuple(by_node.get(host_node, ())), receivers, remote)
+
+
+def _send_object(obj, group, src: int) -> None:
+    box = [obj]
+    torch.distributed.broadcast_object_list(box, src=src, group=group)
+
+
+def _recv_object(group, src: int):
+    box = [None]
+    torch.distributed.broadcast_object_list(box, src=src, group=group)
+    return box[0]
+
+
+class RelayTarget:
+    """The host's target: its node's engines, plus every other node through its receiver."""
+
+    shared_weights = None
+    wants_shared_memory = False
+
+    def __init__(self, local, group, host_rank: int, nodes: Sequence[str]):
+        self.local, self.group, self.host = local, group, host_rank
+        self.nodes = list(nodes)              # receiver order: the group's ranks, sorted
+        self.dtype = local.dtype
+        self.bytes_relayed = 0
+
+    def _op(self, code: int, payload=None) -> None:
+        _send_object((code, payload), self.group, self.host)
+
+    def _bucket(self, flat: torch.Tensor, entries: Sequence[Entry]) -> None:
+        self._op(_BUCKET, (flat.numel(), str(flat.dtype), list(entries)))
+        torch.distributed.broadcast(flat.contiguous(), src=self.host, group=self.group)
+        self.bytes_relayed += flat.numel() * flat.element_size() * len(self.nodes)
+
+    # ---------------------------------------------------------------- the target protocol
+
+    def load_weights(self, weights) -> None:
+        pairs = list(weights)
+        entries, offset = [], 0
+        for name, tensor in pairs:
+            entries.append((name, offset, tuple(tensor.shape)))
+            offset += tensor.numel()
+        flat = torch.cat([t.reshape(-1).to(self.dtype) for _, t in pairs]) if pairs else \
+            torch.empty(0, dtype=self.dtype)
+        self._bucket(flat.to(device.current_device()), entries)
+        self.local.load_weights(pairs)
+
+    def load_weights_from_file(self, path: str, numel: int, dtype: torch.dtype,
+                               entries: Sequence[Entry]) -> None:
+        flat = torch.from_file(path, shared=True, size=numel, dtype=dtype)
+        self._bucket(flat.to(device.current_device()), entries)
+        self.local.load_weights_from_file(path, numel, dtype, entries)
+
+    def release_file(self, path: Optional[str] = None) -> None:
+        self._op(_RELEASE)
+        self.local.release_file(path)
+
+    def weights_written(self) -> None:
+        self._op(_WRITTEN)
+        self.local.weights_written()
+
+    def invalidate(self, reason: str) -> None:
+        self._op(_INVALIDATE, reason)
+        self.local.invalidate(reason)
+
+    def check_fingerprint(self, expected, strict: bool = True) -> None:
+        """Every node's engines against the host's fingerprints; the first failure named."""
+        self._op(_CHECK, (dict(expected), strict))
+        answers = [None] * (len(self.nodes) + 1)
+        torch.distributed.gather_object(None, answers, dst=self.host, group=self.group)
+        self.local.check_fingerprint(expected, strict)
+        for node, answer in zip(self.nodes, answers[1:]):
+            if answer is not None:
+                raise WeightSyncError(f"node {node[:8]}: {answer}")
+
+    def take_relayed_bytes(self) -> int:
+        """Bytes sent to receivers since the last call (one sync's worth)."""
+        out, self.bytes_relayed = self.bytes_relayed, 0
+        return out
+
+    def finish(self, ok: bool) -> None:
+        """End the receivers' loop (ABORT when the host failed mid-sync: they drop the
+        bucket they hold and wait for the next sync)."""
+        self._op(_END if ok else _ABORT)
+
+
+class RelayReceiver:
+    """One remote node's receiver: takes the host's buckets into a shared-memory file of its
+    node and has that node's engines load them (`local`: an EngineFanout over them)."""
+
+    def __init__(self, local, group, host_rank: int):
+        self.local, self.group, self.host = local, group, host_rank
+        self.path = os.path.join(_shm_dir(), f"mindrl-relay-{os.getpid()}")
+        self._region = None
+
+    def _file(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        from mindrl.engines.shm_region import SharedRegion
+
+        region = self._region
+        if region is None or region.numel < numel or region.dtype != dtype:
+            self._region = None
+            region = self._region = SharedRegion(self.path, numel, dtype, create=True)
+        return region.tensor
+
+    def serve(self) -> None:
+        """One sync's worth of the host's messages; an engine's failure is kept and given
+        back at the next check (the host names this node)."""
+        failure: Optional[str] = None
+        while True:
+            code, payload = _recv_object(self.group, self.host)
+            if code in (_END, _ABORT):
+                if self._region is not None and code == _ABORT:
+                    self._region = None
+                return
+            try:
+                if code == _BUCKET:
+                    numel, dtype_name, entries = payload
+                    dtype = getattr(torch, dtype_name.replace("torch.", ""))
+                    target = self._file(numel, dtype)[:numel]
+                    if device.weights_in_host_memory():   # straight into the node's file
+                        torch.distributed.broadcast(target, src=self.host, group=self.group)
+                    else:
+                        buffer = torch.empty(numel, dtype=dtype, device=device.current_device())
+                        torch.distributed.broadcast(buffer, src=self.host, group=self.group)
+                        target.copy_(buffer.cpu())
+                        del buffer
+                    if failure is None:
+                        self.local.load_weights_from_file(self.path, self._region.numel, dtype,
+                                                          entries)
+                elif code == _CHECK:
+                    expected, strict = payload
+                    if failure is None:
+                        try:
+                            self.local.check_fingerprint(expected, strict)
+                        except WeightSyncError as e:
+                            failure = str(e)
+                    torch.distributed.gather_object(failure, None, dst=self.host,
+                                                    group=self.group)
+                    failure = None
+                elif failure is None:
+                    method = {_RELEASE: "release_file", _WRITTEN: "weights_written",
+                              _INVALIDATE: "invalidate"}[code]
+                    getattr(self.local, method)(*(() if payload is None or code == _RELEASE
+                                                  else (payload,)))
+            except WeightSyncError as e:
+                failure = str(e)
+
+
+def _shm_dir() -> str:
+    from mindrl.engines.shm_region import SHM_DIR
+
+    return SHM_DIR
+
+
+def build_relay(engines: Sequence[Any], engine_nodes: Sequence[str], is_host: bool,
+                active: bool):
+    """Collective over the actor's ranks: (host target or None, this rank's receiver or
+    None). `active`: this rank takes part in the sync. The host's target is an EngineFanout
+    over its node's engines, wrapped in a RelayTarget when other nodes have engines."""
+    from mindrl.weight_sync.engine_fanout import EngineFanout
+
+    infos: List[Any] = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(infos, (this_node(), active, is_host))
+    rank_nodes = [node for node, _, _ in infos]
+    host_rank = next(r for r, (_, _, host) in enumerate(infos) if host)
+    active_ranks = [r for r, (_, on, _) in enumerate(infos) if on]
+    plan = plan_relay(rank_nodes, engine_nodes, host_rank, active_ranks)
+    ranks = [host_rank] + plan.group_ranks
+    group = torch.distributed.new_group(ranks) if plan.receivers else None   # all ranks call
+    rank = torch.distributed.get_rank()
+    receiver = None
+    if rank in plan.group_ranks:
+        node = next(n for n, r in plan.receivers.items() if r == rank)
+        local = EngineFanout([engines[i] for i in plan.remote_engines[node]])
+        receiver = RelayReceiver(local, group, host_rank)
+    target = None
+    if is_host:
+        local = EngineFanout([engines[i] for i in plan.local_engines])
+        if plan.receivers:
+            order = sorted(plan.receivers, key=plan.receivers.get)
+            target = RelayTarget(local, group, host_rank, order)
+        else:
+            target = local
+    return target, receiver
+
+
+def this_node() -> str:
+    """The Ray node id of this process (nodes may share an IP); the machine's when outside
+    Ray."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return ray.get_runtime_context().get_node_id()
+    except Exception:
+        pass
+    from mindrl.engines.shm_region import node_id
+
+    return f"host-{node_id()}"
