@@ -14,8 +14,9 @@ named by `cpu_weights`; `ratio_to_floor_<mode>` gives each.
 
 Four ranks (spawn_local) build a random-init Megatron model at TP x PP; rank 0 hosts vLLM in
 its child process (VLLMEngineProcess, random "dummy" weights, no checkpoint on disk) and is
-the resharding host. Per bucket size: one cold sync, then timed warm syncs (median), then one
-verified sync (fingerprints of everything sent, compared with vLLM's afterwards).
+the resharding host. Per bucket size: one cold sync, then warm syncs and verified syncs in
+turn (fingerprints of everything sent, compared with vLLM's afterwards), the median of each;
+`verify_overhead` = verified / unverified - 1 (goal <= 0.05: verification on by default).
 The floor (`floor_s`, "memcpy, N writers"): the same number of bytes copied by as many writer
 processes as the sync has, the TP x PP ranks (4 by default), each copying its 1/N share
 between two warm private buffers in chunks of bucket/N, started together after a barrier and
@@ -158,9 +159,9 @@ def rank_body(rank, world, spec, hf_dir, tp, pp, bucket_mbs, warm_repeats,
         for bucket_mb in bucket_mbs:
             resharder = Resharder(engine.model, spec, target=vllm, bucket_mb=bucket_mb,
                                   keep_buffer=keep_buffer)
-            run = {"bucket_mb": bucket_mb, "warm": []}
-            for i in range(warm_repeats + 2):   # cold, warm..., verified
-                verify = i == warm_repeats + 1
+            run = {"bucket_mb": bucket_mb, "warm": [], "verified_runs": []}
+            for i in range(1 + 2 * warm_repeats):   # cold, then warm and verified in turn
+                verify = i > 0 and i % 2 == 0
                 torch.distributed.barrier()
                 meter = PeakRSS([os.getpid(), vllm.process.pid]) if vllm else None
                 if meter:
@@ -171,11 +172,10 @@ def rank_body(rank, world, spec, hf_dir, tp, pp, bucket_mbs, warm_repeats,
                     meter.__exit__()
                     entry = {"stats": dataclasses.asdict(stats), "host_extra": meter.extra[0],
                              "vllm_extra": meter.extra[1]}
-                    key = "cold" if i == 0 else "verified" if verify else None
-                    if key:
-                        run[key] = entry
+                    if i == 0:
+                        run["cold"] = entry
                     else:
-                        run["warm"].append(entry)
+                        run["verified_runs" if verify else "warm"].append(entry)
             sent = torch.tensor([stats.bytes if rank == 0 else 0], dtype=torch.int64)
             torch.distributed.broadcast(sent, 0)     # the bytes rank 0 counted for the sync
             floor_s = parallel_memcpy_seconds(int(sent.item()), int(bucket_mb * MIB))
@@ -290,7 +290,7 @@ def main(argv=None):
     ap.add_argument("--tp", type=int, default=2)
     ap.add_argument("--pp", type=int, default=2)
     ap.add_argument("--bucket-mb", default="512", help="comma-separated bucket sizes")
-    ap.add_argument("--repeats", type=int, default=2, help="warm syncs per bucket size")
+    ap.add_argument("--repeats", type=int, default=2, help="warm syncs (and as many verified ones) per bucket size")
     ap.add_argument("--cpu-weights", default="packed,shared",
                     help="comma-separated vLLM CPU weight modes, one spawn each: packed "
                          "(oneDNN; each sync repacks), plain (one copy per sync into vLLM's "
@@ -366,11 +366,14 @@ def main(argv=None):
                "floor_s": round(best["floor_s"], 4), "floor_writers": best["writers"],
                "memcpy_1thread_s": round(best["memcpy_1thread_s"], 4),
                "peak_extra_mib": round(best["peak_extra_mib"], 1),
-               "bucket_mb": best["bucket_mb"], "bytes": best["bytes"]}
+               "bucket_mb": best["bucket_mb"], "bytes": best["bytes"],
+               "verify_overhead": round(best["verify_overhead"], 3),
+               "verify_overhead_goal": "<= 0.05 (verified sync / unverified - 1)"}
     for mode in results:     # each mode's figures at the largest bucket
         row = [r for r in rows if r["cpu_weights"] == mode][-1]
         summary[f"ratio_to_floor_{mode}"] = round(row["ratio_to_floor"], 2)
         summary[f"peak_extra_mib_{mode}"] = round(row["peak_extra_mib"], 1)
+        summary[f"verify_overhead_{mode}"] = round(row["verify_overhead"], 3)
     summary["runs"] = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
                        for r in rows]
     print(json.dumps(summary))
@@ -391,7 +394,12 @@ def summarize(run) -> dict:
             "ratio_to_floor": warm_s / run["floor_s"],
             "gather_s": mid["gather_seconds"], "pack_s": mid["pack_seconds"],
             "load_s": mid["load_seconds"],
-            "verify_s": run["verified"]["stats"]["verify_seconds"],
+            "verify_s": statistics.median(v["stats"]["verify_seconds"]
+                                          for v in run["verified_runs"]),
+            "verified_sync_s": statistics.median(v["stats"]["seconds"]
+                                                 for v in run["verified_runs"]),
+            "verify_overhead": statistics.median(v["stats"]["seconds"]
+                                                 for v in run["verified_runs"]) / warm_s - 1,
             "peak_extra_mib": host_extra / MIB, "vllm_peak_extra_mib": vllm_extra / MIB}
 
 
