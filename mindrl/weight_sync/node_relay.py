@@ -13,9 +13,9 @@ A verified sync covers every node: the host sends its expected fingerprints, eac
 has its node's engines check them, and the answers come back to the host, which names the
 node and engine of a mismatch. The receivers' loop ends with the host's `finish`.
 
-Layout rule (checked when the sync is built): each remote node with engines needs such a
-receiver, so replica 0's model-parallel group (the ranks that take part) lies on one node;
-`plan_relay` refuses other layouts, naming the node.
+A receiver takes the buckets in a thread of its own, so a rank that also sends its shards in
+the same sync (replica 0's TP x PP group spanning nodes, as the 32B recipe's pipeline does)
+can receive without the two waiting on each other; the relay has a process group of its own.
 """
 
 from __future__ import annotations
@@ -50,8 +50,9 @@ class RelayPlan:
 
 def plan_relay(rank_nodes: Sequence[str], engine_nodes: Sequence[str], host_rank: int,
                active_ranks: Sequence[int]) -> RelayPlan:
-    """Pure: rank_nodes[r] is global rank r's node, engine_nodes[e] engine e's; the active
-    ranks take part in the sync (replica 0's model-parallel group) and cannot receive."""
+    """Pure: rank_nodes[r] is global rank r's node, engine_nodes[e] engine e's. A node's
+    receiver is its lowest rank that takes no part in sending (another replica's), else its
+    lowest rank (it receives in a thread of its own while it sends: `RelayReceiver.start`)."""
     host_node = rank_nodes[host_rank]
     by_node: Dict[str, List[int]] = {}
     for index, node in enumerate(engine_nodes):
@@ -60,14 +61,12 @@ def plan_relay(rank_nodes: Sequence[str], engine_nodes: Sequence[str], host_rank
     for node, engines in by_node.items():
         if node == host_node:
             continue
-        free = [r for r, n in enumerate(rank_nodes) if n == node and r not in active_ranks]
-        if not free:
-            raise WeightSyncError(
-                f"rollout engines {engines} are on node {node[:8]}, where every actor rank "
-                f"takes part in the sync (replica 0's TP x PP group spans nodes); place one "
-                f"data-parallel replica's TP x PP ranks on one node (TP x PP <= devices per "
-                f"node) so another replica's rank there can receive the weights")
-        receivers[node], remote[node] = free[0], tuple(engines)
+        here = [r for r, n in enumerate(rank_nodes) if n == node]
+        if not here:
+            raise WeightSyncError(f"rollout engines {engines} are on node {node[:8]}, which "
+                                  f"has no actor rank to receive their weights")
+        free = [r for r in here if r not in active_ranks]
+        receivers[node], remote[node] = (free or here)[0], tuple(engines)
     return RelayPlan(host_node, tuple(by_node.get(host_node, ())), receivers, remote)
 
 
@@ -171,6 +170,26 @@ class RelayReceiver:
             self._region = None
             region = self._region = SharedRegion(self.path, numel, dtype, create=True)
         return region.tensor
+
+    def start(self) -> None:
+        """serve() in a thread: this rank may be sending its own shards meanwhile."""
+        import threading
+
+        self._error: Optional[BaseException] = None
+
+        def run() -> None:
+            try:
+                self.serve()
+            except BaseException as e:      # handed to join()
+                self._error = e
+
+        self._thread = threading.Thread(target=run, name="weight-relay", daemon=True)
+        self._thread.start()
+
+    def join(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
 
     def serve(self) -> None:
         """One sync's worth of the host's messages; an engine's failure is kept and given

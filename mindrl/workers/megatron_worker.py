@@ -126,9 +126,12 @@ class MegatronWorker:
                                    bucket_mb=bucket_mb)
 
     def sync_weights(self, verify: bool = False):
+        receiver = getattr(self, "relay_receiver", None)
+        if receiver is not None:      # this node's engines, fed while this rank sends
+            receiver.start()
         stats = self.resharder.sync(verify=verify)
-        if getattr(self, "relay_receiver", None) is not None:
-            self.relay_receiver.serve()
+        if receiver is not None:
+            receiver.join()
         return stats if self.resharder.is_host else None
 
     def shutdown(self) -> None:

@@ -1,8 +1,10 @@
 """A run across two Ray nodes (ray.cluster_utils.Cluster on one machine: two raylets, one IP),
-reached through RAY_ADDRESS as a user reaches `ray start` nodes. Actor DP2 puts one rank and
-one rollout engine on each node; the engine on the far node gets its weights through that
-node's receiver over the collective backend (weight_sync/node_relay.py), verified on every
-sync, and the run's metrics equal a one-node run of the same recipe."""
+reached through RAY_ADDRESS as a user reaches `ray start` nodes. Actor PP2 puts one pipeline
+stage and one rollout engine on each node; the engine on the far node gets its weights through
+that node's receiver over the collective backend (weight_sync/node_relay.py), which is also
+the rank sending its stage's shards in the same sync (it receives in a thread of its own, as
+on the 32B recipe's nodes), verified on every sync; the run's metrics equal a one-node run of
+the same recipe."""
 
 import os
 
@@ -10,7 +12,8 @@ import pytest
 from grpo_runs import metrics, train
 
 LAYOUT = ("megatron_training.train_iters=2", "rl_config.save_freq=2",
-          "rl_config.actor_resource.num_cpus=2", "rl_config.colocate_actor_ref=true",
+          "rl_config.actor_resource.num_cpus=2", "+actor_config.pipeline_model_parallel_size=2",
+          "rl_config.colocate_actor_ref=true",
           "rl_config.reference_resource.num_cpus=2", "generate_config.verify_sync=every",
           "rl_config.val_data_path=null")
 NOT_COMPARED = ("timing_s/", "perf/time_per_step", "perf/throughput", "weight_sync/relayed")

@@ -1,5 +1,5 @@
-"""Who feeds which engines across nodes: the host its own node's, one free actor rank per
-other node the rest; a node where every rank takes part in the sync is refused by name."""
+"""Who feeds which engines across nodes: the host its own node's, one actor rank per other
+node the rest (one that does not send when there is one)."""
 
 import pytest
 
@@ -22,8 +22,14 @@ def test_one_node_needs_no_relay():
     assert plan.receivers == {} and plan.local_engines == (0, 1)
 
 
-def test_a_node_of_only_sending_ranks_is_refused_naming_it():
-    # Replica 0's pipeline spans nodes a and b: every rank on b sends its stage.
-    with pytest.raises(WeightSyncError, match=r"rollout engines \[1\] are on node b, where "
-                                              r"every actor rank takes part in the sync"):
-        plan_relay(["a", "b"], ["a", "b"], host_rank=0, active_ranks=[0, 1])
+def test_a_node_of_only_sending_ranks_receives_on_one_of_them():
+    # 32B in miniature: replica 0's pipeline spans nodes a and c; node c's ranks all send.
+    ranks = ["a", "a", "b", "b", "c", "c", "d", "d"]     # rank = tp + 2 x (dp + 2 x pp)
+    plan = plan_relay(ranks, ["a", "b", "c", "d"], host_rank=0, active_ranks=[0, 1, 4, 5])
+    assert plan.receivers == {"b": 2, "c": 4, "d": 6}
+
+
+def test_a_node_without_actor_ranks_is_refused_naming_it():
+    with pytest.raises(WeightSyncError, match=r"rollout engines \[1\] are on node b, which has "
+                                              "no actor rank"):
+        plan_relay(["a", "a"], ["a", "b"], host_rank=0, active_ranks=[0])

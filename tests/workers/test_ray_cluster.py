@@ -98,3 +98,4 @@ def test_an_address_that_does_not_answer_fails_fast_naming_it():
     with pytest.raises(ConnectionError, match=r"RAY_ADDRESS=127\.0\.0\.1:9 does not answer"):
         check_address("127.0.0.1:9")
     assert time.perf_counter() - start < 30
+
