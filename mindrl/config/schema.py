@@ -215,7 +215,7 @@ class GenerateConfig:
     # Which weight syncs are verified (every engine's fingerprints against the tensors sent;
     # a mismatch stops the run naming the tensor and the engine): every sync, the first of
     # each run (the start, where a wrong mapping shows), or none.
-    verify_sync: Literal["every", "first", "off"] = "first"
+    verify_sync: Literal["every", "first", "off"] = "every"
     # MindSpeed-RL keys (config/ported.py), accepted at the value MindRL implements only.
     torchair_graph: bool = False          # false only: no torchair graph mode
     enable_expert_parallel: bool = False  # false only: no MoE model yet

@@ -374,6 +374,41 @@ class GRPOTrainer:
         freq = self.rl.val_freq
         return bool(freq) and (step % freq == 0 or step == self.run.megatron_training.train_iters)
 
+    def _checkpoint_reference(self):
+        """The engines' fingerprints before the first sync of a fresh run, when the actor's
+        `load:` was converted from the HF directory vLLM loaded: both sides then hold the same
+        checkpoint, so the sync must leave vLLM's weights as they are. A mapping-free check of
+        mindrl/ckpt/mapping.py (the verified sync only checks vLLM holds what was sent)."""
+        import ray
+
+        from mindrl.ckpt.mcore_io import read_model_info, resolve_checkpoint_dir
+
+        cfg = self.run.actor_config
+        if self.gen.verify_sync == "off" or not cfg.load:
+            return None
+        source = read_model_info(resolve_checkpoint_dir(cfg.load)).extra.get("source", {})
+        hf_dir = source.get("hf_dir") if isinstance(source, dict) else None
+        if not hf_dir or Path(hf_dir).resolve() != Path(cfg.tokenizer_name_or_path).resolve():
+            self.log(f"first sync not checked against the checkpoint: {cfg.load} was converted "
+                     f"from {hf_dir or 'an unrecorded directory'}, vLLM loaded "
+                     f"{cfg.tokenizer_name_or_path}")
+            return None
+        found = ray.get(self.rollout.engines[0].fingerprint.remote())
+        return {name: d if d.dim() == 1 else d[0] for name, d in found.items()}
+
+    def _check_first_sync(self, reference) -> None:
+        from mindrl.engines.vllm_engine import WeightSyncError
+        from mindrl.weight_sync.engine_fanout import EngineFanout
+
+        try:
+            EngineFanout(self.rollout.engines).check_fingerprint(reference, strict=True)
+        except WeightSyncError as e:
+            raise WeightSyncError(
+                f"the first weight sync changed weights that vLLM and the actor both loaded from "
+                f"{self.run.actor_config.tokenizer_name_or_path}: the HF <-> mcore mapping "
+                f"(mindrl/ckpt/mapping.py) sends them wrong, or actor_config.load is not that "
+                f"checkpoint's conversion; nothing was generated. {e}") from None
+
     # ------------------------------------------------------------------ loop
 
     def fit(self) -> List[Dict[str, float]]:
@@ -383,7 +418,10 @@ class GRPOTrainer:
         try:
             start = self._resume()
             self.tracker.rewind(start)        # drop rows of steps a crash lost
+            reference = self._checkpoint_reference() if start == 0 else None
             self.weights.sync()               # vLLM starts from the actor's exact weights
+            if reference is not None:
+                self._check_first_sync(reference)
             total = self.run.megatron_training.train_iters
             save_freq = self.rl.save_freq or self.run.megatron_training.save_interval
             log_interval = self.run.actor_config.log_interval

@@ -48,9 +48,11 @@ def train(work: Path, run_dir: Path, *overrides: str, timeout: int = 900,
     return proc
 
 
-def start(work: Path, run_dir: Path, *overrides: str, stdout=subprocess.PIPE):
-    """The run in the background (a test that kills or watches it); stderr is piped."""
-    cmd, env = _command(work, run_dir, overrides)
+def start(work: Path, run_dir: Path, *overrides: str, stdout=subprocess.PIPE, env=None):
+    """The run in the background (a test that kills or watches it); stderr is piped; `env`
+    adds variables."""
+    cmd, base = _command(work, run_dir, overrides)
+    env = {**base, **(env or {})}
     return subprocess.Popen(cmd, env=env, cwd=str(work), stdout=stdout,
                             stderr=subprocess.PIPE, text=True)
 

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -94,6 +95,21 @@ def test_resume_honours_no_save_optim_and_no_load_optim(work, straight):
     assert got[:2] == straight[:2]
     assert got[2]["actor/grad_norm"] == straight[2]["actor/grad_norm"]   # same weights
     assert got[3]["actor/pg_loss"] != straight[3]["actor/pg_loss"]       # another update
+
+
+def test_a_wrong_mapping_entry_stops_the_run_at_the_first_sync_naming_it(work):
+    """gate_proj / up_proj swapped in the mapping the actor's ranks sync with (a test hook on
+    PYTHONPATH; the checkpoint was converted right): the first sync, checked against the
+    checkpoint both sides loaded, stops the run before anything is generated, naming them."""
+    hook = Path(__file__).resolve().parents[1] / "support" / "swapped_mapping"
+    run_dir = work / "runs" / "swapped"
+    env_path = os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")]))
+    proc = start(work, run_dir, "megatron_training.train_iters=1", env={"PYTHONPATH": env_path})
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 3, err[-3000:]
+    assert "the first weight sync changed weights that vLLM and the actor both loaded" in err
+    assert "mlp.gate_proj.weight" in err and "mlp.up_proj.weight" in err
+    assert not (run_dir / "metrics.jsonl").exists() or metrics(run_dir) == []
 
 
 def _alive(pid: int) -> bool:
