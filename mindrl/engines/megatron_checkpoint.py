@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from mindrl import device
-from mindrl.engines import checkpoint_recipe, layout_change
+from mindrl.engines import checkpoint_recipe, checkpoint_vocab, layout_change
 
 LATEST = "latest_checkpointed_iteration.txt"
 # The distributed optimizer's checkpoint format. fully_reshardable stores Adam's moments in
@@ -207,6 +207,16 @@ def _load_optimizer(optimizer, loaded) -> None:
             inner[p]["step"] = step
 
 
+def _saved_shapes(ckpt_dir) -> Dict[str, Tuple[int, ...]]:
+    """{tensor key: global shape} from the checkpoint's (safely read) DCP metadata."""
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    from mindrl.ckpt.safe_metadata import load_metadata
+
+    keys = load_metadata(Path(ckpt_dir) / ".metadata").state_dict_metadata
+    return {k: tuple(md.size) for k, md in keys.items() if isinstance(md, TensorStorageMetadata)}
+
+
 def saved_layout_and_format(ckpt_dir) -> Tuple[Optional[Dict[str, int]], str]:
     """(layout, optimizer format) a checkpoint was saved with: from its recipe, or for an
     older checkpoint from its tensor keys (layout None when they do not tell)."""
@@ -246,7 +256,10 @@ def load(module, optimizer, scheduler, ckpt_dir, load_optim: bool = True,
     request = sharded_state(module, optimizer, ps, load_optim, load_rng, is_loading=True,
                             optim_format=(LEGACY_OPTIM_FORMAT if saved_format == LEGACY_OPTIM_FORMAT
                                           else OPTIM_FORMAT))
+    # Vocab rows can differ between layouts (padding is a multiple of TP): read those shared.
+    fixes = checkpoint_vocab.fit_vocab_rows(request, _saved_shapes(ckpt_dir))
     loaded = dist_checkpointing.load(request, str(ckpt_dir))
+    checkpoint_vocab.finish_vocab_rows(loaded, fixes)
     module.load_state_dict(loaded["model"], strict=False)
     if load_optim:
         # fp32: the optimizer's main params are views of the model params (PLATFORM_NOTES).

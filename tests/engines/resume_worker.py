@@ -25,7 +25,8 @@ def _gather_full(engine, local_by_param):
         t = local_by_param[p].detach().clone()
         parts = [torch.empty_like(t) for _ in range(tp)]
         torch.distributed.all_gather(parts, t, group=ps.get_tensor_model_parallel_group())
-        local[full_name] = mapping.gather(rule, parts)
+        full = mapping.gather(rule, parts)
+        local[full_name] = full[:spec.vocab_size] if rule.vocab else full   # padding is per TP
     gathered = [None] * torch.distributed.get_world_size()
     torch.distributed.all_gather_object(gathered, local)
     merged = {}
