@@ -124,12 +124,12 @@ def _restore_adam_steps(optimizer, step: Optional[float]) -> None:
 
 
 def sharded_state(module, optimizer, ps, with_optim: bool, with_rng: bool,
-                  is_loading: bool, optim_format: str = OPTIM_FORMAT) -> Dict[str, Any]:
+                  is_loading: bool, optim_format: Optional[str] = None) -> Dict[str, Any]:
     state: Dict[str, Any] = {"model": module.sharded_state_dict()}
     if with_optim and optimizer is not None:
         state["optimizer"] = optimizer.sharded_state_dict(
             state["model"], is_loading=is_loading,
-            metadata={"distrib_optim_sharding_type": optim_format})
+            metadata={"distrib_optim_sharding_type": optim_format or OPTIM_FORMAT})
     if with_rng:
         state["rng_state"] = _rng_object(ps)
     return state
@@ -141,7 +141,7 @@ def current_layout(ps) -> Dict[str, int]:
                                     ps.get_data_parallel_world_size())
 
 
-def optim_format(optimizer) -> str:
+def _format_of(optimizer) -> str:
     distributed = any(hasattr(o, "load_parameter_state_from_fully_reshardable")
                       for o in getattr(optimizer, "chained_optimizers", [optimizer]))
     return OPTIM_FORMAT if distributed else MODEL_SPACE
@@ -171,7 +171,7 @@ def save(module, optimizer, scheduler, save_dir, iteration: int, extra: Dict[str
     if _is_rank0():
         checkpoint_recipe.write_recipe(tmp, {
             **(recipe or {}), "layout": current_layout(ps),
-            "optimizer_format": optim_format(optimizer) if optimizer is not None else None})
+            "optimizer_format": _format_of(optimizer) if optimizer is not None else None})
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)

@@ -106,3 +106,43 @@ def resume_at_other_layouts(rank, world, spec, full_by_tp, batches, changes, sav
             "final_diff": diff(final, after), "notes": meta["notes"],
             "exp_avg_max": max(t.abs().max().item() for t in saved[1]["exp_avg"].values())}
     return out if rank == 0 else None
+
+
+def old_checkpoint_at_another_layout(rank, world, spec, full_by_tp, batch, save_dir):
+    """A checkpoint as written before this change (dp_reshardable optimizer, no recipe) at
+    TP2, loaded at TP1 DP2: the error message on rank 0 (None if it loaded)."""
+    import os
+
+    from megatron.core import parallel_state as ps
+
+    from mindrl.engines import checkpoint_recipe, megatron_checkpoint
+
+    engine = _engine(spec, full_by_tp, 2, 1, True)
+    _step_losses(engine, [batch])
+    real = megatron_checkpoint.OPTIM_FORMAT
+    megatron_checkpoint.OPTIM_FORMAT = megatron_checkpoint.LEGACY_OPTIM_FORMAT
+    try:
+        path = engine.save_checkpoint(save_dir, 1)
+    finally:
+        megatron_checkpoint.OPTIM_FORMAT = real
+    if rank == 0:
+        os.remove(path / checkpoint_recipe.RECIPE_FILE)
+    torch.distributed.barrier()
+    ps.destroy_model_parallel()
+
+    engine = _engine(spec, full_by_tp, 1, 1, True)
+    try:
+        engine.load_checkpoint(path)
+        error = None
+    except ValueError as e:
+        error = str(e)
+    ps.destroy_model_parallel()
+    return error if rank == 0 else None
+
+
+def resume_checks(rank, world, spec, full_by_tp, batches, changes, save_dir):
+    """Both bodies in one spawn (imports dominate a spawn's cost)."""
+    return {"changes": resume_at_other_layouts(rank, world, spec, full_by_tp, batches, changes,
+                                               f"{save_dir}/changes"),
+            "old": old_checkpoint_at_another_layout(rank, world, spec, full_by_tp, batches[0],
+                                                    f"{save_dir}/old")}
