@@ -30,7 +30,8 @@ def layout(tp: int, pp: int, dp: int) -> Dict[str, int]:
 
 
 def describe_layout(lay: Mapping[str, Any]) -> str:
-    return f"TP{lay.get('tp', '?')} PP{lay.get('pp', '?')} DP{lay.get('dp', '?')}"
+    """"TP2 PP1 DP1"; a size the record lacks is left out (older checkpoints know no DP)."""
+    return " ".join(f"{k.upper()}{lay[k]}" for k in ("tp", "pp", "dp") if k in lay)
 
 
 def model_recipe(spec) -> Dict[str, Any]:

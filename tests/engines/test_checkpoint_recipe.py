@@ -93,3 +93,21 @@ def test_an_old_dp_reshardable_optimizer_at_another_layout_is_refused_up_front()
         assert text in msg
     # Without the optimizer state the weights reshard fine.
     assert not plan_load(TP2, "dp_reshardable", TP1_DP2, False, True, "c").load_rng
+
+
+def test_check_resume_warns_and_refuses_before_any_worker_starts(tmp_path):
+    from mindrl.engines.resume_check import check_resume
+
+    run = load_recipe("grpo_tiny_cpu", cluster=ClusterResources("cpu", 2))
+    current = run_recipe(run)
+    write_recipe(tmp_path, {**current, "global_batch_size": current["global_batch_size"] * 2,
+                            "optimizer_format": "fully_reshardable"})
+    lines = check_resume(tmp_path, run, True, True)
+    assert len(lines) == 1 and (f"global_batch_size: {current['global_batch_size'] * 2} -> "
+                                f"{current['global_batch_size']}") in lines[0]
+    other = dict(current["layout"], tp=current["layout"]["tp"] * 2, dp=1)
+    write_recipe(tmp_path, {**current, "layout": other, "optimizer_format": "dp_reshardable"})
+    with pytest.raises(ValueError, match="dp_reshardable format"):
+        check_resume(tmp_path, run, True, True)
+    lines = check_resume(tmp_path, run, False, True)      # weights only: reshards, RNG fresh
+    assert lines[0].startswith("resharding") and lines[1].startswith("RNG state")
