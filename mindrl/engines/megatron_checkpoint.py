@@ -253,9 +253,10 @@ def load(module, optimizer, scheduler, ckpt_dir, load_optim: bool = True,
     load_rng = plan.load_rng
     if load_optim:
         ensure_optimizer_state(optimizer)
+    # Request what was saved: a legacy DP-bucket state (same TP/PP), else model space.
+    fmt = LEGACY_OPTIM_FORMAT if saved_format == LEGACY_OPTIM_FORMAT else OPTIM_FORMAT
     request = sharded_state(module, optimizer, ps, load_optim, load_rng, is_loading=True,
-                            optim_format=(LEGACY_OPTIM_FORMAT if saved_format == LEGACY_OPTIM_FORMAT
-                                          else OPTIM_FORMAT))
+                            optim_format=fmt)
     # Vocab rows can differ between layouts (padding is a multiple of TP): read those shared.
     fixes = checkpoint_vocab.fit_vocab_rows(request, _saved_shapes(ckpt_dir))
     loaded = dist_checkpointing.load(request, str(ckpt_dir))

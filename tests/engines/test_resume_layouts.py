@@ -5,7 +5,6 @@ covers every change (each spawn costs ~10 s of imports)."""
 import dataclasses
 
 import pytest
-import torch
 
 from mindrl.ckpt import mapping
 from mindrl.distributed import spawn_local
