@@ -12,15 +12,22 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
 from mindrl import device
+from mindrl.engines import checkpoint_recipe, checkpoint_vocab, layout_change
 
 LATEST = "latest_checkpointed_iteration.txt"
-# The distributed optimizer format that loads on CPU/gloo (PLATFORM_NOTES).
-OPTIM_METADATA = {"distrib_optim_sharding_type": "dp_reshardable"}
+# The distributed optimizer's checkpoint format. fully_reshardable stores Adam's moments in
+# model space (one tensor per parameter, named as the model's), so a save loads at any
+# TP/PP/DP; dp_reshardable (what checkpoints before it used) stores flat DP buffers that only
+# load at the TP/PP they were saved at. The non-distributed optimizer always saves in model
+# space.
+OPTIM_FORMAT = "fully_reshardable"
+LEGACY_OPTIM_FORMAT = layout_change.LEGACY_OPTIM_FORMAT
+MODEL_SPACE = "model_space"
 
 
 def iteration_dir(save_dir, iteration: int) -> Path:
@@ -117,19 +124,34 @@ def _restore_adam_steps(optimizer, step: Optional[float]) -> None:
 
 
 def sharded_state(module, optimizer, ps, with_optim: bool, with_rng: bool,
-                  is_loading: bool) -> Dict[str, Any]:
+                  is_loading: bool, optim_format: Optional[str] = None) -> Dict[str, Any]:
     state: Dict[str, Any] = {"model": module.sharded_state_dict()}
     if with_optim and optimizer is not None:
-        state["optimizer"] = optimizer.sharded_state_dict(state["model"], is_loading=is_loading,
-                                                          metadata=OPTIM_METADATA)
+        state["optimizer"] = optimizer.sharded_state_dict(
+            state["model"], is_loading=is_loading,
+            metadata={"distrib_optim_sharding_type": optim_format or OPTIM_FORMAT})
     if with_rng:
         state["rng_state"] = _rng_object(ps)
     return state
 
 
+def current_layout(ps) -> Dict[str, int]:
+    return checkpoint_recipe.layout(ps.get_tensor_model_parallel_world_size(),
+                                    ps.get_pipeline_model_parallel_world_size(),
+                                    ps.get_data_parallel_world_size())
+
+
+def _format_of(optimizer) -> str:
+    distributed = any(hasattr(o, "load_parameter_state_from_fully_reshardable")
+                      for o in getattr(optimizer, "chained_optimizers", [optimizer]))
+    return OPTIM_FORMAT if distributed else MODEL_SPACE
+
+
 def save(module, optimizer, scheduler, save_dir, iteration: int, extra: Dict[str, Any],
-         save_optim: bool = True, save_rng: bool = True) -> Path:
-    """Collective: every rank of the role calls it."""
+         save_optim: bool = True, save_rng: bool = True,
+         recipe: Optional[Dict[str, Any]] = None) -> Path:
+    """Collective: every rank of the role calls it. `recipe` (model shape, batch sizes) is
+    written beside the tensors with the layout and optimizer format (checkpoint_recipe)."""
     from megatron.core import dist_checkpointing
     from megatron.core import parallel_state as ps
 
@@ -147,6 +169,9 @@ def save(module, optimizer, scheduler, save_dir, iteration: int, extra: Dict[str
     dist_checkpointing.save(state, str(tmp))
     _barrier()
     if _is_rank0():
+        checkpoint_recipe.write_recipe(tmp, {
+            **(recipe or {}), "layout": current_layout(ps),
+            "optimizer_format": _format_of(optimizer) if optimizer is not None else None})
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
@@ -155,25 +180,94 @@ def save(module, optimizer, scheduler, save_dir, iteration: int, extra: Dict[str
     return final
 
 
+def _optimizer_pairs(optimizer, loaded) -> List[Tuple[Any, Any]]:
+    """(optimizer, its loaded state) for each chained optimizer (Megatron nests one level)."""
+    chained = getattr(optimizer, "chained_optimizers", [optimizer])
+    if len(chained) == 1:
+        return [(chained[0], loaded)]
+    return list(zip(chained, (v for _, v in sorted(loaded.items()))))
+
+
+def _load_optimizer(optimizer, loaded) -> None:
+    """optimizer.load_state_dict, except that a fully_reshardable parameter state is loaded
+    with the torch Adam `step` entries set aside: Megatron copies every per-param state entry
+    from the checkpoint's model-space tensors, which hold no `step` (KeyError 'step')."""
+    for opt, state in _optimizer_pairs(optimizer, loaded):
+        if not (isinstance(state, dict)
+                and state.get("param_state_sharding_type") == "fully_reshardable"):
+            opt.load_state_dict(state)
+            continue
+        param_state = state.pop("param_state")
+        state.pop("param_state_sharding_type")
+        opt.load_state_dict(state)          # param groups (lr, step, ...) only
+        inner = opt.optimizer.state
+        steps = {p: s.pop("step") for p, s in inner.items() if "step" in s}
+        opt.load_parameter_state_from_fully_reshardable(param_state)
+        for p, step in steps.items():
+            inner[p]["step"] = step
+
+
+def _saved_shapes(ckpt_dir) -> Dict[str, Tuple[int, ...]]:
+    """{tensor key: global shape} from the checkpoint's (safely read) DCP metadata."""
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    from mindrl.ckpt.safe_metadata import load_metadata
+
+    keys = load_metadata(Path(ckpt_dir) / ".metadata").state_dict_metadata
+    return {k: tuple(md.size) for k, md in keys.items() if isinstance(md, TensorStorageMetadata)}
+
+
+def saved_layout_and_format(ckpt_dir) -> Tuple[Optional[Dict[str, int]], str]:
+    """(layout, optimizer format) a checkpoint was saved with: from its recipe, or for an
+    older checkpoint from its tensor keys (layout None when they do not tell)."""
+    from mindrl.ckpt.safe_metadata import load_metadata
+
+    recipe = checkpoint_recipe.read_recipe(ckpt_dir)
+    if recipe is not None and recipe.get("layout"):
+        return recipe["layout"], recipe.get("optimizer_format") or MODEL_SPACE
+    keys = load_metadata(Path(ckpt_dir) / ".metadata").state_dict_metadata
+    fmt = (LEGACY_OPTIM_FORMAT if any(k.startswith("optimizer.distributed.") for k in keys)
+           else MODEL_SPACE)
+    for key in keys:   # ShardedObject "rng_state" of shape (PP, TP): rng_state/shard_p.t_PP.TP
+        if key.startswith("rng_state/shard_"):
+            pp, tp = key.rsplit("_", 1)[1].split(".")
+            return {"tp": int(tp), "pp": int(pp)}, fmt
+    return None, fmt
+
+
 def load(module, optimizer, scheduler, ckpt_dir, load_optim: bool = True,
          load_rng: bool = True) -> Dict[str, Any]:
-    """Restore model (+ optimizer, rng, scheduler) in place; returns iteration and extra."""
+    """Restore model (+ optimizer, rng, scheduler) in place, at this process's layout
+    whatever the saved one (layout_change); returns iteration, extra and notes (what a
+    layout change left fresh)."""
     from megatron.core import dist_checkpointing
     from megatron.core import parallel_state as ps
 
     from mindrl.ckpt.safe_metadata import check_checkpoint_metadata
 
     check_checkpoint_metadata(ckpt_dir)  # restricted unpickler first: Megatron's is not
-    if load_optim and optimizer is not None:
+    load_optim = load_optim and optimizer is not None
+    saved_layout, saved_format = saved_layout_and_format(ckpt_dir)
+    plan = layout_change.plan_load(saved_layout, saved_format, current_layout(ps), load_optim,
+                                   load_rng, ckpt_dir)
+    load_rng = plan.load_rng
+    if load_optim:
         ensure_optimizer_state(optimizer)
-    request = sharded_state(module, optimizer, ps, load_optim, load_rng, is_loading=True)
+    # Request what was saved: a legacy DP-bucket state (same TP/PP), else model space.
+    fmt = LEGACY_OPTIM_FORMAT if saved_format == LEGACY_OPTIM_FORMAT else OPTIM_FORMAT
+    request = sharded_state(module, optimizer, ps, load_optim, load_rng, is_loading=True,
+                            optim_format=fmt)
+    # Vocab rows can differ between layouts (padding is a multiple of TP): read those shared.
+    fixes = checkpoint_vocab.fit_vocab_rows(request, _saved_shapes(ckpt_dir))
     loaded = dist_checkpointing.load(request, str(ckpt_dir))
+    checkpoint_vocab.finish_vocab_rows(loaded, fixes)
     module.load_state_dict(loaded["model"], strict=False)
-    if load_optim and optimizer is not None:
+    if load_optim:
         # fp32: the optimizer's main params are views of the model params (PLATFORM_NOTES).
+        step = _saved_adam_step(loaded["optimizer"])
         with torch.no_grad():
-            optimizer.load_state_dict(loaded["optimizer"])
-        _restore_adam_steps(optimizer, _saved_adam_step(loaded["optimizer"]))
+            _load_optimizer(optimizer, loaded["optimizer"])
+        _restore_adam_steps(optimizer, step)
         if scheduler is not None and "scheduler" in loaded:
             scheduler.load_state_dict(loaded["scheduler"])
     if load_rng and "rng_state" in loaded:
@@ -181,4 +275,5 @@ def load(module, optimizer, scheduler, ckpt_dir, load_optim: bool = True,
 
         device.set_rng_state(loaded["rng_state"]["rng"])
         tensor_parallel.get_cuda_rng_tracker().set_states(loaded["rng_state"]["tracker"])
-    return {"iteration": loaded.get("iteration", 0), "extra": loaded.get("extra", {})}
+    return {"iteration": loaded.get("iteration", 0), "extra": loaded.get("extra", {}),
+            "notes": list(plan.notes)}

@@ -78,6 +78,7 @@ class MegatronEngine:
         from megatron.core import parallel_state as ps
 
         self.spec, self.parallel, self.pad_id = spec, parallel, pad_id
+        self.params_dtype = params_dtype
         self.micro_batch_size = micro_batch_size
         self.loss_cfg = loss or LossConfig()
         self.ps = ps
@@ -385,15 +386,21 @@ class MegatronEngine:
 
     def save_checkpoint(self, save_dir, iteration: int, extra: Optional[dict] = None,
                         save_optim: bool = True, save_rng: bool = True):
-        """Collective over the role's ranks; atomic (see megatron_checkpoint)."""
-        from mindrl.engines import megatron_checkpoint
+        """Collective over the role's ranks; atomic (see megatron_checkpoint). The recipe file
+        records the model shape, micro batch and dtype, plus extra["recipe"] (the trainer's
+        batch arithmetic), so a resume can name what changed (checkpoint_recipe)."""
+        from mindrl.engines import checkpoint_recipe, megatron_checkpoint
 
+        extra = extra or {}
+        recipe = {**extra.get("recipe", {}), "model": checkpoint_recipe.model_recipe(self.spec),
+                  "params_dtype": self.params_dtype, "micro_batch_size": self.micro_batch_size}
         return megatron_checkpoint.save(self.module, self.optimizer, self.scheduler, save_dir,
-                                        iteration, {"engine_iteration": self.iteration,
-                                                    **(extra or {})},
-                                        save_optim=save_optim, save_rng=save_rng)
+                                        iteration, {"engine_iteration": self.iteration, **extra},
+                                        save_optim=save_optim, save_rng=save_rng, recipe=recipe)
 
     def load_checkpoint(self, ckpt_dir, load_optim: bool = True, load_rng: bool = True) -> dict:
+        """At any TP/PP/DP (layout_change); meta["notes"] says what a layout change left
+        fresh (the RNG state)."""
         from mindrl.engines import megatron_checkpoint
 
         meta = megatron_checkpoint.load(self.module, self.optimizer, self.scheduler, ckpt_dir,

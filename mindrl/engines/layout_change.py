@@ -1,0 +1,56 @@
+"""Loading a training checkpoint at another TP/PP/DP layout: decided before any tensor is read.
+
+Model weights and (from the fully_reshardable format on) Adam's moments are stored as global,
+model-space tensors, so they load at any layout. Two things do not carry over, and are refused
+or skipped here with a message naming both layouts, instead of failing deep inside Megatron's
+loader (a KeyError for a distributed-optimizer bucket, a global shape mismatch):
+- a distributed optimizer saved in the older dp_reshardable format: flat per-bucket buffers,
+  which only load at the TP/PP they were saved at;
+- the RNG state: one stream per (PP, TP) rank, which maps onto nothing at another TP/PP
+  (Megatron-LM skips it there too).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Tuple
+
+from mindrl.engines.checkpoint_recipe import describe_layout
+
+RESHARDABLE_OPTIM_FORMATS = ("fully_reshardable", "model_space")
+LEGACY_OPTIM_FORMAT = "dp_reshardable"
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    optim_format: str       # the distributed optimizer format to request (what was saved)
+    load_rng: bool
+    notes: Tuple[str, ...] = ()
+
+
+def _model_parallel(lay: Mapping[str, Any]) -> Tuple[Any, Any]:
+    return lay.get("tp"), lay.get("pp")
+
+
+def plan_load(saved_layout: Optional[Mapping[str, Any]], saved_format: str,
+              current_layout: Mapping[str, Any], load_optim: bool, load_rng: bool,
+              ckpt_dir) -> LoadPlan:
+    """How to load `ckpt_dir` (saved at `saved_layout`, None when unknown: an older checkpoint
+    is then assumed to be at the current layout, as before) at `current_layout`."""
+    if saved_layout is None or _model_parallel(saved_layout) == _model_parallel(current_layout):
+        return LoadPlan(saved_format, load_rng)    # DP alone may change in every format
+    old, new = describe_layout(saved_layout), describe_layout(current_layout)
+    if load_optim and saved_format not in RESHARDABLE_OPTIM_FORMATS:
+        raise ValueError(
+            f"{ckpt_dir} was saved at {old} with its distributed-optimizer state in the "
+            f"{saved_format} format, which loads only at TP{saved_layout['tp']} "
+            f"PP{saved_layout['pp']}; this run is at {new}. Resume at "
+            f"actor_config.tensor_model_parallel_size={saved_layout['tp']} and "
+            f"pipeline_model_parallel_size={saved_layout['pp']} (save once there to get a "
+            f"reshardable checkpoint), or set actor_config.no_load_optim: true to keep the "
+            f"weights and start Adam afresh")
+    notes = ()
+    if load_rng:
+        notes = (f"RNG state of {ckpt_dir} not restored: saved at {old}, loading at {new}, and "
+                 f"its per-rank streams do not map across TP/PP layouts (fresh RNG state)",)
+    return LoadPlan(saved_format, False, notes)
