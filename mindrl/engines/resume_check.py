@@ -8,18 +8,25 @@ lines for the log.
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, NamedTuple
 
 from mindrl.engines import checkpoint_recipe, layout_change
 from mindrl.engines.megatron_checkpoint import saved_layout_and_format
 
 
-def check_resume(ckpt_dir, run, load_optim: bool, load_rng: bool) -> List[str]:
-    """Lines to log before resuming `run` (a RunConfig) from `ckpt_dir`; raises ValueError
-    when the checkpoint cannot be loaded at the run's layout."""
+class ResumeCheck(NamedTuple):
+    lines: List[str]      # to log: recipe keys changed, layout notes
+    load_rng: bool        # False when the layout changed (RNG streams are per rank)
+
+
+def check_resume(ckpt_dir, run, load_optim: bool, load_rng: bool) -> ResumeCheck:
+    """What to log before resuming `run` (a RunConfig) from `ckpt_dir`, and whether the RNG
+    state still loads; raises ValueError when the checkpoint cannot be loaded at the run's
+    layout."""
     current = checkpoint_recipe.run_recipe(run)
     saved_layout, saved_format = saved_layout_and_format(ckpt_dir)
     plan = layout_change.plan_load(saved_layout, saved_format, current["layout"], load_optim,
                                    load_rng, ckpt_dir)
-    return (checkpoint_recipe.resume_messages(checkpoint_recipe.read_recipe(ckpt_dir), current,
-                                              ckpt_dir) + list(plan.notes))
+    lines = (checkpoint_recipe.resume_messages(checkpoint_recipe.read_recipe(ckpt_dir), current,
+                                               ckpt_dir) + list(plan.notes))
+    return ResumeCheck(lines, plan.load_rng)

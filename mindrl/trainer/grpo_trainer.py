@@ -13,6 +13,7 @@ mindrl/algorithms. A rerun resumes from the latest complete checkpoint in actor_
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import time
@@ -142,14 +143,20 @@ class GRPOTrainer:
         """(step, checkpoint dir, parts) of the latest complete checkpoint in the save dir, or
         None; decided before any worker starts, so a part the checkpoint lacks fails fast."""
         from mindrl.engines.megatron_checkpoint import iteration_dir, latest_iteration
+        from mindrl.engines.resume_check import check_resume
         from mindrl.trainer.resume import held_parts, resume_parts
 
         iteration = latest_iteration(self.save_dir)
         if iteration is None or iteration == 0:
             return None
         ckpt, cfg = iteration_dir(self.save_dir, iteration), self.run.actor_config
-        return iteration, ckpt, resume_parts(held_parts(ckpt), cfg.no_load_optim,
-                                             cfg.no_load_rng, str(ckpt))
+        parts = resume_parts(held_parts(ckpt), cfg.no_load_optim, cfg.no_load_rng, str(ckpt))
+        found = check_resume(ckpt, self.run, parts.optimizer, parts.rng)   # layout, recipe
+        self.resume_lines = found.lines
+        if parts.rng and not found.load_rng:
+            parts = dataclasses.replace(parts, rng=False,
+                                        rng_reason="the parallel layout changed")
+        return iteration, ckpt, parts
 
     def _resume(self) -> int:
         if self.resume_plan is None:
@@ -158,14 +165,18 @@ class GRPOTrainer:
         meta = self.actor.call_rank0("load_checkpoint", str(ckpt), parts.optimizer, parts.rng)
         self.loader.load_state_dict(meta["extra"]["loader"])
         self.log(f"resumed from {ckpt} (step {iteration}): {parts.describe()}")
+        for line in self.resume_lines:
+            self.log(line)
         return iteration
 
     def _save(self, step: int) -> None:
+        from mindrl.engines.checkpoint_recipe import trainer_recipe
         from mindrl.engines.megatron_checkpoint import iteration_dir
 
         cfg = self.run.actor_config
         self.actor.call("save_checkpoint", str(self.save_dir), step,
-                        {"loader": self.loader.state_dict(), "step": step},
+                        {"loader": self.loader.state_dict(), "step": step,
+                         "recipe": trainer_recipe(self.run)},
                         not cfg.no_save_optim, not cfg.no_save_rng)
         limit = self.rl.save_limit
         if limit:

@@ -18,9 +18,11 @@ from typing import FrozenSet
 class ResumeParts:
     optimizer: bool
     rng: bool
+    rng_reason: str = "actor_config.no_load_rng: true"   # why the RNG starts fresh
 
     def describe(self) -> str:
-        skipped = [f"{part} (actor_config.no_load_{key}: true)"
+        reasons = {"optim": "actor_config.no_load_optim: true", "rng": self.rng_reason}
+        skipped = [f"{part} ({reasons[key]})"
                    for part, key, on in (("optimizer state", "optim", self.optimizer),
                                          ("RNG state", "rng", self.rng)) if not on]
         loaded = ["model", "data position"] + [p for p, on in (("optimizer state", self.optimizer),

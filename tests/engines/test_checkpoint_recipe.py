@@ -102,12 +102,14 @@ def test_check_resume_warns_and_refuses_before_any_worker_starts(tmp_path):
     current = run_recipe(run)
     write_recipe(tmp_path, {**current, "global_batch_size": current["global_batch_size"] * 2,
                             "optimizer_format": "fully_reshardable"})
-    lines = check_resume(tmp_path, run, True, True)
+    lines = check_resume(tmp_path, run, True, True).lines
     assert len(lines) == 1 and (f"global_batch_size: {current['global_batch_size'] * 2} -> "
                                 f"{current['global_batch_size']}") in lines[0]
     other = dict(current["layout"], tp=current["layout"]["tp"] * 2, dp=1)
     write_recipe(tmp_path, {**current, "layout": other, "optimizer_format": "dp_reshardable"})
     with pytest.raises(ValueError, match="dp_reshardable format"):
         check_resume(tmp_path, run, True, True)
-    lines = check_resume(tmp_path, run, False, True)      # weights only: reshards, RNG fresh
+    found = check_resume(tmp_path, run, False, True)      # weights only: reshards, RNG fresh
+    lines = found.lines
+    assert not found.load_rng
     assert lines[0].startswith("resharding") and lines[1].startswith("RNG state")

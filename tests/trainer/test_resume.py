@@ -39,3 +39,9 @@ def test_a_part_saved_without_is_refused_naming_the_keys(held, key):
                                          rf"\(actor_config.no_save_{key}: true\); set "
                                          rf"actor_config.no_load_{key}: true"):
         resume_parts(frozenset(held), False, False, "run/iter_0000002")
+
+
+def test_a_layout_change_names_its_own_reason():
+    parts = ResumeParts(True, False, rng_reason="the parallel layout changed")
+    assert parts.describe() == ("model, data position, optimizer state; fresh RNG state "
+                                "(the parallel layout changed)")
