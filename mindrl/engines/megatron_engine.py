@@ -362,7 +362,7 @@ class MegatronEngine:
                 "actor/ppo_kl", "rollout/logprob_diff_sum", "rollout/logprob_diff_count"]
         # On the device: the all-reduce below runs on nccl / hccl there.
         vec = torch.zeros(len(keys) + 1, device=device.current_device())   # sums, then a max
-        zero = vec[0]
+        zero = torch.zeros((), device=vec.device)   # not a view of vec: vec is summed into
         for item in losses or []:
             vec[:-1] += torch.stack([item.get(k, zero).float().reshape(()).to(vec.device)
                                      for k in keys])
