@@ -21,14 +21,23 @@ def work(tmp_path_factory):
     return tmp_path_factory.mktemp("work")
 
 
-def test_tp2_actor_with_reference_logs_every_metric(work):
-    """Actor TP2 on two devices with inference TP1: two rollout engines, as the plan says."""
+TP2_LAYOUT = ("+actor_config.tensor_model_parallel_size=2",
+              "rl_config.actor_resource.num_cpus=2", "rl_config.colocate_actor_ref=true")
+TP2_RUN = ("megatron_training.train_iters=3", "rl_config.save_freq=3",
+           "generate_config.verify_sync=every", *TP2_LAYOUT)
+
+
+@pytest.fixture(scope="module")
+def tp2_run(work):
     run_dir = work / "runs" / "tp2"
-    overrides = ("+actor_config.tensor_model_parallel_size=2",
-                 "rl_config.actor_resource.num_cpus=2", "rl_config.colocate_actor_ref=true")
-    train(work, run_dir, "megatron_training.train_iters=3", "rl_config.save_freq=3",
-          "generate_config.verify_sync=every", *overrides)
-    plan = train(work, run_dir, "+dry_run=true", *overrides).stdout
+    train(work, run_dir, *TP2_RUN)
+    return run_dir
+
+
+def test_tp2_actor_with_reference_logs_every_metric(work, tp2_run):
+    """Actor TP2 on two devices with inference TP1: two rollout engines, as the plan says."""
+    run_dir = tp2_run
+    plan = train(work, run_dir, "+dry_run=true", *TP2_LAYOUT).stdout
     assert "TP=1 PP=1 x 2 instance(s)" in plan, plan
     assert len(json.loads((run_dir / "workers.json").read_text())["rollout"]) == 2
     rows = metrics(run_dir)
@@ -47,6 +56,47 @@ def test_tp2_actor_with_reference_logs_every_metric(work):
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     assert (run_dir / "iter_0000003").is_dir()
     assert (run_dir / "latest_checkpointed_iteration.txt").read_text() == "3"
+
+
+@pytest.fixture(scope="module")
+def two_nodes():
+    """Two Ray nodes of one CPU each on this machine (two raylets, one IP), stopped after."""
+    from ray.cluster_utils import Cluster
+
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1,
+                                                            "include_dashboard": False})
+    cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    yield cluster
+    cluster.shutdown()
+
+
+def test_a_run_across_two_nodes_equals_one_node(work, tp2_run, two_nodes):
+    """The TP2 run again, across two Ray nodes reached through RAY_ADDRESS as a user reaches
+    `ray start` nodes: one actor rank and one rollout engine on each node. The far engine's
+    weights cross through that node's receiver over the collective backend
+    (weight_sync/node_relay.py; here the receiver is also TP rank 1, sending its shards in the
+    same sync from its main thread), verified on every sync; every metric but timings equals
+    the one-node run."""
+    from mindrl.config import load_recipe, make_plan
+    from mindrl.workers.ray_cluster import read_ray_cluster
+
+    cluster = read_ray_cluster(two_nodes.address)
+    plan = make_plan(load_recipe("grpo_tiny_cpu", list(TP2_RUN), cluster=cluster), cluster)
+    assert plan["roles"]["actor"]["rank_nodes"] == [0, 1]
+    assert plan["rollout"]["engine_nodes"] == [0, 1]
+    far = work / "runs" / "tp2_two_nodes"
+    train(work, far, *TP2_RUN, ray_address=two_nodes.address)
+    got, want = metrics(far), metrics(tp2_run)
+    assert [r["step"] for r in got] == [r["step"] for r in want] == [0, 1, 2, 3]
+    skip = NON_DETERMINISTIC[:2] + ("weight_sync/relayed",)
+    for a, b in zip(got, want):
+        if a["step"] > 0:   # the far engine's bucket crossed once per sync (~1.25 MB in fp32)
+            assert a["weight_sync/relayed_bytes"] > 1e6 and b["weight_sync/relayed_bytes"] == 0
+            assert a["weight_sync/verified"] == 1.0
+        kept = [k for k in a if not k.startswith(skip)]
+        assert {k: a[k] for k in kept} == {k: b[k] for k in kept}
 
 
 def _deterministic(rows):
