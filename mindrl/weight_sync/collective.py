@@ -17,7 +17,7 @@ once all of its tensors have arrived.
 from __future__ import annotations
 
 import time
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 import torch
 
@@ -41,19 +41,16 @@ class CollectiveTransport:
         return out.share_memory_() if getattr(self.target, "wants_shared_memory", False) \
             else out
 
-    def peer_sync(self, verify: bool) -> None:
+    def peer_sync(self) -> None:
         self.source.send_full_tensors()
 
-    def host_sync(self, stats: SyncStats, verify: bool) -> None:
+    def host_sync(self, stats: SyncStats) -> None:
         """Regular buckets are packed into one reusable buffer (cast to the engines' dtype); a
         module larger than a bucket goes alone, straight from where it was gathered or
         received, and the buffer is dropped first."""
-        from mindrl.engines.weight_fingerprint import fingerprint_tensors
-
         dtype = self.target.dtype
         itemsize = torch.empty((), dtype=dtype).element_size()
         bucket_numel = max(1, int(self.bucket_mb * 2**20) // itemsize)
-        expected: Dict[str, torch.Tensor] = {}
         for bucket in plan_buckets(self.source.units, bucket_numel):
             t0 = time.perf_counter()
             numel = sum(u.numel for u in bucket)
@@ -67,10 +64,6 @@ class CollectiveTransport:
                 pairs = self._pack(bucket, self._bucket_buffer(bucket_numel, dtype), stats)
             stats.buffer_bytes = max(stats.buffer_bytes, 0 if self._buffer is None else
                                      self._buffer.numel() * itemsize)
-            if verify:
-                t0 = time.perf_counter()
-                expected.update(fingerprint_tensors(pairs))
-                stats.verify_seconds += time.perf_counter() - t0
             t0 = time.perf_counter()
             self.target.load_weights(pairs)
             stats.load_seconds += time.perf_counter() - t0
@@ -80,10 +73,6 @@ class CollectiveTransport:
             del pairs
         if not self.keep_buffer:
             self._buffer = None
-        if verify:
-            t0 = time.perf_counter()
-            self.target.check_fingerprint(expected, strict=True)
-            stats.verify_seconds += time.perf_counter() - t0
 
     def _bucket_buffer(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
         if self._buffer is None or self._buffer.numel() < numel:

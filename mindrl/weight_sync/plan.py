@@ -29,7 +29,8 @@ class SyncStats:
     gather_seconds: float = 0.0  # TP gathers and receives, or ranks writing shared memory
     pack_seconds: float = 0.0    # un-fusing and copying into the bucket
     load_seconds: float = 0.0    # waiting for vLLM's loads
-    verify_seconds: float = 0.0
+    verify_seconds: float = 0.0  # the whole check (expected_seconds included)
+    expected_seconds: float = 0.0  # the actor's side of it: probe products, gathered
     relayed_bytes: int = 0      # bucket bytes sent to other nodes' receivers (node_relay.py)
 
 

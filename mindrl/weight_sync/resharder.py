@@ -3,7 +3,9 @@
 `Resharder` runs on every rank of the actor. Built once, it fixes the transport (a
 collective agreement, transport.py); each `sync` then moves this actor's current weights
 into the engines by that transport and, when asked, verifies them: the engines' fingerprints
-against those of every tensor sent (each engine computes its own; only digests cross).
+against the actor's own (each engine and each rank computes its share where its weights are;
+only digests and probe products cross: weight_sync/fingerprint.py). One check for every
+transport.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import torch
 
 from mindrl import device
 from mindrl.models.spec import ModelSpec
-from mindrl.weight_sync.plan import SyncStats
+from mindrl.weight_sync.fingerprint import expected_fingerprints
+from mindrl.weight_sync.plan import WIRE_DTYPES, SyncStats
 from mindrl.weight_sync.source import MegatronShards
 from mindrl.weight_sync.transport import choose_transport
 
@@ -61,12 +64,16 @@ class Resharder:
         if self.transport is not None:
             dev = device.current_device()
             if self.is_host:
-                flag = torch.tensor([int(verify)], dtype=torch.long, device=dev)
+                dtype = getattr(self.target, "dtype", torch.float32)
+                flag = torch.tensor([int(verify), WIRE_DTYPES.index(dtype)], dtype=torch.long,
+                                    device=dev)
                 for peer in self.source.peers:
                     torch.distributed.send(flag, peer)
                 finish = getattr(self.target, "finish", None)   # other nodes' receivers
                 try:
-                    self.transport.host_sync(stats, verify)
+                    self.transport.host_sync(stats)
+                    if verify:
+                        self._verify(stats, dtype)
                 except BaseException:
                     if finish is not None:
                         finish(False)
@@ -75,8 +82,20 @@ class Resharder:
                     finish(True)
                     stats.relayed_bytes = self.target.take_relayed_bytes()
             else:
-                flag = torch.empty(1, dtype=torch.long, device=dev)
+                flag = torch.empty(2, dtype=torch.long, device=dev)
                 torch.distributed.recv(flag, self.source.host)
-                self.transport.peer_sync(bool(flag[0]))
+                verify, dtype = bool(flag[0]), WIRE_DTYPES[int(flag[1])]
+                self.transport.peer_sync()
+                if verify:
+                    expected_fingerprints(self.source, dtype)
         stats.seconds = time.perf_counter() - start
         return stats
+
+    def _verify(self, stats: SyncStats, dtype: torch.dtype) -> None:
+        """Host: the actor's expected fingerprints (every rank its share) against every
+        engine's (every node's, through the relay); a mismatch raises WeightSyncError."""
+        t0 = time.perf_counter()
+        expected = expected_fingerprints(self.source, dtype)
+        stats.expected_seconds = time.perf_counter() - t0
+        self.target.check_fingerprint(expected, strict=True)
+        stats.verify_seconds = time.perf_counter() - t0

@@ -1,8 +1,8 @@
 """The shared-weights transport (CPU, one engine started with ``share_weights``,
 ``generate_config.cpu_weights: shared``): vLLM's own parameters live in a /dev/shm file, so
 every rank writes its shards straight into them at once: no bucket, no load, one copy in all.
-A verified sync gathers full tensors the general way (`MegatronShards.hf_parts`) for the
-expected fingerprints, independent of the shared layout and of `mapping.write_shard`.
+A verified sync's expected fingerprints come from the ranks' own shards (Resharder), not
+from the shared layout or `mapping.write_shard`.
 """
 
 from __future__ import annotations
@@ -42,11 +42,9 @@ class SharedWeightsTransport:
             ((unit, self._views(unit)) for unit in self.source.units), "vLLM's weights")
         return None if failure is None else failure[1]
 
-    def host_sync(self, stats: SyncStats, verify: bool) -> None:
+    def host_sync(self, stats: SyncStats) -> None:
         """Every rank writes at once. A rank that fails leaves the weights half-written: vLLM
         is marked unusable."""
-        from mindrl.engines.weight_fingerprint import fingerprint_tensors
-
         t0 = time.perf_counter()
         failures = [self._write()]
         for peer in self.source.peers:
@@ -66,18 +64,9 @@ class SharedWeightsTransport:
         stats.tensors = len(self.shared.places)
         stats.bytes = sum(math.prod(shape) for _, shape in self.shared.places.values()) * itemsize
         stats.buckets = 1
-        if verify:
-            t0 = time.perf_counter()
-            expected = {}
-            for unit in self.source.units:
-                expected.update(fingerprint_tensors(self.source.hf_parts(unit).items()))
-            self.target.check_fingerprint(expected, strict=True)
-            stats.verify_seconds = time.perf_counter() - t0
 
-    def peer_sync(self, verify: bool) -> None:
+    def peer_sync(self) -> None:
         failure = self._write()
         torch.distributed.send_object_list([failure], self.source.host)
         if failure:
             raise WeightSyncError(failure)
-        if verify:
-            self.source.send_full_tensors()

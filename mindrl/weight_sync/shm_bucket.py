@@ -67,14 +67,11 @@ class SharedBucketTransport:
                     f"rank {peer} failed to write {unit.local_name} "
                     f"({', '.join(unit.rule.hf_names(unit.layer))}) into the bucket")
 
-    def host_sync(self, stats: SyncStats, verify: bool) -> None:
+    def host_sync(self, stats: SyncStats) -> None:
         """Bucket by bucket through the shared buffers, the next filled while the engines
         load the current one."""
-        from mindrl.engines.weight_fingerprint import fingerprint_tensors
-
         source, dtype, dev = self.source, self.dtype, device.current_device()
         itemsize = torch.empty((), dtype=dtype).element_size()
-        expected: Dict[str, torch.Tensor] = {}
         submit = getattr(self.target, "submit_load_from_file", None)
         load_file = getattr(self.target, "load_weights_from_file", None)
         slots = 2 if submit is not None else 1
@@ -102,10 +99,6 @@ class SharedBucketTransport:
                     r.numel for r in self._regions if r is not None) * itemsize)
                 entries = [part for _, parts in layout for part in parts]
                 pairs = list(zip([n for n, _, _ in entries], part_views(region.tensor, entries)))
-                if verify:
-                    t0 = time.perf_counter()
-                    expected.update(fingerprint_tensors(pairs))
-                    stats.verify_seconds += time.perf_counter() - t0
                 t0 = time.perf_counter()
                 if pending is not None:
                     pending, wait = None, pending
@@ -138,10 +131,6 @@ class SharedBucketTransport:
         self._end_peers(_END)
         if not self.keep_buffer:
             self._drop_regions(load_file is not None)
-        if verify:
-            t0 = time.perf_counter()
-            self.target.check_fingerprint(expected, strict=True)
-            stats.verify_seconds += time.perf_counter() - t0
 
     def _end_peers(self, code: int) -> None:
         header = torch.tensor([code, 0], dtype=torch.long, device=device.current_device())
@@ -163,7 +152,7 @@ class SharedBucketTransport:
 
     # ---------------------------------------------------------------- peers
 
-    def peer_sync(self, verify: bool) -> None:
+    def peer_sync(self) -> None:
         source, dev = self.source, device.current_device()
         mapped: Dict[int, SharedRegion] = {}      # the host's buffers, by sequence number
         buckets = iter(plan_buckets(source.units, self.bucket_numel))
