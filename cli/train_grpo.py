@@ -52,10 +52,15 @@ def cluster_for_run():
 
 
 def run(cfg: DictConfig, recipe: str) -> int:
+    from mindrl.workers.node_versions import NodeVersionError
+
     try:
         cluster = cluster_for_run()
     except ConnectionError as e:
         print(f"cannot reach the cluster: {e}", file=sys.stderr)
+        return EXIT_INVALID
+    except NodeVersionError as e:
+        print(f"cannot use the cluster: {e}", file=sys.stderr)
         return EXIT_INVALID
     try:
         if cfg.get("dry_run", False):

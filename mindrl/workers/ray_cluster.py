@@ -12,6 +12,7 @@ from typing import List, Optional
 
 from mindrl import device
 from mindrl.config.cluster import ClusterNode, ClusterResources
+from mindrl.workers.node_versions import check_node_versions
 
 HEAD_RESOURCE = "node:__internal_head__"
 
@@ -44,13 +45,15 @@ def nodes_of_connected_cluster(kind: Optional[str] = None) -> List[ClusterNode]:
 
 
 def read_ray_cluster(address: str) -> ClusterResources:
-    """Connect to the cluster at `address`, read its nodes, disconnect."""
+    """Connect to the cluster at `address`, read its nodes, check that every node runs the
+    head's software (node_versions.py), disconnect."""
     import ray
 
     check_address(address)
     ray.init(address=address, log_to_driver=False, logging_level="ERROR")
     try:
         nodes = nodes_of_connected_cluster()
+        check_node_versions([n.node_id for n in nodes])
     finally:
         ray.shutdown()
     kind = device.device_type()

@@ -58,36 +58,39 @@ def test_tp2_actor_with_reference_logs_every_metric(work, tp2_run):
     assert (run_dir / "latest_checkpointed_iteration.txt").read_text() == "3"
 
 
-@pytest.fixture(scope="module")
-def two_nodes():
-    """Two Ray nodes of one CPU each on this machine (two raylets, one IP), stopped after."""
-    from ray.cluster_utils import Cluster
-
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1,
-                                                            "include_dashboard": False})
-    cluster.add_node(num_cpus=1)
-    cluster.wait_for_nodes()
-    yield cluster
-    cluster.shutdown()
-
-
-def test_a_run_across_two_nodes_equals_one_node(work, tp2_run, two_nodes):
-    """The TP2 run again, across two Ray nodes reached through RAY_ADDRESS as a user reaches
-    `ray start` nodes: one actor rank and one rollout engine on each node. The far engine's
-    weights cross through that node's receiver over the collective backend
+def test_a_run_across_two_nodes_equals_one_node(work, tp2_run):
+    """The TP2 run again, across two Ray nodes started as a user starts them: the examples/r1
+    head script (head node, wait for every device, `ray status`, the plan against the live
+    cluster, then training) and the worker script for the second node, on one machine with a
+    private temp dir and free ports. One actor rank and one rollout engine land on each node;
+    the far engine's weights cross through that node's receiver over the collective backend
     (weight_sync/node_relay.py; here the receiver is also TP rank 1, sending its shards in the
     same sync from its main thread), verified on every sync; every metric but timings equals
     the one-node run."""
-    from mindrl.config import load_recipe, make_plan
-    from mindrl.workers.ray_cluster import read_ray_cluster
+    from support.ray_scripts import R1, script_env, short_temp_dir, stop_cluster, wait_for_port
 
-    cluster = read_ray_cluster(two_nodes.address)
-    plan = make_plan(load_recipe("grpo_tiny_cpu", list(TP2_RUN), cluster=cluster), cluster)
-    assert plan["roles"]["actor"]["rank_nodes"] == [0, 1]
-    assert plan["rollout"]["engine_nodes"] == [0, 1]
     far = work / "runs" / "tp2_two_nodes"
-    train(work, far, *TP2_RUN, ray_address=two_nodes.address)
+    temp_dir = short_temp_dir()
+    env = script_env(temp_dir, devices_per_node=1, NNODES=2, CONFIG="grpo_tiny_cpu",
+                     MINDRL_WORK_DIR=work)
+    head = subprocess.Popen(["bash", str(R1 / "qwen25" / "r1_zero_qwen25_7b_master.sh"),
+                             f"run_dir={far}", *TP2_RUN], env=env, cwd=str(work),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_port(f"{env['MASTER_ADDR']}:{env['RAY_PORT']}", 90, head)
+        joined = subprocess.run(["bash", str(R1 / "qwen25" / "r1_zero_qwen25_7b_worker.sh")],
+                                env={**env, "BLOCK": "0"}, capture_output=True, text=True,
+                                timeout=120)
+        assert joined.returncode == 0, joined.stderr[-3000:]
+        out, err = head.communicate(timeout=900)
+    finally:
+        head.kill()
+        stopped = stop_cluster(temp_dir)
+    assert head.returncode == 0, err[-4000:]
+    assert stopped >= 4, stopped             # both raylets, GCS, ... were ours to stop
+    assert "cluster: 2 node(s)" in out, out
+    assert "node of each rank: [0, 1]" in out and "node of each engine: [0, 1]" in out, out
+    assert "Active:" in out                  # `ray status` before training
     got, want = metrics(far), metrics(tp2_run)
     assert [r["step"] for r in got] == [r["step"] for r in want] == [0, 1, 2, 3]
     skip = NON_DETERMINISTIC[:2] + ("weight_sync/relayed",)

@@ -99,3 +99,37 @@ def test_an_address_that_does_not_answer_fails_fast_naming_it():
         check_address("127.0.0.1:9")
     assert time.perf_counter() - start < 30
 
+
+
+def test_a_node_with_other_software_is_refused_naming_it(two_nodes, tmp_path):
+    """A third node whose Python finds another MindRL checkout (one source file edited, same
+    version number): the CLI refuses the cluster before planning, naming that node and both
+    versions; the other nodes agree with the head. The node is removed again afterwards.
+    (The CLI runs from a directory without a checkout: Ray puts the driver's working
+    directory first on every worker's path.)"""
+    import shutil
+
+    from mindrl.workers.node_versions import software_versions
+
+    other = tmp_path / "other_checkout"
+    shutil.copytree(REPO / "mindrl", other / "mindrl",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    with open(other / "mindrl" / "errors.py", "a") as f:
+        f.write("\n# edited on this node only\n")
+    node = two_nodes.add_node(num_cpus=2, env_vars={"PYTHONPATH": str(other)})
+    try:
+        two_nodes.wait_for_nodes()
+        env = {**os.environ, "RAY_ADDRESS": two_nodes.address}
+        out = subprocess.run([sys.executable, str(REPO / "cli" / "train_grpo.py"),
+                              "+dry_run=true"], env=env, capture_output=True, text=True,
+                             timeout=300, cwd=str(tmp_path))
+    finally:
+        two_nodes.remove_node(node)
+        two_nodes.wait_for_nodes()
+    assert out.returncode == 1, (out.returncode, out.stderr[-3000:])
+    head = software_versions()["mindrl"]
+    text = out.stderr[out.stderr.index("cannot use the cluster"):]
+    lines = [line.strip() for line in text.splitlines()[1:] if line.strip()]
+    assert len(lines) == 1, text                      # only that node, only mindrl differs
+    assert lines[0].startswith(f"node {node.node_id[:12]}: mindrl 0.1.0 (sources "), text
+    assert f"(head: {head})" in lines[0] and head not in lines[0].split("(head:")[0], text

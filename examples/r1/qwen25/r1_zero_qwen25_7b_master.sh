@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# R1-Zero GRPO on Qwen2.5-7B across nodes: run this on the master node, then
-# r1_zero_qwen25_7b_worker.sh on every other node, then training starts here once
-# all devices have joined. Paths and sizes are in configs/rlxf/r1_zero_qwen25_7b.yaml.
+# R1-Zero GRPO on Qwen2.5-7B across nodes: run this on the head node, then
+# r1_zero_qwen25_7b_worker.sh on every other node; training starts here once all devices have
+# joined. Paths and sizes are in configs/rlxf/r1_zero_qwen25_7b.yaml; extra arguments are
+# Hydra overrides for cli/train_grpo.py. Node settings: examples/r1/start_ray_head.sh.
 set -euo pipefail
-MASTER_ADDR=${MASTER_ADDR:-$(hostname -I | awk '{print $1}')}
-RAY_PORT=${RAY_PORT:-6379}
+export MASTER_ADDR=${MASTER_ADDR:-$(hostname -I | awk '{print $1}')}
+export RAY_PORT=${RAY_PORT:-6379}
 NNODES=${NNODES:-2}
-DEVICES_PER_NODE=${DEVICES_PER_NODE:-8}
-RESOURCE=${RESOURCE:-NPU}          # NPU (Ascend) or GPU
+export DEVICES_PER_NODE=${DEVICES_PER_NODE:-8}
+export RESOURCE=${RESOURCE:-NPU}          # NPU (Ascend), GPU, or CPU (a miniature)
 CONFIG=${CONFIG:-r1_zero_qwen25_7b}
+PYTHON=${PYTHON:-python}
 
 # Collective-communication settings (see README "Many nodes").
 export HCCL_CONNECT_TIMEOUT=${HCCL_CONNECT_TIMEOUT:-1800}
@@ -17,23 +19,24 @@ export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-}
 export GLOO_SOCKET_IFNAME=${GLOO_SOCKET_IFNAME:-}
 export HCCL_SOCKET_IFNAME=${HCCL_SOCKET_IFNAME:-}
 
-cd "$(dirname "$0")/../../.."
-ray stop --force >/dev/null 2>&1 || true
-if [ "$RESOURCE" = "GPU" ]; then
-  ray start --head --port "$RAY_PORT" --num-gpus "$DEVICES_PER_NODE"
-else
-  ray start --head --port "$RAY_PORT" --resources "{\"NPU\": $DEVICES_PER_NODE}"
-fi
+here="$(cd "$(dirname "$0")" && pwd)"
+cd "$here/../../.."
+bash "$here/../start_ray_head.sh"
+export RAY_ADDRESS="$MASTER_ADDR:$RAY_PORT"
 
 want=$((NNODES * DEVICES_PER_NODE))
 echo "waiting for $want ${RESOURCE}s from $NNODES nodes..."
-until python - "$RESOURCE" "$want" <<'PY'
+until "$PYTHON" - "$RESOURCE" "$want" "$NNODES" <<'PY'
 import sys, ray
-ray.init(address="auto", logging_level="ERROR")
+ray.init(logging_level="ERROR")
 have = ray.cluster_resources().get(sys.argv[1], 0)
+nodes = sum(1 for n in ray.nodes() if n["Alive"])
 ray.shutdown()
-sys.exit(0 if have >= int(sys.argv[2]) else 1)
+sys.exit(0 if have >= int(sys.argv[2]) and nodes >= int(sys.argv[3]) else 1)
 PY
 do sleep 5; done
 
-RAY_ADDRESS=auto python cli/train_grpo.py --config-name "$CONFIG" "$@"
+"${RAY_BIN:-ray}" status
+# The plan against the live cluster: which node each rank and engine lands on.
+"$PYTHON" cli/train_grpo.py --config-name "$CONFIG" +dry_run=true "$@"
+"$PYTHON" cli/train_grpo.py --config-name "$CONFIG" "$@"
