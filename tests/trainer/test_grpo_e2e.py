@@ -1,6 +1,8 @@
 """End to end through Ray: Megatron actor (TP2) + vLLM rollout + resharding + reference +
-rule reward, driven by cli/train_grpo.py; then resume equality, after a clean stop and after
-kill -9 of the driver (whose rerun also offloads the training state during generation)."""
+rule reward, driven by cli/train_grpo.py; then resume: after kill -9 of the driver mid-save
+the rerun equals an uninterrupted run (and also offloads the training state during
+generation); after a clean stop, a run saved without its optimizer resumes only when told to
+start a fresh one."""
 
 import json
 import os
@@ -112,15 +114,6 @@ def straight(work):
     run_dir = work / "runs" / "straight"
     train(work, run_dir, "megatron_training.train_iters=4", "rl_config.save_freq=2")
     return _deterministic(metrics(run_dir))
-
-
-def test_rerun_resumes_and_matches_an_uninterrupted_run(work, straight):
-    resumed = work / "runs" / "resumed"
-    train(work, resumed, "megatron_training.train_iters=2", "rl_config.save_freq=2")
-    train(work, resumed, "megatron_training.train_iters=4", "rl_config.save_freq=2")
-    got = _deterministic(metrics(resumed))
-    assert [r["step"] for r in got] == [1, 2, 3, 4]
-    assert got == straight
 
 
 def test_resume_honours_no_save_optim_and_no_load_optim(work, straight):
