@@ -158,6 +158,12 @@ def weights_in_host_memory() -> bool:
     return is_cpu()
 
 
+def engines_can_sleep() -> bool:
+    """vLLM can hand its device memory back between rollouts (`LLM.sleep` / `wake_up`: the
+    CUDA build's allocator, vllm-ascend's on NPU); the CPU build cannot."""
+    return not is_cpu()
+
+
 def prepare_vllm(cpu_threads: int) -> None:
     """Make this process ready to start a vLLM engine: on CPU, threads and stale shared
     memory (mindrl/platforms/cpu/vllm_start.py); nothing elsewhere."""

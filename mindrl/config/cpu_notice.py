@@ -31,4 +31,7 @@ def cpu_notices(run: RunConfig) -> list[str]:
         out.append(f"generate_config.gpu_memory_utilization={gen.gpu_memory_utilization!r} "
                    "is not read on CPU: vLLM's KV cache there is "
                    "generate_config.kv_cache_memory_bytes")
+    if gen.sleep_level:
+        out.append(f"generate_config.sleep_level={gen.sleep_level} does nothing on CPU: vLLM's "
+                   "CPU build has no sleep mode, so the engines keep their memory")
     return out

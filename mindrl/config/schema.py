@@ -216,6 +216,11 @@ class GenerateConfig:
     # a mismatch stops the run naming the tensor and the engine): every sync, the first of
     # each run (the start, where a wrong mapping shows), or none.
     verify_sync: Literal["every", "first", "off"] = "every"
+    # GPU/NPU, engines on the actor's devices: between rollouts they give their device memory
+    # to the actor's passes. 1: weights to host memory, KV cache dropped; 2: both dropped (the
+    # sync refills every weight, and every sync after such a wake is verified). 0: never.
+    # vLLM's CPU build has no sleep mode: nothing sleeps there (a start-up notice says so).
+    sleep_level: Literal[0, 1, 2] = 0
     # MindSpeed-RL keys (config/ported.py), accepted at the value MindRL implements only.
     torchair_graph: bool = False          # false only: no torchair graph mode
     enable_expert_parallel: bool = False  # false only: no MoE model yet

@@ -75,7 +75,8 @@ def llm_kwargs(cfg: GenerateConfig, seed: int, logprobs_mode: str, on_cpu: bool)
         kw.setdefault("block_size", CPU_BLOCK_SIZE)
         kw.setdefault("kv_cache_memory_bytes", CPU_KV_CACHE_BYTES)
     else:
-        kw.update(gpu_memory_utilization=cfg.gpu_memory_utilization, enable_sleep_mode=True)
+        kw.update(gpu_memory_utilization=cfg.gpu_memory_utilization,
+                  enable_sleep_mode=cfg.sleep_level > 0)
     return kw
 
 
@@ -459,14 +460,19 @@ class VLLMEngine:
 
     # ---------------------------------------------------------------- memory
 
-    def sleep(self) -> None:
-        """Free vLLM's device memory between rollouts (no-op on CPU: nothing is freed)."""
-        if not device.is_cpu():
-            self.llm.sleep(level=1)
+    def sleep(self) -> bool:
+        """Hand vLLM's device memory back between rollouts (`generate_config.sleep_level`);
+        False where nothing sleeps (level 0, or a platform without sleep mode)."""
+        if self.config.sleep_level == 0 or not device.engines_can_sleep():
+            return False
+        self.llm.sleep(level=self.config.sleep_level)
+        return True
 
-    def wake_up(self) -> None:
-        if not device.is_cpu():
-            self.llm.wake_up()
+    def wake_up(self, tags: Optional[Sequence[str]] = None) -> None:
+        """Take memory back: ["weights"] before a sync, ["kv_cache"] before generating (vLLM
+        tags); None: everything. A no-op where `sleep` did nothing."""
+        if self.config.sleep_level and device.engines_can_sleep():
+            self.llm.wake_up(list(tags) if tags is not None else None)
 
     def close(self) -> None:
         """Stop vLLM's workers (at infer TP > 1, processes that hold shared memory)."""

@@ -120,11 +120,11 @@ class VLLMEngineProcess:
     def reset_prefix_cache(self) -> None:
         self._call("reset_prefix_cache")
 
-    def sleep(self) -> None:
-        self._call("sleep")
+    def sleep(self) -> bool:
+        return self._call("sleep")
 
-    def wake_up(self) -> None:
-        self._call("wake_up")
+    def wake_up(self, tags=None) -> None:
+        self._call("wake_up", tags)
 
     def close(self) -> None:
         if self._conn.closed:

@@ -55,6 +55,7 @@ class RolloutGroup:
             for slot in self.slots]
         self.busy_seconds: List[float] = [0.0] * len(self.engines)   # of the last generate
         self.nodes: List[str] = []        # each engine's node, known once started
+        self.asleep = False               # engines hold no device memory until woken
 
     def __len__(self) -> int:
         return len(self.engines)
@@ -117,6 +118,22 @@ class RolloutGroup:
             first_group += len(prompts)
         outputs = self._wait(refs, "generate")
         return Batch.concat([with_rollout(parts[i], outputs[i], n) for i in sorted(outputs)])
+
+    def sleep(self) -> bool:
+        """Every engine hands its device memory back to the actor's passes
+        (`generate_config.sleep_level`); whether any did (never on CPU)."""
+        slept = self._wait({e.sleep.remote(): i for i, e in enumerate(self.engines)}, "sleep")
+        self.asleep = any(slept.values())
+        return self.asleep
+
+    def wake(self, tags: Optional[Sequence[str]] = None) -> None:
+        """Take memory back: ["weights"] before a sync, ["kv_cache"] before generating."""
+        if not self.asleep:
+            return
+        self._wait({e.wake_up.remote(tags): i for i, e in enumerate(self.engines)},
+                   f"wake_up {tags or 'all'}")
+        if tags is None or "kv_cache" in tags:
+            self.asleep = False
 
     def shutdown(self, timeout_s: float = 30.0) -> None:
         """Let every engine stop its workers, then end the actors."""

@@ -59,3 +59,22 @@ def test_the_cli_prints_them_on_cpu(monkeypatch, capsys):
     monkeypatch.setattr(device, "is_cpu", lambda: False)
     cli.print_device_notices(run)
     assert capsys.readouterr().out == ""
+
+
+def test_sleep_level_is_said_to_do_nothing_on_cpu_and_reaches_vllm_elsewhere():
+    """The GPU/NPU engines start in vLLM's sleep mode only when a level asks for it (its
+    allocator costs memory); on CPU the level is named as doing nothing."""
+    from mindrl.config import ConfigError
+    from mindrl.engines.vllm_engine import llm_kwargs
+
+    run = tiny("+generate_config.sleep_level=2")
+    (line,) = cpu_notices(run)
+    assert "generate_config.sleep_level=2 does nothing on CPU" in line
+    device_kw = llm_kwargs(run.generate_config, 1, "processed_logprobs", on_cpu=False)
+    assert device_kw["enable_sleep_mode"] is True
+    assert llm_kwargs(tiny().generate_config, 1, "processed_logprobs",
+                      on_cpu=False)["enable_sleep_mode"] is False
+    assert "enable_sleep_mode" not in llm_kwargs(run.generate_config, 1, "processed_logprobs",
+                                                 on_cpu=True)
+    with pytest.raises(ConfigError, match="generate_config.sleep_level"):
+        tiny("+generate_config.sleep_level=3")
