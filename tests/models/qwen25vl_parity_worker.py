@@ -1,4 +1,4 @@
-"""Tiny Qwen2.5-VL inputs and the rank body of the parity tests (tests/models/test_qwen25vl_parity.py).
+"""Tiny Qwen2.5-VL inputs and the rank body of the parity tests (test_qwen25vl_parity.py).
 
 One spawn runs every parallel layout in turn (TP1, TP2, TP2 + sequence parallel, PP2), so
 the ranks pay Megatron's start-up once.
@@ -12,7 +12,8 @@ from mindrl.ckpt import mapping
 VOCAB = 130
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = 120, 121, 122, 123
 PATCH, TEMPORAL_PATCH, MERGE = 14, 2, 2
-PIXEL_ROW = 3 * TEMPORAL_PATCH * PATCH * PATCH     # one patch's values, as the HF processor flattens it
+# One patch's values, flattened as the HF image processor does.
+PIXEL_ROW = 3 * TEMPORAL_PATCH * PATCH * PATCH
 # Images per prompt: none, one, two of other sizes. Grids of 6 or 8 patches cross the 2 x 2
 # merged-patch windows (window_size 56 = 4 patches) unevenly, so window padding is exercised.
 PROMPT_GRIDS = [[], [(1, 6, 8)], [(1, 4, 4), (1, 8, 4)]]

@@ -50,7 +50,8 @@ def text_spec(hf_config, name: str = "qwen25-vl",
         num_query_groups=text.num_key_value_heads or text.num_attention_heads,
         vocab_size=text.vocab_size,
         untie_embeddings_and_output_weights=not hf_config.tie_word_embeddings,
-        norm_epsilon=float(text.rms_norm_eps), rotary_base=float(text.rope_parameters["rope_theta"]),
+        norm_epsilon=float(text.rms_norm_eps),
+        rotary_base=float(text.rope_parameters["rope_theta"]),
         max_position_embeddings=text.max_position_embeddings, add_qkv_bias=True,
         make_vocab_size_divisible_by=make_vocab_size_divisible_by)
 
