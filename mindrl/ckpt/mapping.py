@@ -137,6 +137,29 @@ def is_derived_hf_tensor(name: str) -> bool:
     return name.endswith(DERIVED_HF_SUFFIXES)
 
 
+# Qwen2.5-VL's vision tower is transformers' own module (mindrl/models/families/qwen25_vl.py):
+# in the Megatron model it keeps its HF checkpoint names, whole on every TP rank of the first
+# pipeline stage, so its tensors are copied as they are (never fused, padded or split).
+VISION_PREFIX = "visual."
+# A loaded transformers VL model nests its parts under `model`; checkpoints on disk (and the
+# tables above) use the flat names.
+_HF_RUNTIME_PREFIXES = (("model.language_model.", "model."), ("model.visual.", VISION_PREFIX))
+
+
+def hf_disk_name(name: str) -> str:
+    """The on-disk HF name of a tensor named as in a loaded transformers model's state_dict
+    (`model.language_model.layers.0...` -> `model.layers.0...`); other names are unchanged."""
+    for runtime, disk in _HF_RUNTIME_PREFIXES:
+        if name.startswith(runtime):
+            return disk + name[len(runtime):]
+    return name
+
+
+def is_vision_tensor(name: str) -> bool:
+    """An HF (on-disk) or Megatron name of the vision tower: the same name on both sides."""
+    return name.startswith(VISION_PREFIX)
+
+
 # ---------------------------------------------------------------- fusion (HF <-> full mcore)
 
 def _qkv_dims(spec: ModelSpec) -> Tuple[int, int, int]:

@@ -103,11 +103,14 @@ def _block_spec(config):
 
 def build_gpt_model(spec: ModelSpec, parallel: Parallelism, params_dtype: str = "fp32",
                     pre_process: Optional[bool] = None, post_process: Optional[bool] = None,
-                    **config_overrides):
+                    model_class=None, model_kwargs: Optional[dict] = None, **config_overrides):
     """One pipeline stage of the model for this rank (parallel_state must be initialised).
 
     spec.head "scalar" gives a reward model: the last stage outputs [b, s, 1] scores instead
     of vocab-parallel logits (mindrl/models/scalar_head.py).
+    model_class / model_kwargs: a GPTModel subclass and the constructor arguments it adds or
+    replaces (a multimodal family, mindrl/models/families/), so such a family is this same
+    decoder, built here, plus its own parts.
     """
     from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
@@ -118,7 +121,7 @@ def build_gpt_model(spec: ModelSpec, parallel: Parallelism, params_dtype: str = 
         pre_process = parallel_state.is_pipeline_first_stage()
     if post_process is None:
         post_process = parallel_state.is_pipeline_last_stage()
-    model = GPTModel(
+    arguments = dict(
         config=config,
         transformer_layer_spec=_block_spec(config),
         vocab_size=spec.padded_vocab_size(parallel.tensor_model_parallel_size),
@@ -130,6 +133,8 @@ def build_gpt_model(spec: ModelSpec, parallel: Parallelism, params_dtype: str = 
         position_embedding_type="rope",
         rotary_base=int(spec.rotary_base),
     )
+    arguments.update(model_kwargs or {})
+    model = (model_class or GPTModel)(**arguments)
     if spec.head == "scalar" and post_process:
         from mindrl.models.scalar_head import ScalarHead
 

@@ -1,0 +1,218 @@
+"""Qwen2.5-VL on Megatron-core: transformers' vision tower feeding the text builder's GPTModel.
+
+megatron-core has no Qwen2/2.5-VL vision tower, so the tower is transformers' own module
+(`Qwen2_5_VisionTransformerPretrainedModel`: window attention, 2D rotary, 2x2 patch merger),
+unchanged, which keeps its numerics and its tensor names identical to the HF checkpoint. The
+language model is the same decoder `builder.build_gpt_model` builds for Qwen2, with multimodal
+RoPE (`position_embedding_type="mrope"`): image features replace the `<|image_pad|>` token
+embeddings and go in as `decoder_input`; 3D position ids come from transformers'
+`get_rope_index`. Megatron-Bridge's Qwen2.5-VL has the same shape.
+
+Where the tower lives: on the first pipeline stage only (it feeds the embeddings), whole on
+every TP rank. Its gradients are then the same on each TP rank (the gradient reaching
+`decoder_input` is already complete there), and Megatron's `finalize_model_grads` averages
+them over TP anyway (`average_gradients_across_tp_domain`) so replicas cannot drift.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple, Union
+
+import torch
+from megatron.core import tensor_parallel
+from megatron.core.models.gpt import GPTModel
+from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import (
+    Qwen2_5_VisionTransformerPretrainedModel, Qwen2_5_VLModel)
+
+from mindrl.ckpt import mapping
+from mindrl.models.builder import Parallelism, build_gpt_model
+from mindrl.models.spec import ModelSpec
+
+# transformers' text rotary embedding falls back to this when the config names no section.
+HF_DEFAULT_MROPE_SECTION = (16, 24, 24)
+# mm_token_type_ids values transformers' get_rope_index groups tokens by.
+TEXT, IMAGE = 0, 1
+
+Images = Union[None, torch.Tensor, Sequence[Optional[torch.Tensor]]]
+
+
+def text_spec(hf_config, name: str = "qwen25-vl",
+              make_vocab_size_divisible_by: int = 1) -> ModelSpec:
+    """The ModelSpec of a Qwen2_5_VLConfig's language model: a Qwen2 decoder (qkv bias, SwiGLU,
+    RMSNorm), so mapping.py's qwen2 table names and lays out its tensors."""
+    text = hf_config.text_config
+    if getattr(text, "use_sliding_window", False):
+        raise ValueError(f"{name}: sliding-window attention is not supported")
+    return ModelSpec(
+        name=name, architecture="qwen2", num_layers=text.num_hidden_layers,
+        hidden_size=text.hidden_size, ffn_hidden_size=text.intermediate_size,
+        num_attention_heads=text.num_attention_heads,
+        num_query_groups=text.num_key_value_heads or text.num_attention_heads,
+        vocab_size=text.vocab_size,
+        untie_embeddings_and_output_weights=not hf_config.tie_word_embeddings,
+        norm_epsilon=float(text.rms_norm_eps),
+        rotary_base=float(text.rope_parameters["rope_theta"]),
+        max_position_embeddings=text.max_position_embeddings, add_qkv_bias=True,
+        make_vocab_size_divisible_by=make_vocab_size_divisible_by)
+
+
+def mrope_section(hf_config) -> list:
+    """Rotary channel pairs given to the temporal, height and width positions."""
+    text = hf_config.text_config
+    section = list(text.rope_parameters.get("mrope_section", HF_DEFAULT_MROPE_SECTION))
+    head_dim = text.hidden_size // text.num_attention_heads
+    if sum(section) * 2 != head_dim:
+        raise ValueError(f"mrope_section {section} must sum to head_dim / 2 = {head_dim // 2}")
+    return section
+
+
+class _RopeIndex:
+    """transformers' `Qwen2_5_VLModel.get_rope_index` without building that model: the method
+    reads only `self.config` and `self.get_vision_position_ids`, so it runs bound to this."""
+
+    get_rope_index = Qwen2_5_VLModel.get_rope_index
+    get_vision_position_ids = Qwen2_5_VLModel.get_vision_position_ids
+
+    def __init__(self, hf_config):
+        self.config = hf_config
+
+
+def batch_images(pixel_values: Images, image_grid_thw: Images
+                 ) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+    """Per-sample images (a list with one [n_i, C] / [k_i, 3] tensor or None per sample) ->
+    transformers' batch form: every image's patches and grid, in sample order. Tensors pass
+    through; (None, None) when the batch has no image."""
+    def cat(parts):
+        if parts is None or isinstance(parts, torch.Tensor):
+            return parts
+        parts = [p for p in parts if p is not None and p.shape[0]]
+        return torch.cat(parts) if parts else None
+
+    return cat(pixel_values), cat(image_grid_thw)
+
+
+class Qwen25VLModel(GPTModel):
+    """One pipeline stage: the mrope GPTModel, plus the vision tower on the first stage.
+
+    A GPTModel subclass so that every Megatron name, the pipeline hooks (`set_input_tensor`,
+    shared embeddings) and the builder stay those of the text model; the vision tensors add
+    `visual.*` under their HF names. Built by `build_qwen25_vl_model`.
+    """
+
+    def __init__(self, *, hf_config, spec: ModelSpec, freeze_vision_tower: bool = False,
+                 vision_seed: int = 0, **gpt_arguments):
+        super().__init__(**gpt_arguments)
+        self.hf_config, self.spec = hf_config, spec
+        self.image_token_id = hf_config.image_token_id
+        self.video_token_id = hf_config.video_token_id
+        self._rope_index = _RopeIndex(hf_config)
+        self.freeze_vision_tower = freeze_vision_tower
+        if self.pre_process:
+            # transformers initialises from the global RNG: a fixed seed gives every TP rank
+            # (and DP replica) the same random tower, whatever Megatron did to the RNG.
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(vision_seed)
+                visual = Qwen2_5_VisionTransformerPretrainedModel._from_config(
+                    hf_config.vision_config)
+            self.visual = visual.to(dtype=self.config.params_dtype)
+            for param in self.visual.parameters():
+                param.average_gradients_across_tp_domain = True
+                param.requires_grad_(not freeze_vision_tower)
+
+    # ------------------------------------------------------------------ inputs
+
+    def mrope_position_ids(self, input_ids: torch.Tensor,
+                           image_grid_thw: Optional[torch.Tensor]) -> torch.Tensor:
+        """[3, B, S] (temporal, height, width) positions, as transformers computes them: text
+        tokens count on in all three; an image's tokens take its grid coordinates. Rows are
+        right-padded (engines/sequences.py), so padding only follows the real tokens."""
+        if (input_ids == self.video_token_id).any():
+            raise NotImplementedError("video inputs are not supported yet")
+        token_types = (input_ids == self.image_token_id).long() * IMAGE
+        positions, _ = self._rope_index.get_rope_index(input_ids, token_types,
+                                                       image_grid_thw=image_grid_thw)
+        return positions
+
+    def embed(self, input_ids: torch.Tensor, pixel_values: Optional[torch.Tensor],
+              image_grid_thw: Optional[torch.Tensor]) -> torch.Tensor:
+        """decoder_input [S(/TP under sequence parallel), B, H]: token embeddings with the
+        vision tower's features in place of the `<|image_pad|>` tokens, in order."""
+        embeds = self.embedding(input_ids=input_ids, position_ids=None)   # [S, B, H], whole
+        if pixel_values is not None:
+            features = self.visual(pixel_values.to(self.config.params_dtype),
+                                   grid_thw=image_grid_thw).pooler_output
+            slots = (input_ids == self.image_token_id).unsqueeze(-1)    # [B, S, 1]
+            if int(slots.sum()) != features.shape[0]:
+                raise ValueError(f"{int(slots.sum())} <|image_pad|> tokens for "
+                                 f"{features.shape[0]} image features (grids "
+                                 f"{image_grid_thw.tolist()})")
+            # Batch-major like transformers: features fill sample 0's slots, then sample 1's.
+            embeds = embeds.transpose(0, 1).masked_scatter(slots, features.to(embeds.dtype))
+            embeds = embeds.transpose(0, 1).contiguous()
+        if self.config.sequence_parallel:
+            embeds = tensor_parallel.scatter_to_sequence_parallel_region(embeds)
+        return embeds
+
+    # ------------------------------------------------------------------ forward
+
+    def forward(self, input_ids: torch.Tensor, position_ids: Optional[torch.Tensor] = None,
+                attention_mask: Optional[torch.Tensor] = None, pixel_values: Images = None,
+                image_grid_thw: Images = None, **kwargs):
+        """input_ids [B, S] (every stage: positions come from them); position_ids [3, B, S] or
+        None (computed); attention_mask as GPTModel takes it (None: causal). Images per sample
+        or in transformers' batch form (`batch_images`); only the first stage needs
+        pixel_values, every stage needs image_grid_thw. Returns what GPTModel returns."""
+        pixel_values, image_grid_thw = batch_images(pixel_values, image_grid_thw)
+        if position_ids is None:
+            position_ids = self.mrope_position_ids(input_ids, image_grid_thw)
+        elif position_ids.dim() != 3:
+            raise ValueError(f"position_ids {tuple(position_ids.shape)}: Qwen2.5-VL takes "
+                             f"[3, B, S] multimodal positions (or None to compute them)")
+        decoder_input = None
+        if self.pre_process:
+            decoder_input = self.embed(input_ids, pixel_values, image_grid_thw)
+        return super().forward(input_ids, position_ids, attention_mask,
+                               decoder_input=decoder_input, **kwargs)
+
+
+def build_qwen25_vl_model(hf_config, parallel: Parallelism, params_dtype: str = "fp32",
+                          freeze_vision_tower: bool = False, make_vocab_size_divisible_by: int = 1,
+                          vision_seed: int = 0, pre_process: Optional[bool] = None,
+                          post_process: Optional[bool] = None) -> Qwen25VLModel:
+    """This rank's stage of a Qwen2.5-VL model of `hf_config`'s shape (a Qwen2_5_VLConfig),
+    random-init (parallel_state must be initialised). freeze_vision_tower keeps the tower and
+    its merger out of training: no gradients, so the optimizer never sees them."""
+    spec = text_spec(hf_config, make_vocab_size_divisible_by=make_vocab_size_divisible_by)
+    return build_gpt_model(
+        spec, parallel, params_dtype, pre_process, post_process, model_class=Qwen25VLModel,
+        model_kwargs=dict(position_embedding_type="mrope", hf_config=hf_config, spec=spec,
+                          freeze_vision_tower=freeze_vision_tower, vision_seed=vision_seed,
+                          # embed() scatters over sequence parallel once the images are in.
+                          scatter_embedding_sequence_parallel=False),
+        mrope_section=mrope_section(hf_config))
+
+
+def load_hf_state_dict(model: Qwen25VLModel, hf_state: dict, tp_rank: Optional[int] = None,
+                       tp_size: Optional[int] = None, pp_rank: Optional[int] = None,
+                       pp_size: Optional[int] = None) -> None:
+    """Load a transformers Qwen2_5_VLForConditionalGeneration state dict (loaded-model names
+    `model.language_model.*` / `model.visual.*` or on-disk names `model.*` / `visual.*`) into
+    this rank's stage; ranks default to parallel_state's. The language model goes through
+    mapping.py's table; the vision tower is a plain copy. Builds the full language model once
+    per rank: for models that fit in host memory (the converter streams the big ones)."""
+    from megatron.core import parallel_state as ps
+
+    tp_rank = ps.get_tensor_model_parallel_rank() if tp_rank is None else tp_rank
+    tp_size = ps.get_tensor_model_parallel_world_size() if tp_size is None else tp_size
+    pp_rank = ps.get_pipeline_model_parallel_rank() if pp_rank is None else pp_rank
+    pp_size = ps.get_pipeline_model_parallel_world_size() if pp_size is None else pp_size
+    hf = {mapping.hf_disk_name(k): v for k, v in hf_state.items()}
+    full = mapping.full_mcore_from_hf(hf, model.spec, tp_size)
+    local = mapping.stage_state_dict(full, model.spec, tp_rank, tp_size, pp_rank, pp_size)
+    if model.pre_process:
+        local.update({k: v for k, v in hf.items() if mapping.is_vision_tensor(k)})
+    missing, unexpected = model.load_state_dict(local, strict=False)
+    missing = [k for k in missing if not k.endswith("_extra_state")]
+    if missing or unexpected:
+        raise KeyError(f"Qwen2.5-VL weights do not fit this stage: missing {missing}, "
+                       f"unexpected {unexpected}")

@@ -1,0 +1,229 @@
+"""Tiny Qwen2.5-VL inputs and the rank body of the parity tests (test_qwen25vl_parity.py).
+
+One spawn runs every parallel layout in turn (TP1, TP2, TP2 + sequence parallel, PP2), so
+the ranks pay Megatron's start-up once.
+"""
+
+import torch
+
+from mindrl.algorithms import ppo_clip_loss
+from mindrl.ckpt import mapping
+
+VOCAB = 130
+VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = 120, 121, 122, 123
+PATCH, TEMPORAL_PATCH, MERGE = 14, 2, 2
+# One patch's values, flattened as the HF image processor does.
+PIXEL_ROW = 3 * TEMPORAL_PATCH * PATCH * PATCH
+# Images per prompt: none, one, two of other sizes. Grids of 6 or 8 patches cross the 2 x 2
+# merged-patch windows (window_size 56 = 4 patches) unevenly, so window padding is exercised.
+PROMPT_GRIDS = [[], [(1, 6, 8)], [(1, 4, 4), (1, 8, 4)]]
+RESPONSE_TOKENS = 4                                # loss on each prompt's last 4 tokens
+ADVANTAGES = [1.0, -0.5, 2.0]
+
+
+def tiny_vl_config(tie_word_embeddings=True):
+    from transformers import Qwen2_5_VLConfig
+
+    return Qwen2_5_VLConfig(
+        text_config=dict(vocab_size=VOCAB, hidden_size=256, intermediate_size=512,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=512, rope_theta=10000.0,
+                         rope_scaling={"type": "mrope", "mrope_section": [8, 12, 12]},
+                         bos_token_id=0, eos_token_id=1, pad_token_id=0),
+        vision_config=dict(depth=4, hidden_size=128, intermediate_size=256, num_heads=2,
+                           patch_size=PATCH, temporal_patch_size=TEMPORAL_PATCH,
+                           spatial_merge_size=MERGE, window_size=56, fullatt_block_indexes=[1, 3],
+                           out_hidden_size=256, in_channels=3),
+        image_token_id=IMAGE_PAD, video_token_id=VIDEO_PAD, vision_start_token_id=VISION_START,
+        vision_end_token_id=VISION_END, tie_word_embeddings=tie_word_embeddings)
+
+
+def tiny_vl_model(seed=0):
+    """A random transformers Qwen2_5_VLForConditionalGeneration; biases and norm scales are not
+    0 / 1 (tiny.init_weights_, the merger's ln_q counted as a norm), so each tensor matters."""
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    from mindrl.models.tiny import init_weights_
+
+    model = Qwen2_5_VLForConditionalGeneration(tiny_vl_config()).eval()
+    init_weights_(model, seed, std=0.05)
+    with torch.no_grad():
+        model.model.visual.merger.ln_q.weight.add_(1.0)
+    return model
+
+
+def prompts(seed=0):
+    """[{input_ids [L], pixel_values [patches, PIXEL_ROW] or None, image_grid_thw [k, 3] or
+    None}] for PROMPT_GRIDS: text, then each image as vision_start, its pads, vision_end."""
+    gen = torch.Generator().manual_seed(seed)
+    text = lambda n: torch.randint(2, VISION_START, (n,), generator=gen).tolist()   # noqa: E731
+    out = []
+    for grids in PROMPT_GRIDS:
+        ids = text(3)
+        for t, h, w in grids:
+            ids += [VISION_START] + [IMAGE_PAD] * (t * h * w // MERGE ** 2) + [VISION_END] + text(2)
+        ids += text(7)
+        patches = sum(t * h * w for t, h, w in grids)
+        out.append({
+            "input_ids": torch.tensor(ids),
+            "pixel_values": torch.randn(patches, PIXEL_ROW, generator=gen) if grids else None,
+            "image_grid_thw": torch.tensor(grids) if grids else None})
+    return out
+
+
+def padded_tokens(samples, multiple_of=2):
+    """[B, S] right-padded with 0 (engines/sequences.py's layout), S a multiple of TP."""
+    length = max(len(s["input_ids"]) for s in samples)
+    length = -(-length // multiple_of) * multiple_of
+    tokens = torch.zeros(len(samples), length, dtype=torch.long)
+    for b, s in enumerate(samples):
+        tokens[b, :len(s["input_ids"])] = s["input_ids"]
+    return tokens
+
+
+def grpo_loss(logits_fn, samples):
+    """GRPO's clipped surrogate (on-policy: ratio 1) over each prompt's last RESPONSE_TOKENS
+    tokens, with fixed per-prompt advantages; logits_fn(b) -> (next-token log-probs [L - 1])."""
+    logp = torch.stack([logits_fn(b)[-RESPONSE_TOKENS:] for b in range(len(samples))])
+    adv = torch.tensor(ADVANTAGES).unsqueeze(1).expand_as(logp)
+    loss, _ = ppo_clip_loss(logp, logp.detach(), adv, torch.ones_like(logp))
+    return loss
+
+
+# ---------------------------------------------------------------- rank body
+
+def _schedule(model, samples, micro_batch_size, forward_only, on_output):
+    """Megatron's pipeline schedule over the samples with their images, per micro batch."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    tp = ps.get_tensor_model_parallel_world_size()
+    tokens = padded_tokens(samples, multiple_of=tp)
+    micro = [{"tokens": tokens[i:i + micro_batch_size],
+              "pixel_values": [s["pixel_values"] for s in samples[i:i + micro_batch_size]],
+              "image_grid_thw": [s["image_grid_thw"] for s in samples[i:i + micro_batch_size]]}
+             for i in range(0, len(samples), micro_batch_size)]
+
+    def forward_step(data_iterator, stage):
+        m = next(data_iterator)
+        out = stage(m["tokens"], pixel_values=m["pixel_values"],
+                    image_grid_thw=m["image_grid_thw"])
+        return out, lambda output, non_loss_data=False: on_output(output, m)
+
+    return get_forward_backward_func()(
+        forward_step_func=forward_step, data_iterator=iter(micro), model=[model],
+        num_microbatches=len(micro), seq_length=tokens.shape[1],
+        micro_batch_size=micro_batch_size, forward_only=forward_only,
+        collect_non_loss_data=forward_only)
+
+
+def _build(hf_config, hf_state, tp, pp, sp=False, freeze=False):
+    from mindrl.models.builder import Parallelism, initialize_parallel
+    from mindrl.models.families.qwen25_vl import build_qwen25_vl_model, load_hf_state_dict
+
+    parallel = Parallelism(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+                           sequence_parallel=sp)
+    initialize_parallel(parallel)
+    model = build_qwen25_vl_model(hf_config, parallel, freeze_vision_tower=freeze,
+                                  make_vocab_size_divisible_by=4)
+    load_hf_state_dict(model, hf_state)
+    return model
+
+
+def _logits(hf_config, hf_state, samples, tp, pp, sp):
+    """Full-vocab logits [B, S, VOCAB] on the last stage's TP rank 0, else None."""
+    from megatron.core import parallel_state as ps
+
+    from mindrl.models.forward import gather_vocab_parallel
+
+    model = _build(hf_config, hf_state, tp, pp, sp).eval()
+    # One micro batch of all prompts (images of several samples in one batch), or under PP
+    # one prompt per micro batch (images travel with their micro batch through the pipeline).
+    micro_batch_size = 1 if pp > 1 else len(samples)
+    with torch.no_grad():
+        out = _schedule(model, samples, micro_batch_size, True,
+                        lambda o, _: gather_vocab_parallel(o))
+    keep = out and ps.get_tensor_model_parallel_rank() == 0 and ps.get_data_parallel_rank() == 0
+    ps.destroy_model_parallel()
+    return torch.cat(out)[..., :VOCAB].clone() if keep else None
+
+
+def _full_hf_grads(module, spec):
+    """{HF name: gradient} of this TP2 stage: TP shards gathered, fused tensors split."""
+    from megatron.core import parallel_state as ps
+
+    group, size = ps.get_tensor_model_parallel_group(), ps.get_tensor_model_parallel_world_size()
+    out = {}
+    for name, param in module.named_parameters():
+        grad = getattr(param, "main_grad", None)
+        if mapping.is_vision_tensor(name):
+            out[name] = None if grad is None else grad.clone()
+            continue
+        rule, layer = mapping.rule_for(name, spec)
+        shards = [torch.empty_like(grad) for _ in range(size)]
+        torch.distributed.all_gather(shards, grad.contiguous(), group=group)
+        out.update(mapping.mcore_to_hf(rule, mapping.gather(rule, shards), spec, layer))
+    return out
+
+
+def _optimized_params(optimizer):
+    """ids of the model parameters the optimizer updates (a distributed optimizer's groups
+    hold fp32 shards, so its model-parameter map is asked)."""
+    ids = set()
+    for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
+        index = getattr(opt, "model_param_group_index_map", None)
+        params = index if index is not None else [p for g in opt.param_groups for p in g["params"]]
+        ids.update(id(p) for p in params)
+    return ids
+
+
+def _grads(hf_config, hf_state, samples, sp, freeze=False):
+    """Gradients of grpo_loss at TP2 the way the engine makes them: Megatron DDP, the
+    pipeline schedule's backward, finalize_model_grads; plus what the optimizer holds."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.distributed import (DistributedDataParallel,
+                                           DistributedDataParallelConfig, finalize_model_grads)
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+
+    from mindrl.engines import vocab_parallel
+
+    module = _build(hf_config, hf_state, 2, 1, sp, freeze)
+    config = module.config
+    ddp = DistributedDataParallel(config=config, module=module, ddp_config=(
+        DistributedDataParallelConfig(grad_reduce_in_fp32=True, use_distributed_optimizer=True)))
+    optimizer = get_megatron_optimizer(
+        OptimizerConfig(optimizer="adam", lr=1e-3, params_dtype=config.params_dtype,
+                        use_distributed_optimizer=True), [ddp])
+    config.finalize_model_grads_func = finalize_model_grads
+    config.no_sync_func = ddp.no_sync
+    ddp.train()
+    ddp.zero_grad_buffer()
+
+    def loss_fn(output, micro):
+        targets = torch.cat([micro["tokens"][:, 1:], micro["tokens"][:, :1]], dim=1)
+        logp = vocab_parallel.token_log_probs(output, targets, VOCAB)
+        lengths = [len(s["input_ids"]) for s in samples]
+        return grpo_loss(lambda b: logp[b, :lengths[b] - 1], samples), {}
+
+    _schedule(ddp, samples, len(samples), False, loss_fn)
+    in_optimizer = _optimized_params(optimizer)
+    vision = [p for n, p in module.named_parameters() if mapping.is_vision_tensor(n)]
+    result = {"grads": _full_hf_grads(module, module.spec),
+              "vision_requires_grad": any(p.requires_grad for p in vision),
+              "vision_in_optimizer": sum(id(p) in in_optimizer for p in vision),
+              "vision_params": len(vision)}
+    ps.destroy_model_parallel()
+    return result if torch.distributed.get_rank() == 0 else None
+
+
+def run_layouts(rank, world_size, hf_config, hf_state, samples):
+    """Logits at TP1, TP2, TP2 + SP and PP2; GRPO gradients at TP2 (with and without SP) and
+    with the vision tower frozen."""
+    out = {"logits": {}}
+    for tp, pp, sp in [(1, 1, False), (2, 1, False), (2, 1, True), (1, 2, False)]:
+        logits = _logits(hf_config, hf_state, samples, tp, pp, sp)
+        if logits is not None:
+            out["logits"][(tp, pp, sp)] = logits
+    out["grads"] = {sp: _grads(hf_config, hf_state, samples, sp) for sp in (False, True)}
+    out["frozen"] = _grads(hf_config, hf_state, samples, sp=False, freeze=True)
+    return out
