@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Union
 
 import torch
 
@@ -21,7 +21,9 @@ from mindrl.models.builder import Parallelism, build_gpt_model
 from mindrl.models.forward import run_schedule
 from mindrl.models.spec import ModelSpec
 
-Batch = Dict[str, torch.Tensor]
+# Tensors with the samples first; multimodal samples add per-sample lists ("pixel_values",
+# "image_grid_thw": one tensor or None per sample), sliced and moved like the tensors.
+Batch = Dict[str, Union[torch.Tensor, list]]
 
 
 @dataclass(frozen=True)
@@ -56,10 +58,24 @@ class OptimConfig:
 
 
 def _to_device(batch: Batch) -> Batch:
-    """Batches travel between processes on the host; the passes run on this rank's device."""
+    """Batches travel between processes on the host; the passes run on this rank's device
+    (per-sample lists of tensors too)."""
     target = device.current_device()
-    return {k: v.to(target, non_blocking=True) if isinstance(v, torch.Tensor) else v
-            for k, v in batch.items()}
+
+    def move(v):
+        if isinstance(v, torch.Tensor):
+            return v.to(target, non_blocking=True)
+        if isinstance(v, list):
+            return [move(x) for x in v]
+        return v
+
+    return {k: move(v) for k, v in batch.items()}
+
+
+def _select(batch: Batch, idx: torch.Tensor) -> Batch:
+    """The samples `idx` of every field: tensors indexed, per-sample lists picked."""
+    rows = idx.tolist()
+    return {k: [v[i] for i in rows] if isinstance(v, list) else v[idx] for k, v in batch.items()}
 
 
 def _minibatch_weight(mask: torch.Tensor, agg_mode: str) -> torch.Tensor:
@@ -74,7 +90,11 @@ class MegatronEngine:
 
     def __init__(self, spec: ModelSpec, parallel: Parallelism, params_dtype: str = "float32",
                  micro_batch_size: int = 1, optim: Optional[OptimConfig] = None,
-                 loss: Optional[LossConfig] = None, pad_id: int = 0, seed: int = 1234):
+                 loss: Optional[LossConfig] = None, pad_id: int = 0, seed: int = 1234,
+                 build_model: Optional[Callable] = None):
+        """build_model(spec, parallel, params_dtype) -> this rank's stage: a model family's
+        builder (mindrl/models/families/); default the text GPTModel. `spec` stays the
+        language model's (vocabulary, head)."""
         from megatron.core import parallel_state as ps
 
         self.spec, self.parallel, self.pad_id = spec, parallel, pad_id
@@ -82,7 +102,7 @@ class MegatronEngine:
         self.micro_batch_size = micro_batch_size
         self.loss_cfg = loss or LossConfig()
         self.ps = ps
-        module = build_gpt_model(spec, parallel, params_dtype)
+        module = (build_model or build_gpt_model)(spec, parallel, params_dtype)
         self.optimizer = self.scheduler = None
         if optim is None:
             self.model = module
@@ -133,7 +153,7 @@ class MegatronEngine:
 
     def _dp_slice(self, batch: Batch) -> Batch:
         rank, size = self.ps.get_data_parallel_rank(), self.ps.get_data_parallel_world_size()
-        n = next(iter(batch.values())).shape[0]
+        n = batch["response_ids"].shape[0]
         if n % size:
             raise ValueError(f"batch of {n} samples does not split over DP={size}")
         per = n // size
@@ -316,8 +336,7 @@ class MegatronEngine:
         history: List[Dict[str, float]] = []
         for start in range(0, n, mini_batch_size):
             idx = order[start:start + mini_batch_size]
-            history.append(self._train_mini_batch({k: v[idx] for k, v in batch.items()},
-                                                  entropy_coeff))
+            history.append(self._train_mini_batch(_select(batch, idx), entropy_coeff))
         out = {k: sum(h[k] for h in history) / len(history) for k in history[0]
                if not k.startswith("rollout/")}
         out.update({k: v for k, v in history[0].items() if k.startswith("rollout/")})

@@ -30,7 +30,12 @@ def run_schedule(model, micro_batches: List[dict], seq_length: int, forward_only
 
     def forward_step(data_iterator, stage):
         micro = next(data_iterator)
-        out = stage(micro["tokens"], _position_ids(micro["tokens"]), None)
+        if "image_grid_thw" in micro:
+            # A multimodal family makes its own [3, B, S] positions from tokens and grids.
+            out = stage(micro["tokens"], None, None, pixel_values=micro.get("pixel_values"),
+                        image_grid_thw=micro["image_grid_thw"])
+        else:
+            out = stage(micro["tokens"], _position_ids(micro["tokens"]), None)
 
         def last_stage(output, non_loss_data=False):
             return on_output(output, micro)
