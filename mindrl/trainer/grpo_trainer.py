@@ -332,6 +332,7 @@ class GRPOTrainer:
         timings = {f"timing_s/{k}": 0.0 for k in ("old_log_prob", "ref")}
         t_step = time.perf_counter()
         batch, reward_metrics = self._sample(step, timings)
+        slept = self.rollout.sleep()          # device memory to the actor until the sync
         scores = batch["scores"]
         batch.add(**self._log_prob_passes(ray.put(batch.tensor_fields()), timings))
         with timed(timings, "adv"):
@@ -356,7 +357,9 @@ class GRPOTrainer:
                                            rl.shuffle_mini_batch, step, entropy_coeff)
         update["actor/entropy_coeff"] = entropy_coeff
         with timed(timings, "reshard"):
-            sync = self.weights.sync()
+            self.rollout.wake(["weights"])
+            sync = self.weights.sync(after_discarded_weights=slept and self.gen.sleep_level == 2)
+            self.rollout.wake(["kv_cache"])
         metrics = {**batch_metrics(batch, scores, batch["finish_reason"]), **reward_metrics,
                    **update, **sync, **self.data_metrics, **timings}
         timings["timing_s/step"] = time.perf_counter() - t_step
