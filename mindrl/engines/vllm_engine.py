@@ -240,9 +240,9 @@ class VLLMEngine:
         from vllm import LLM
 
         self.config = generate_config
-        kwargs = llm_kwargs(generate_config, seed, logprobs_mode, device.is_cpu())
+        kwargs = llm_kwargs(generate_config, seed, logprobs_mode, device.vllm_cpu_build())
         kwargs.update(llm_overrides)
-        if device.is_cpu() and plain_cpu_linears:
+        if device.vllm_cpu_build() and plain_cpu_linears:
             vllm_weights.use_plain_cpu_linears()
         self.llm = LLM(model=str(model_path), **kwargs)
         self.dtype = self.llm.collective_rpc(vllm_weights.model_dtype)[0]

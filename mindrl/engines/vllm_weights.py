@@ -78,7 +78,7 @@ def load_mode(worker) -> str:
     from vllm.model_executor.layers.vocab_parallel_embedding import (
         UnquantizedEmbeddingMethod, VocabParallelEmbedding)
 
-    if not device.is_cpu():    # GPU/NPU: vLLM's reload (other platforms post-process weights)
+    if not device.vllm_cpu_build():   # GPU/NPU: vLLM's reload (they post-process weights)
         return "reload"
     model = worker.model_runner.get_model()
     plain = packed = True

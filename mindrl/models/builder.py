@@ -39,7 +39,6 @@ def transformer_config(spec: ModelSpec, parallel: Parallelism, params_dtype: str
     from megatron.core.transformer import TransformerConfig
 
     dtype = torch_dtype(params_dtype)
-    on_cpu = device.is_cpu()
     values = dict(
         num_layers=spec.num_layers,
         hidden_size=spec.hidden_size,
@@ -64,20 +63,16 @@ def transformer_config(spec: ModelSpec, parallel: Parallelism, params_dtype: str
         bf16=dtype is torch.bfloat16,
         fp16=dtype is torch.float16,
         attention_softmax_in_fp32=True,
-        use_cpu_initialization=on_cpu,
         perform_initialization=True,
-        # Kernels that exist only as CUDA fusions.
-        bias_activation_fusion=not on_cpu,
-        bias_dropout_fusion=not on_cpu,
         masked_softmax_fusion=False,
         apply_rope_fusion=False,
         gradient_accumulation_fusion=False,
         persist_layer_norm=False,
-        batch_p2p_sync=not on_cpu,
         # Megatron's own backward (custom_backward): on CPU it keeps sequence parallel's
         # backward inside the CUDA -> CPU redirects (PLATFORM_NOTES).
         deallocate_pipeline_outputs=True,
     )
+    values.update(device.megatron_config())   # host init, fused kernels, p2p sync
     values.update(overrides)
     return TransformerConfig(**values)
 

@@ -24,7 +24,7 @@ def init_ray(num_local_devices: int) -> str:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")   # local, single-user cluster
     from mindrl import device
 
-    kwargs = {"num_cpus": max(num_local_devices, os.cpu_count() or 1)} if device.is_cpu() else {}
+    kwargs = device.local_ray_resources(num_local_devices)
     # address="local": a new cluster even when `ray start` left one on this machine (Ray
     # would otherwise join that one).
     ray.init(address="local", include_dashboard=False, object_store_memory=256 * 2**20,

@@ -56,8 +56,7 @@ class MegatronWorker:
         from mindrl.models.builder import initialize_parallel
 
         os.environ["MASTER_ADDR"] = master_addr
-        if device.is_cpu():
-            torch.set_num_threads(setup.cpu_threads)
+        device.set_compute_threads(setup.cpu_threads)
         device.init_distributed(self.rank, self.world_size, master_addr, master_port)
         initialize_parallel(setup.parallel, seed=setup.seed)
         self.engine = MegatronEngine(setup.spec, setup.parallel, setup.params_dtype,
