@@ -1,0 +1,88 @@
+"""A phase that passes rl_config.phase_timeout_s stops the run soon after, with exit code 4 and
+one report naming the phase, the step, the member that did not answer with its node, and every
+live worker's Python stack; the checkpoint written before stays complete."""
+
+import json
+import os
+import re
+import threading
+import time
+from pathlib import Path
+
+from grpo_runs import start
+
+HOOK = Path(__file__).resolve().parents[1] / "support" / "hang_in_update"
+DEADLINE_S = 20
+# Two actor ranks (TP2, so rank 0 waits in a collective for the hung rank 1), no reference.
+LAYOUT = ("+actor_config.tensor_model_parallel_size=2", "rl_config.actor_resource.num_cpus=2",
+          "rl_config.kl_coef=0", "~rl_config.reference_resource")
+QUICK = ("rl_config.dynamic_sampling=false", "rl_config.val_before_train=false",
+         "rl_config.val_freq=null")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _section(report: str, title: str) -> str:
+    """The text under the `===== stack of TITLE...` header, up to the next header."""
+    start = report.index(f"===== stack of {title}")
+    end = report.find("\n=====", start + 1)
+    return report[start:end if end > 0 else None]
+
+
+def test_a_rank_that_hangs_in_the_update_stops_the_run_with_a_report_naming_it(tmp_path):
+    run_dir = tmp_path / "runs" / "hangs"
+    path = os.pathsep.join(filter(None, [str(HOOK), os.environ.get("PYTHONPATH")]))
+    proc = start(tmp_path, run_dir, "megatron_training.train_iters=3", "rl_config.save_freq=1",
+                 f"+rl_config.phase_timeout_s={DEADLINE_S}", *LAYOUT, *QUICK,
+                 env={"PYTHONPATH": path, "MINDRL_TEST_HANG_UPDATE": "actor:1:2"})
+    out = {}
+    readers = [threading.Thread(target=lambda n=n: out.__setitem__(n, getattr(proc, n).read()))
+               for n in ("stdout", "stderr")]
+    for reader in readers:
+        reader.start()
+    saved = run_dir / "latest_checkpointed_iteration.txt"
+    try:
+        deadline = time.time() + 400
+        while proc.poll() is None and not saved.exists() and time.time() < deadline:
+            time.sleep(0.2)
+        saved_at = time.time()     # step 1 saved: step 2 generates, then its update hangs
+        proc.wait(timeout=DEADLINE_S + 120)
+        stopped_after = time.time() - saved_at
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for reader in readers:
+            reader.join()
+    err = out["stderr"]
+    assert proc.returncode == 4, err[-3000:]
+    assert stopped_after < DEADLINE_S + 60, stopped_after   # step 2's generate included
+    assert "actor rank 0, actor rank 1: no answer to update within 20 s" in err
+
+    report = (run_dir / "failure_report.txt").read_text()
+    pids = json.loads((run_dir / "workers.json").read_text())
+    assert "phase: update\nstep: 2\ndeadline: 20 s" in report
+    assert "cause: timeout" in report
+    late = report.split("did not answer:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    # Rank 0 does not answer either: it waits for rank 1 in a TP collective (its stack says).
+    assert [line.split(":")[0] for line in late] == ["  actor rank 0", "  actor rank 1"], late
+    assert re.fullmatch(rf"  actor rank 1: pid {pids['actor'][1]}, node [0-9a-f]{{56}} "
+                        rf"\(\d+\.\d+\.\d+\.\d+\)", late[1]), late
+    hung = _section(report, "actor rank 1")
+    assert "hang_in_update_for_the_test" in hung and "sitecustomize.py" in hung, hung
+    assert "megatron_worker.py" in _section(report, "actor rank 0")
+    for index in range(len(pids["rollout"])):   # every live worker's stack, engines too
+        assert 'File "' in _section(report, f"rollout engine {index}")
+    assert f"failure report with every live worker's Python stack: {run_dir}" in out["stdout"]
+
+    assert saved.read_text() == "1"             # the checkpoint before the hang is complete
+    assert (run_dir / "iter_0000001" / "metadata.json").is_file()
+    gone_by = time.time() + 30                  # the stuck rank was killed, not awaited
+    while any(map(_alive, pids["actor"])) and time.time() < gone_by:
+        time.sleep(0.5)
+    assert not any(map(_alive, pids["actor"]))
