@@ -8,6 +8,7 @@ few lines pointing at the file.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
@@ -39,6 +40,16 @@ def _node_addresses() -> Dict[str, str]:
         return {}
 
 
+def innermost_frame(stack: str) -> str:
+    """Where the thread that runs the member's work is: the first frame under faulthandler's
+    "Current thread" header, as "function (file:line)"; "" when the dump has none."""
+    match = re.search(r'Current thread[^\n]*\n\s+File "([^"]+)", line (\d+) in (\S+)', stack)
+    if not match:
+        return ""
+    path, line, function = match.groups()
+    return f"{function} ({Path(path).name}:{line})"
+
+
 def _where(m: dict, addresses: Dict[str, str]) -> str:
     node = m["node"]
     place = f"node {node} ({addresses.get(node, '?')})" if node else "node unknown"
@@ -49,7 +60,7 @@ def write_failure_report(error: Exception, members: List[dict], step: int,
                          phase_timeout_s: float, run_dir: Path,
                          log: Callable[[str], None] = print) -> Path:
     """Collect the members' stacks, write the report, print its summary; the report path."""
-    from mindrl.workers.stack_dump import collect
+    from mindrl.workers.stack_dump import collect, is_gone
 
     timed_out = isinstance(error, PhaseTimeout)
     who = list(getattr(error, "who", []) or [])
@@ -58,6 +69,9 @@ def write_failure_report(error: Exception, members: List[dict], step: int,
     by_label = {m["who"]: m for m in members}
     failed = [by_label.get(w, {"who": w, "pid": None, "node": None}) for w in who]
     stacks = collect(members)
+    if not timed_out:   # every member found gone (a lost node takes several with it)
+        failed += [m for m in members if m["pid"] is not None and m not in failed
+                   and is_gone(stacks[m["pid"]])]
     cause = (f"timeout: no answer within phase_timeout_s={phase_timeout_s:g} s" if timed_out
              else "death: a process the run needs is gone")
     lines = [f"MindRL run stopped at {time.strftime('%Y-%m-%d %H:%M:%S')}",
@@ -65,7 +79,9 @@ def write_failure_report(error: Exception, members: List[dict], step: int,
              f"(rl_config.phase_timeout_s)", f"cause: {cause}",
              f"error: {error}", "",
              ("did not answer:" if timed_out else "died:")]
-    lines += [f"  {_where(m, addresses)}" for m in failed] or ["  (not known)"]
+    at = {m["who"]: innermost_frame(stacks.get(m["pid"], "")) for m in failed}
+    lines += [f"  {_where(m, addresses)}" + (f"; at {at[m['who']]}" if at[m["who"]] else "")
+              for m in failed] or ["  (not known)"]
     lines += ["", "members:"] + [f"  {_where(m, addresses)}" for m in members]
     for m in members:
         if m["pid"] is None:
@@ -75,9 +91,10 @@ def write_failure_report(error: Exception, members: List[dict], step: int,
     path = Path(run_dir) / REPORT_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
-    named = ", ".join(_where(m, addresses) for m in failed) or "unknown members"
-    log(f"run stopped in phase {phase} at step {step} ({'timeout' if timed_out else 'death'}):"
-        f" {named}")
+    log(f"run stopped in phase {phase} at step {step} ({'timeout' if timed_out else 'death'})"
+        + ("" if failed else ": who failed is not known"))
+    for m in failed:
+        log(f"  {_where(m, addresses)}" + (f"; at {at[m['who']]}" if at[m["who"]] else ""))
     log(f"failure report with every live worker's Python stack: {path}")
     return path
 

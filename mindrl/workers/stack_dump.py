@@ -18,6 +18,7 @@ import time
 from typing import Dict, Iterable, List, Optional
 
 DUMP_SIGNAL = signal.SIGUSR1
+GONE = "(no stack: the process is gone)"
 _open_files = []   # the registered file stays open for the life of the process
 
 
@@ -59,16 +60,16 @@ def dump_here(pids: Iterable[int], settle_s: float = 1.0, limit_s: float = 8.0) 
     offsets, out = {}, {}
     for pid in pids:
         path = dump_path(pid)
-        if not os.path.exists(path):
+        if not _alive(pid):
+            out[pid] = GONE
+        elif not os.path.exists(path):
             out[pid] = "(no stack: the process registered no dump file on this node)"
-        elif not _alive(pid):
-            out[pid] = "(no stack: the process is gone)"
         else:
             offsets[pid] = os.path.getsize(path)
             try:
                 os.kill(pid, DUMP_SIGNAL)
             except ProcessLookupError:
-                out[pid] = "(no stack: the process is gone)"
+                out[pid] = GONE
                 del offsets[pid]
     start, sizes = time.monotonic(), {}
     while offsets and time.monotonic() - start < limit_s:   # until every file stops growing
@@ -83,6 +84,11 @@ def dump_here(pids: Iterable[int], settle_s: float = 1.0, limit_s: float = 8.0) 
             text = f.read()
         out[pid] = text or "(no stack: the process did not answer the signal)"
     return out
+
+
+def is_gone(stack: str) -> bool:
+    """Whether `collect` found the process (or its node) gone."""
+    return stack.startswith(GONE[:-1])
 
 
 def collect(members: List[dict], timeout_s: float = 20.0) -> Dict[int, str]:
@@ -104,7 +110,7 @@ def collect(members: List[dict], timeout_s: float = 20.0) -> Dict[int, str]:
         if node == here:
             continue
         if node not in alive:
-            out.update({pid: f"(no stack: node {node} is gone)" for pid in pids})
+            out.update({pid: f"{GONE[:-1]} with its node {node})" for pid in pids})
             continue
         task = ray.remote(dump_here).options(
             num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))

@@ -72,7 +72,9 @@ def test_a_rank_that_hangs_in_the_update_stops_the_run_with_a_report_naming_it(t
     # Rank 0 does not answer either: it waits for rank 1 in a TP collective (its stack says).
     assert [line.split(":")[0] for line in late] == ["  actor rank 0", "  actor rank 1"], late
     assert re.fullmatch(rf"  actor rank 1: pid {pids['actor'][1]}, node [0-9a-f]{{56}} "
-                        rf"\(\d+\.\d+\.\d+\.\d+\)", late[1]), late
+                        rf"\(\d+\.\d+\.\d+\.\d+\); at hang_in_update_for_the_test "
+                        rf"\(sitecustomize.py:\d+\)", late[1]), late
+    assert "; at " in late[0]                 # where rank 0 waits (a collective)
     hung = _section(report, "actor rank 1")
     assert "hang_in_update_for_the_test" in hung and "sitecustomize.py" in hung, hung
     assert "megatron_worker.py" in _section(report, "actor rank 0")
