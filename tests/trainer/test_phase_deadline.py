@@ -88,3 +88,15 @@ def test_a_rank_that_hangs_in_the_update_stops_the_run_with_a_report_naming_it(t
     while any(map(_alive, pids["actor"])) and time.time() < gone_by:
         time.sleep(0.5)
     assert not any(map(_alive, pids["actor"]))
+
+
+def test_a_placement_that_cannot_fit_is_refused_before_anything_starts(tmp_path):
+    """Two actor devices and the reference's one on this 2-CPU cluster: exit 1 naming the key
+    and what the cluster has, before a model is made, Ray starts or a run directory exists."""
+    run_dir = tmp_path / "runs" / "too_big"
+    proc = start(tmp_path, run_dir, "rl_config.actor_resource.num_cpus=2")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err[-3000:]
+    assert "rl_config.reference_resource.num_cpus=1: brings the run to 3 devices but the " \
+           "cluster has 2" in err, err
+    assert "Ray" not in out and not run_dir.exists() and not (tmp_path / "models").exists()
