@@ -76,9 +76,27 @@ class WorkerGroup:
                 if isinstance(cause, WorkerDied):   # e.g. an engine it fed
                     raise WorkerDied(f"{cause} (seen by role {self.role!r} rank {rank} during "
                                      f"{what})", cause.what or what, cause.who) from None
+                self._raise_if_a_peer_died(rank_of, ref, what)
                 raise RuntimeError(f"role {self.role!r} rank {rank} failed in {what}:\n{e}") \
                     from None
         return ray.get(refs)
+
+    def _raise_if_a_peer_died(self, rank_of: dict, failed: Any, what: str,
+                              grace_s: float = 5.0) -> None:
+        """A rank whose collective lost its peer fails too, often first: the death is the
+        cause to report, so the other ranks get a few seconds to show theirs."""
+        others = [ref for ref in rank_of if ref is not failed]
+        ready, _ = ray.wait(others, num_returns=len(others), timeout=grace_s) if others \
+            else ([], [])
+        for ref in ready:
+            try:
+                ray.get(ref, timeout=0)
+            except ray.exceptions.RayActorError as e:
+                rank = rank_of[ref]
+                raise WorkerDied(f"role {self.role!r} rank {rank} died during {what}: "
+                                 f"{str(e).splitlines()[0]}", what, [self.who(rank)]) from None
+            except Exception:
+                continue
 
     def submit(self, method: str, *args, **kwargs) -> List[Any]:
         """Start a method on every rank without waiting; `wait(refs, method)` collects."""

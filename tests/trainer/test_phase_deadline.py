@@ -1,6 +1,8 @@
 """A phase that passes rl_config.phase_timeout_s stops the run soon after, with exit code 4 and
 one report naming the phase, the step, the member that did not answer with its node, and every
-live worker's Python stack; the checkpoint written before stays complete."""
+live worker's Python stack; a node lost mid-run stops it with exit code 3 and a report naming
+what ran there; the checkpoint written before stays complete. A placement that cannot fit is
+refused before anything starts."""
 
 import json
 import os
@@ -8,6 +10,8 @@ import re
 import threading
 import time
 from pathlib import Path
+
+import pytest
 
 from grpo_runs import start
 
@@ -100,3 +104,58 @@ def test_a_placement_that_cannot_fit_is_refused_before_anything_starts(tmp_path)
     assert "rl_config.reference_resource.num_cpus=1: brings the run to 3 devices but the " \
            "cluster has 2" in err, err
     assert "Ray" not in out and not run_dir.exists() and not (tmp_path / "models").exists()
+
+
+@pytest.fixture
+def two_nodes():
+    """Two Ray nodes of one CPU each on this machine (two raylets, one IP), stopped after."""
+    from ray.cluster_utils import Cluster
+
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1,
+                                                            "include_dashboard": False})
+    far = cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    yield cluster, far
+    cluster.shutdown()
+
+
+def test_a_node_lost_mid_run_stops_the_run_with_a_report_naming_it(tmp_path, two_nodes):
+    """Actor rank 1 and rollout engine 1 run on the second node (the plan's layout); that node
+    goes (its raylet and workers killed) after step 1's checkpoint: exit 3 within 60 s, the
+    report names both with that node's id."""
+    cluster, far = two_nodes
+    run_dir = tmp_path / "runs" / "node_lost"
+    proc = start(tmp_path, run_dir, "megatron_training.train_iters=4", "rl_config.save_freq=1",
+                 *LAYOUT, *QUICK, env={"RAY_ADDRESS": cluster.address})
+    out = {}
+    readers = [threading.Thread(target=lambda n=n: out.__setitem__(n, getattr(proc, n).read()))
+               for n in ("stdout", "stderr")]
+    for reader in readers:
+        reader.start()
+    saved = run_dir / "latest_checkpointed_iteration.txt"
+    try:
+        deadline = time.time() + 400
+        while proc.poll() is None and not saved.exists() and time.time() < deadline:
+            time.sleep(0.2)
+        assert proc.poll() is None
+        cluster.remove_node(far, allow_graceful=False)
+        removed_at = time.time()
+        proc.wait(timeout=120)
+        stopped_after = time.time() - removed_at
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for reader in readers:
+            reader.join()
+    assert proc.returncode == 3, out["stderr"][-3000:]
+    assert stopped_after < 60, stopped_after
+    report = (run_dir / "failure_report.txt").read_text()
+    pids = json.loads((run_dir / "workers.json").read_text())
+    assert "cause: death" in report, report[:3000]
+    died = report.split("died:\n", 1)[1].split("\n\n", 1)[0]
+    for who, pid in (("actor rank 1", pids["actor"][1]),
+                     ("rollout engine 1 (actor device 1)", pids["rollout"][1])):
+        assert f"  {who}: pid {pid}, node {far.node_id} (" in died, report[:3000]
+    assert 'File "' in _section(report, "actor rank 0")        # the live rank's stack
+    assert (run_dir / f"iter_{int(saved.read_text()):07d}" / "metadata.json").is_file()
