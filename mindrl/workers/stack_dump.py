@@ -123,6 +123,8 @@ def collect(members: List[dict], timeout_s: float = 20.0) -> Dict[int, str]:
             try:
                 out.update(ray.get(ref, timeout=0) if ref in ready else
                            {pid: f"(no stack: node {node} did not answer)" for pid in pids})
+            except ray.exceptions.TaskUnschedulableError:   # Ray knows the node is gone
+                out.update({pid: f"{GONE[:-1]} with its node {node})" for pid in pids})
             except Exception as e:
                 out.update({pid: f"(no stack: {type(e).__name__} on node {node})"
                             for pid in pids})

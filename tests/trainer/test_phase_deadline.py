@@ -106,7 +106,7 @@ def test_a_placement_that_cannot_fit_is_refused_before_anything_starts(tmp_path)
     assert "Ray" not in out and not run_dir.exists() and not (tmp_path / "models").exists()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def two_nodes():
     """Two Ray nodes of one CPU each on this machine (two raylets, one IP), stopped after."""
     from ray.cluster_utils import Cluster
@@ -118,6 +118,39 @@ def two_nodes():
     cluster.wait_for_nodes()
     yield cluster, far
     cluster.shutdown()
+
+
+def test_the_stack_of_a_process_on_another_node_is_read_there(two_nodes):
+    """The failure report's collection path for another node: a task pinned to that node
+    signals the process and reads its dump back."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from mindrl.trainer.launch import STACK_DUMPS
+    from mindrl.workers.stack_dump import collect
+
+    cluster, far = two_nodes
+    ray.init(address=cluster.address, runtime_env=STACK_DUMPS, log_to_driver=False)
+    try:
+        @ray.remote(num_cpus=0)
+        class Sleeper:
+            def pid(self):
+                return os.getpid()
+
+            def sleep_in_a_named_function(self):
+                time.sleep(30)
+
+        sleeper = Sleeper.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+            far.node_id, soft=False)).remote()
+        pid = ray.get(sleeper.pid.remote())
+        sleeper.sleep_in_a_named_function.remote()
+        time.sleep(1)
+        assert ray.get_runtime_context().get_node_id() != far.node_id
+        stacks = collect([{"who": "sleeper", "pid": pid, "node": far.node_id}])
+        assert "in sleep_in_a_named_function" in stacks[pid], stacks
+        ray.kill(sleeper)
+    finally:
+        ray.shutdown()
 
 
 def test_a_node_lost_mid_run_stops_the_run_with_a_report_naming_it(tmp_path, two_nodes):
