@@ -192,3 +192,14 @@ def test_a_node_lost_mid_run_stops_the_run_with_a_report_naming_it(tmp_path, two
         assert f"  {who}: pid {pid}, node {far.node_id} (" in died, report[:3000]
     assert 'File "' in _section(report, "actor rank 0")        # the live rank's stack
     assert (run_dir / f"iter_{int(saved.read_text()):07d}" / "metadata.json").is_file()
+
+
+@pytest.mark.parametrize("value", [0, -5])
+def test_phase_timeout_must_be_positive_and_defaults_to_a_generous_deadline(value):
+    from mindrl.config import ClusterResources, ConfigError, load_recipe
+
+    cpu2 = ClusterResources("cpu", 2)
+    assert load_recipe("grpo_tiny_cpu", [], cluster=cpu2).rl_config.phase_timeout_s == 1800
+    with pytest.raises(ConfigError) as e:
+        load_recipe("grpo_tiny_cpu", [f"+rl_config.phase_timeout_s={value}"], cluster=cpu2)
+    assert "rl_config.phase_timeout_s" in e.value.keys and "must be positive" in str(e.value)
