@@ -79,9 +79,12 @@ def write_failure_report(error: Exception, members: List[dict], step: int,
              f"(rl_config.phase_timeout_s)", f"cause: {cause}",
              f"error: {error}", "",
              ("did not answer:" if timed_out else "died:")]
-    at = {m["who"]: innermost_frame(stacks.get(m["pid"], "")) for m in failed}
-    lines += [f"  {_where(m, addresses)}" + (f"; at {at[m['who']]}" if at[m["who"]] else "")
-              for m in failed] or ["  (not known)"]
+
+    def located(m: dict) -> str:   # where it ran, and where its work was when it stopped
+        frame = innermost_frame(stacks.get(m["pid"], ""))
+        return _where(m, addresses) + (f"; at {frame}" if frame else "")
+
+    lines += [f"  {located(m)}" for m in failed] or ["  (not known)"]
     lines += ["", "members:"] + [f"  {_where(m, addresses)}" for m in members]
     for m in members:
         if m["pid"] is None:
@@ -94,7 +97,7 @@ def write_failure_report(error: Exception, members: List[dict], step: int,
     log(f"run stopped in phase {phase} at step {step} ({'timeout' if timed_out else 'death'})"
         + ("" if failed else ": who failed is not known"))
     for m in failed:
-        log(f"  {_where(m, addresses)}" + (f"; at {at[m['who']]}" if at[m["who"]] else ""))
+        log(f"  {located(m)}")
     log(f"failure report with every live worker's Python stack: {path}")
     return path
 
