@@ -101,8 +101,9 @@ class RolloutGroup:
             found = self._wait({e.describe.remote(): i for i, e in enumerate(self.engines)},
                                "start", timeout_s)
         except PhaseTimeout as e:
-            raise TimeoutError(f"{e} (an engine Ray cannot place waits for resources: see "
-                               f"`ray status`)") from None
+            raise TimeoutError(f"{', '.join(e.who)}: not started within {timeout_s:.0f} s (an "
+                               f"engine Ray cannot place waits for resources: see `ray "
+                               f"status`)") from None
         self.nodes = [found[i]["node"] for i in range(len(self.engines))]   # Ray node ids
         self.pids = [found[i]["pid"] for i in range(len(self.engines))]
         return list(self.pids)
