@@ -6,7 +6,10 @@
   python cli/train_grpo.py --config-name grpo_tiny_cpu rl_config.kl_coef=0 +dry_run=true
 
 Exit codes: 0 trained (or plan printed); 1 invalid recipe (every problem is listed with its
-key); 3 a worker died or training failed.
+key); 3 a worker died or training failed; 4 a phase of the step (generate, log-prob passes,
+reward-model scoring, update, weight sync, save) passed rl_config.phase_timeout_s. On 3 (a
+death) and 4 the run directory holds failure_report.txt: the phase, the step, who did not
+answer and on which node, and every live worker's Python stack.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from mindrl.config.scale_down import with_cpu_slots  # noqa: E402
 
 EXIT_INVALID = 1
 EXIT_FAILED = 3
+EXIT_TIMEOUT = 4
 
 
 def print_device_notices(run_cfg) -> None:
@@ -87,10 +91,13 @@ def run(cfg: DictConfig, recipe: str) -> int:
         print(f"cannot start {recipe}: {e}", file=sys.stderr)
         return EXIT_INVALID
     from mindrl.trainer.launch import train
-    from mindrl.errors import WorkerDied
+    from mindrl.errors import PhaseTimeout, WorkerDied
 
     try:
         train(run_cfg)
+    except PhaseTimeout as e:
+        print(f"training stopped: {e}", file=sys.stderr)
+        return EXIT_TIMEOUT
     except WorkerDied as e:
         print(f"training stopped: {e}", file=sys.stderr)
         return EXIT_FAILED

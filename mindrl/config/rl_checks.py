@@ -69,6 +69,10 @@ def check_algorithm(run: RunConfig) -> list[Problem]:
         value = getattr(rl, key)
         if value is not None and value <= 0:
             out.append(Problem(f"rl_config.{key}", "must be positive", "use e.g. 0.2", value))
+    if not rl.phase_timeout_s > 0:
+        out.append(Problem("rl_config.phase_timeout_s", "must be positive (the seconds a phase "
+                           "of the step may take before the run stops with a failure report)",
+                           "use e.g. 1800", rl.phase_timeout_s))
     for key in ("kl_coef", "entropy_coeff", "entropy_coeff_final", "entropy_decay_steps"):
         if (getattr(rl, key) or 0) < 0:
             out.append(Problem(f"rl_config.{key}", "must not be negative", "use 0 to disable",

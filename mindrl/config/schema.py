@@ -123,6 +123,8 @@ class RLConfig:
     verifier_weight: list[float] = field(default_factory=list)
     verifier_parallel: int = 1
     verifier_timeout: float = 30.0
+    phase_timeout_s: float = 1800.0   # seconds any phase of a step may take before the run
+                                      # stops with a failure report (trainer/failure_report.py)
     reference_resource: Optional[ResourceSpec] = None
     reward_resource: Optional[ResourceSpec] = None
     colocate_actor_ref: bool = False

@@ -9,7 +9,9 @@ finish_reason). Sampling seeds follow the prompt, not the
 engine: prompt i's samples use seed + i*n ... whatever the engine count, so a run's samples do
 not depend on how many engines drew them.
 
-A dead engine stops the driver with `EngineDied` naming it; a failed call names it too.
+A dead engine stops the driver with `EngineDied` naming it; a failed call names it too, and
+an engine that does not answer a generate within rl_config.phase_timeout_s raises
+PhaseTimeout naming it (workers/deadline.py).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from mindrl.data.batch import Batch, with_rollout
-from mindrl.errors import EngineDied
+from mindrl.errors import EngineDied, PhaseTimeout
+from mindrl.workers.deadline import answers, bundle_nodes, member
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,8 @@ class RolloutGroup:
     """N vLLM engines as Ray actors; `generate` splits, runs all at once and merges."""
 
     def __init__(self, model_path: str, generate_config, seed: int, slots: Sequence[EngineSlot],
-                 env: Dict[str, str], engine_kwargs: Optional[dict] = None):
+                 env: Dict[str, str], engine_kwargs: Optional[dict] = None,
+                 phase_timeout_s: Optional[float] = None):
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -56,6 +60,8 @@ class RolloutGroup:
         self.busy_seconds: List[float] = [0.0] * len(self.engines)   # of the last generate
         self.nodes: List[str] = []        # each engine's node, known once started
         self.asleep = False               # engines hold no device memory until woken
+        self.pids: List[Optional[int]] = [None] * len(self.engines)
+        self.phase_timeout_s = phase_timeout_s
 
     def __len__(self) -> int:
         return len(self.engines)
@@ -66,27 +72,25 @@ class RolloutGroup:
                 else f"devices {devices[0]}-{devices[-1]}")
         return f"rollout engine {index} (actor {span})"
 
+    def members(self) -> List[dict]:
+        """Each engine's label, pid and Ray node (workers/deadline.py)."""
+        nodes = self.nodes or [n for slot in self.slots
+                               for n in bundle_nodes(slot.placement_group, [slot.bundle])]
+        return [member(self._name(i), self.pids[i], nodes[i]) for i in range(len(self.slots))]
+
     def _wait(self, refs: Dict[Any, int], what: str,
               timeout_s: Optional[float] = None) -> Dict[int, Any]:
         """Results by engine index as they finish; the first failure raises at once."""
         import ray
 
-        results, pending, start = {}, list(refs), time.perf_counter()
-        while pending:
-            left = None if timeout_s is None else timeout_s - (time.perf_counter() - start)
-            ready, pending = ray.wait(pending, num_returns=1,
-                                      timeout=None if left is None else max(left, 0))
-            if not ready:
-                late = ", ".join(self._name(refs[r]) for r in pending)
-                raise TimeoutError(f"{late}: no answer to {what} within {timeout_s:.0f} s (an "
-                                   f"engine Ray cannot place waits for resources: see `ray "
-                                   f"status`)")
-            index = refs[ready[0]]
+        results, start = {}, time.perf_counter()
+        for ref in answers({r: self._name(i) for r, i in refs.items()}, what, timeout_s):
+            index = refs[ref]
             try:
-                results[index] = ray.get(ready[0])
+                results[index] = ray.get(ref)
             except ray.exceptions.RayActorError as e:
                 raise EngineDied(f"{self._name(index)} died during {what}: "
-                                 f"{str(e).splitlines()[0]}") from None
+                                 f"{str(e).splitlines()[0]}", what, [self._name(index)]) from None
             except ray.exceptions.RayTaskError as e:
                 raise RuntimeError(f"{self._name(index)} failed in {what}:\n{e}") from None
             self.busy_seconds[index] = time.perf_counter() - start
@@ -94,10 +98,16 @@ class RolloutGroup:
 
     def start(self, timeout_s: float = 600.0) -> List[int]:
         """Wait for every engine to be up; their pids, in engine order."""
-        found = self._wait({e.describe.remote(): i for i, e in enumerate(self.engines)}, "start",
-                           timeout_s)
+        try:
+            found = self._wait({e.describe.remote(): i for i, e in enumerate(self.engines)},
+                               "start", timeout_s)
+        except PhaseTimeout as e:
+            raise TimeoutError(f"{', '.join(e.who)}: not started within {timeout_s:.0f} s (an "
+                               f"engine Ray cannot place waits for resources: see `ray "
+                               f"status`)") from None
         self.nodes = [found[i]["node"] for i in range(len(self.engines))]   # Ray node ids
-        return [found[i]["pid"] for i in range(len(self.engines))]
+        self.pids = [found[i]["pid"] for i in range(len(self.engines))]
+        return list(self.pids)
 
     def generate(self, batch: Batch, **sampling_overrides) -> Batch:
         """The batch plus its responses (DESIGN.md's rollout fields), every engine at once:
@@ -116,13 +126,14 @@ class RolloutGroup:
                 refs[self.engines[index].generate.remote(prompts, n, **seed,
                                                          **sampling_overrides)] = index
             first_group += len(prompts)
-        outputs = self._wait(refs, "generate")
+        outputs = self._wait(refs, "generate", self.phase_timeout_s)
         return Batch.concat([with_rollout(parts[i], outputs[i], n) for i in sorted(outputs)])
 
     def sleep(self) -> bool:
         """Every engine hands its device memory back to the actor's passes
         (`generate_config.sleep_level`); whether any did (never on CPU)."""
-        slept = self._wait({e.sleep.remote(): i for i, e in enumerate(self.engines)}, "sleep")
+        slept = self._wait({e.sleep.remote(): i for i, e in enumerate(self.engines)}, "sleep",
+                           self.phase_timeout_s)
         self.asleep = any(slept.values())
         return self.asleep
 
@@ -131,19 +142,21 @@ class RolloutGroup:
         if not self.asleep:
             return
         self._wait({e.wake_up.remote(tags): i for i, e in enumerate(self.engines)},
-                   f"wake_up {tags or 'all'}")
+                   f"wake_up {tags or 'all'}", self.phase_timeout_s)
         if tags is None or "kv_cache" in tags:
             self.asleep = False
 
-    def shutdown(self, timeout_s: float = 30.0) -> None:
-        """Let every engine stop its workers, then end the actors."""
+    def shutdown(self, timeout_s: float = 30.0, graceful: bool = True) -> None:
+        """Let every engine stop its workers, then end the actors; after a failure
+        (graceful=False) end them at once: a stuck engine would never answer."""
         import ray
 
-        try:
-            ray.wait([e.close.remote() for e in self.engines], num_returns=len(self.engines),
-                     timeout=timeout_s)
-        except Exception:
-            pass
+        if graceful:
+            try:
+                ray.wait([e.close.remote() for e in self.engines],
+                         num_returns=len(self.engines), timeout=timeout_s)
+            except Exception:
+                pass
         for engine in self.engines:
             try:
                 ray.kill(engine)

@@ -118,14 +118,15 @@ class GRPOTrainer:
             slot = slots[role]
             world = self.run.resource(role).count
             self.groups[role] = WorkerGroup(role, world, slot.placement_group, slot.first_bundle,
-                                            slot.resources_per_rank)
+                                            slot.resources_per_rank, self.rl.phase_timeout_s)
         actor_cfg = self.run.actor_config
         shared = device.weights_in_host_memory() and self.gen.cpu_weights == "shared"
         self.rollout = RolloutGroup(actor_cfg.tokenizer_name_or_path, self.gen, actor_cfg.seed,
                                     engine_slots, worker_env(),
-                                    {"plain_cpu_linears": shared, "share_weights": shared})
+                                    {"plain_cpu_linears": shared, "share_weights": shared},
+                                    self.rl.phase_timeout_s)
         refs = {role: group.start_setup(setups[role]) for role, group in self.groups.items()}
-        pids = {role: group.wait(refs[role], "setup") for role, group in self.groups.items()}
+        pids = {role: group.wait_setup(refs[role]) for role, group in self.groups.items()}
         pids["rollout"] = self.rollout.start()
         (self.run_dir / "workers.json").write_text(json.dumps(pids))   # role -> pid per rank
         self.groups["actor"].call("attach_engines", self.rollout.engines, self.rollout.nodes,
@@ -428,9 +429,13 @@ class GRPOTrainer:
     def fit(self) -> List[Dict[str, float]]:
         from tqdm import tqdm
 
+        from mindrl.errors import PhaseTimeout, WorkerDied
+        from mindrl.trainer.failure_report import report_failure
+
         self._start()
+        self.at_step, failed = 0, False
         try:
-            start = self._resume()
+            start = self.at_step = self._resume()
             self.tracker.rewind(start)        # drop rows of steps a crash lost
             reference = self._checkpoint_reference() if start == 0 else None
             self.weights.sync()               # vLLM starts from the actor's exact weights
@@ -444,6 +449,7 @@ class GRPOTrainer:
             if self._validation_due(start, start):
                 self.tracker.log(start, self.validate(start))
             for step in bar:
+                self.at_step = step
                 metrics = self.step(step)
                 if self._validation_due(step, start):
                     metrics.update(self.validate(step))
@@ -456,15 +462,20 @@ class GRPOTrainer:
                 if save_freq and (step % save_freq == 0 or step == total):
                     self._save(step)
             return self.tracker.history
+        except (WorkerDied, PhaseTimeout) as e:   # a stuck member is killed, never awaited
+            failed = True
+            report_failure(e, [*self.groups.values(), self.rollout], self.at_step,
+                           self.rl.phase_timeout_s, self.run_dir, self.log)
+            raise
         finally:
             png = self.tracker.reward_curve()
             self.tracker.close()
             if self.reward is not None:
                 self.reward.close()
             for group in self.groups.values():
-                group.shutdown()
+                group.shutdown(graceful=not failed)
             if self.rollout is not None:
-                self.rollout.shutdown()
+                self.rollout.shutdown(graceful=not failed)
             if png is not None:
                 self.log(f"reward curve: {png}")
             self.log(f"tensorboard events: {self.run_dir / 'tensorboard'}")

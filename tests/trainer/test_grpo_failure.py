@@ -1,8 +1,10 @@
 """A worker or rollout engine that dies stops the driver with a non-zero exit naming it,
-fast, and the last complete checkpoint stays loadable."""
+fast, with a failure report naming it and its node, and the last complete checkpoint stays
+loadable."""
 
 import json
 import os
+import re
 import signal
 import time
 
@@ -11,9 +13,10 @@ import pytest
 from grpo_runs import start
 
 
-@pytest.mark.parametrize("victim, named", [("ref", "role 'ref' rank 0 died"),
-                                           ("rollout", "rollout engine 0")])
-def test_a_dead_worker_or_engine_stops_the_run_naming_it(tmp_path, victim, named):
+@pytest.mark.parametrize("victim, named, label", [
+    ("ref", "role 'ref' rank 0 died", "ref rank 0"),
+    ("rollout", "rollout engine 0", "rollout engine 0 (actor device 0)")])
+def test_a_dead_worker_or_engine_stops_the_run_naming_it(tmp_path, victim, named, label):
     run_dir = tmp_path / "runs" / "dies"
     proc = start(tmp_path, run_dir, "megatron_training.train_iters=400", "rl_config.save_freq=2")
     try:
@@ -34,5 +37,11 @@ def test_a_dead_worker_or_engine_stops_the_run_naming_it(tmp_path, victim, named
             proc.kill()
     assert proc.returncode == 3, err[-3000:]
     assert named in err and "died" in err, err[-3000:]
+    report = (run_dir / "failure_report.txt").read_text()
+    assert "cause: death" in report
+    died = report.split("died:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert len(died) == 1 and re.fullmatch(rf"  {re.escape(label)}: pid {pid}, node "
+                                           rf"[0-9a-f]{{56}} \(\S+\)", died[0]), died
+    assert 'File "' in report.split("===== stack of actor rank 0", 1)[1]   # live ranks' stacks
     latest = (run_dir / "latest_checkpointed_iteration.txt").read_text()
     assert (run_dir / f"iter_{int(latest):07d}" / "metadata.json").is_file()
