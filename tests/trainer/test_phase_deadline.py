@@ -43,7 +43,7 @@ def test_a_rank_that_hangs_in_the_update_stops_the_run_with_a_report_naming_it(t
     run_dir = tmp_path / "runs" / "hangs"
     path = os.pathsep.join(filter(None, [str(HOOK), os.environ.get("PYTHONPATH")]))
     proc = start(tmp_path, run_dir, "megatron_training.train_iters=3", "rl_config.save_freq=1",
-                 f"+rl_config.phase_timeout_s={DEADLINE_S}", *LAYOUT, *QUICK,
+                 f"rl_config.phase_timeout_s={DEADLINE_S}", *LAYOUT, *QUICK,
                  env={"PYTHONPATH": path, "MINDRL_TEST_HANG_UPDATE": "actor:1:2"})
     out = {}
     readers = [threading.Thread(target=lambda n=n: out.__setitem__(n, getattr(proc, n).read()))
@@ -201,5 +201,5 @@ def test_phase_timeout_must_be_positive_and_defaults_to_a_generous_deadline(valu
     cpu2 = ClusterResources("cpu", 2)
     assert load_recipe("grpo_tiny_cpu", [], cluster=cpu2).rl_config.phase_timeout_s == 1800
     with pytest.raises(ConfigError) as e:
-        load_recipe("grpo_tiny_cpu", [f"+rl_config.phase_timeout_s={value}"], cluster=cpu2)
+        load_recipe("grpo_tiny_cpu", [f"rl_config.phase_timeout_s={value}"], cluster=cpu2)
     assert "rl_config.phase_timeout_s" in e.value.keys and "must be positive" in str(e.value)
