@@ -13,7 +13,6 @@ mindrl/algorithms. A rerun resumes from the latest complete checkpoint in actor_
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import time
@@ -27,8 +26,10 @@ from mindrl.algorithms import (apply_kl_penalty, compute_advantages, entropy_coe
                                scores_to_token_rewards)
 from mindrl.config.schema import RunConfig
 from mindrl.data.batch import PROMPT_KEYS, RESPONSE_KEYS, Batch
+from mindrl.trainer.first_sync import check_first_sync, checkpoint_reference
 from mindrl.trainer.metrics import (batch_metrics, console_line, perf_metrics,
                                     reward_model_metrics)
+from mindrl.trainer.resume import plan_resume
 
 
 @contextmanager
@@ -108,7 +109,7 @@ class GRPOTrainer:
                                   verifier_timeout=self.rl.verifier_timeout,
                                   verifier_parallel=self.rl.verifier_parallel)
                        if self.rl.rule_reward else None)
-        self.resume_plan = self._resume_plan()
+        self.resume_plan = plan_resume(self.run, self.save_dir)
         slots, engine_slots = create_placement(self.run)
         self.groups: Dict[str, WorkerGroup] = {}
         setups = {"actor": self._role_setup("actor", with_optim=True)}
@@ -140,35 +141,18 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ checkpoints
 
-    def _resume_plan(self):
-        """(step, checkpoint dir, parts) of the latest complete checkpoint in the save dir, or
-        None; decided before any worker starts, so a part the checkpoint lacks fails fast."""
-        from mindrl.engines.megatron_checkpoint import iteration_dir, latest_iteration
-        from mindrl.engines.resume_check import check_resume
-        from mindrl.trainer.resume import held_parts, resume_parts
-
-        iteration = latest_iteration(self.save_dir)
-        if iteration is None or iteration == 0:
-            return None
-        ckpt, cfg = iteration_dir(self.save_dir, iteration), self.run.actor_config
-        parts = resume_parts(held_parts(ckpt), cfg.no_load_optim, cfg.no_load_rng, str(ckpt))
-        found = check_resume(ckpt, self.run, parts.optimizer, parts.rng)   # layout, recipe
-        self.resume_lines = found.lines
-        if parts.rng and not found.load_rng:
-            parts = dataclasses.replace(parts, rng=False,
-                                        rng_reason="the parallel layout changed")
-        return iteration, ckpt, parts
-
     def _resume(self) -> int:
         if self.resume_plan is None:
             return 0
-        iteration, ckpt, parts = self.resume_plan
-        meta = self.actor.call_rank0("load_checkpoint", str(ckpt), parts.optimizer, parts.rng)
+        plan = self.resume_plan
+        meta = self.actor.call_rank0("load_checkpoint", str(plan.ckpt_dir), plan.parts.optimizer,
+                                     plan.parts.rng)
         self.loader.load_state_dict(meta["extra"]["loader"])
-        self.log(f"resumed from {ckpt} (step {iteration}): {parts.describe()}")
-        for line in self.resume_lines:
+        self.log(f"resumed from {plan.ckpt_dir} (step {plan.iteration}): "
+                 f"{plan.parts.describe()}")
+        for line in plan.lines:
             self.log(line)
-        return iteration
+        return plan.iteration
 
     def _save(self, step: int) -> None:
         from mindrl.engines.checkpoint_recipe import trainer_recipe
@@ -389,41 +373,6 @@ class GRPOTrainer:
         freq = self.rl.val_freq
         return bool(freq) and (step % freq == 0 or step == self.run.megatron_training.train_iters)
 
-    def _checkpoint_reference(self):
-        """The engines' fingerprints before the first sync of a fresh run, when the actor's
-        `load:` was converted from the HF directory vLLM loaded: both sides then hold the same
-        checkpoint, so the sync must leave vLLM's weights as they are. A mapping-free check of
-        mindrl/ckpt/mapping.py (the verified sync only checks vLLM holds what was sent)."""
-        import ray
-
-        from mindrl.ckpt.mcore_io import read_model_info, resolve_checkpoint_dir
-
-        cfg = self.run.actor_config
-        if self.gen.verify_sync == "off" or not cfg.load:
-            return None
-        source = read_model_info(resolve_checkpoint_dir(cfg.load)).extra.get("source", {})
-        hf_dir = source.get("hf_dir") if isinstance(source, dict) else None
-        if not hf_dir or Path(hf_dir).resolve() != Path(cfg.tokenizer_name_or_path).resolve():
-            self.log(f"first sync not checked against the checkpoint: {cfg.load} was converted "
-                     f"from {hf_dir or 'an unrecorded directory'}, vLLM loaded "
-                     f"{cfg.tokenizer_name_or_path}")
-            return None
-        found = ray.get(self.rollout.engines[0].fingerprint.remote())
-        return {name: d if d.dim() == 1 else d[0] for name, d in found.items()}
-
-    def _check_first_sync(self, reference) -> None:
-        from mindrl.engines.vllm_engine import WeightSyncError
-        from mindrl.weight_sync.engine_fanout import EngineFanout
-
-        try:
-            EngineFanout(self.rollout.engines).check_fingerprint(reference, strict=True)
-        except WeightSyncError as e:
-            raise WeightSyncError(
-                f"the first weight sync changed weights that vLLM and the actor both loaded from "
-                f"{self.run.actor_config.tokenizer_name_or_path}: the HF <-> mcore mapping "
-                f"(mindrl/ckpt/mapping.py) sends them wrong, or actor_config.load is not that "
-                f"checkpoint's conversion; nothing was generated. {e}") from None
-
     # ------------------------------------------------------------------ loop
 
     def fit(self) -> List[Dict[str, float]]:
@@ -437,10 +386,12 @@ class GRPOTrainer:
         try:
             start = self.at_step = self._resume()
             self.tracker.rewind(start)        # drop rows of steps a crash lost
-            reference = self._checkpoint_reference() if start == 0 else None
+            reference = (checkpoint_reference(self.run, self.rollout.engines, self.log)
+                         if start == 0 else None)
             self.weights.sync()               # vLLM starts from the actor's exact weights
             if reference is not None:
-                self._check_first_sync(reference)
+                check_first_sync(reference, self.rollout.engines,
+                                 self.run.actor_config.tokenizer_name_or_path)
             total = self.run.megatron_training.train_iters
             save_freq = self.rl.save_freq or self.run.megatron_training.save_interval
             log_interval = self.run.actor_config.log_interval

@@ -9,9 +9,10 @@ these keys matter on resume, where a run's own checkpoints hold all three.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import FrozenSet
+from typing import FrozenSet, Optional, Tuple
 
 
 @dataclass(frozen=True)
@@ -55,3 +56,30 @@ def resume_parts(held: FrozenSet[str], no_load_optim: bool, no_load_rng: bool,
                 f"true); set actor_config.no_load_{key}: true to resume with a fresh one, or "
                 f"start in a new run directory")
     return ResumeParts(optimizer=not no_load_optim, rng=not no_load_rng)
+
+
+@dataclass(frozen=True)
+class ResumePlan:
+    """The checkpoint a run resumes from and what of it loads, with what changed since."""
+
+    iteration: int
+    ckpt_dir: Path
+    parts: ResumeParts
+    lines: Tuple[str, ...] = ()      # layout / recipe changes, said once at resume
+
+
+def plan_resume(run, save_dir) -> Optional[ResumePlan]:
+    """The latest complete checkpoint in `save_dir` (None: a fresh run), decided before any
+    worker starts, so a part the checkpoint lacks or a layout it cannot load fails fast."""
+    from mindrl.engines.megatron_checkpoint import iteration_dir, latest_iteration
+    from mindrl.engines.resume_check import check_resume
+
+    iteration = latest_iteration(save_dir)
+    if iteration is None or iteration == 0:
+        return None
+    ckpt, cfg = iteration_dir(save_dir, iteration), run.actor_config
+    parts = resume_parts(held_parts(ckpt), cfg.no_load_optim, cfg.no_load_rng, str(ckpt))
+    found = check_resume(ckpt, run, parts.optimizer, parts.rng)   # layout, recipe
+    if parts.rng and not found.load_rng:
+        parts = dataclasses.replace(parts, rng=False, rng_reason="the parallel layout changed")
+    return ResumePlan(iteration, Path(ckpt), parts, tuple(found.lines))
