@@ -7,6 +7,7 @@ or MLP biases) is refused here, so a conversion never silently drops part of a m
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping, Optional, Union
 
 from transformers import LlamaConfig, PretrainedConfig, Qwen2Config
@@ -25,12 +26,18 @@ TokenIds = Optional[Union[int, list[int]]]
 def hf_config_from_spec(spec: ModelSpec, torch_dtype: str = "float32",
                         bos_token_id: TokenIds = None, eos_token_id: TokenIds = None,
                         pad_token_id: Optional[int] = None,
-                        initializer_range: float = 0.02) -> PretrainedConfig:
-    """A Qwen2Config or LlamaConfig with the spec's shape.
+                        initializer_range: float = 0.02,
+                        vision_token_ids: Optional[Mapping[str, int]] = None) -> PretrainedConfig:
+    """A Qwen2Config or LlamaConfig with the spec's shape; a Qwen2_5_VLConfig for a VL spec,
+    whose `vision_token_ids` (image_token_id, video_token_id, vision_start_token_id,
+    vision_end_token_id) come from its tokenizer.
 
     transformers 5 keeps the RoPE base in ``rope_parameters``; the dtype goes to ``dtype``.
     A scalar-head spec gives a *ForSequenceClassification config with num_labels=1.
     """
+    if spec.vision is not None:
+        return _vl_config(spec, torch_dtype, bos_token_id, eos_token_id, pad_token_id,
+                          initializer_range, vision_token_ids)
     scalar = spec.head == "scalar"
     classes = _SCORE_CLASSES if scalar else _ARCHITECTURE_CLASSES
     common = dict(
@@ -66,6 +73,42 @@ def hf_config_from_spec(spec: ModelSpec, torch_dtype: str = "float32",
     return LlamaConfig(attention_bias=False, mlp_bias=False, pretraining_tp=1, **common)
 
 
+VISION_TOKEN_KEYS = ("image_token_id", "video_token_id", "vision_start_token_id",
+                     "vision_end_token_id")
+
+
+def _vl_config(spec: ModelSpec, torch_dtype: str, bos_token_id: TokenIds, eos_token_id: TokenIds,
+               pad_token_id: Optional[int], initializer_range: float,
+               vision_token_ids: Optional[Mapping[str, int]]) -> PretrainedConfig:
+    """Qwen2_5_VLConfig: the decoder as text_config (mrope), the tower as vision_config."""
+    from transformers import Qwen2_5_VLConfig
+
+    missing = [k for k in VISION_TOKEN_KEYS if k not in (vision_token_ids or {})]
+    if missing:
+        raise ValueError(f"model {spec.name}: a VL config needs the tokenizer's {missing}")
+    text = hf_config_from_spec(dataclasses.replace(spec, vision=None, mrope_section=None),
+                               torch_dtype, bos_token_id, eos_token_id, pad_token_id,
+                               initializer_range).to_dict()
+    keep = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+            "num_attention_heads", "num_key_value_heads", "hidden_act", "max_position_embeddings",
+            "rms_norm_eps", "bos_token_id", "eos_token_id", "pad_token_id", "initializer_range")
+    text_config = {k: text[k] for k in keep}
+    text_config.update(rope_theta=float(spec.rotary_base),
+                       rope_scaling={"type": "mrope", "mrope_section": list(spec.mrope_section)})
+    v = spec.vision
+    vision_config = dict(depth=v.depth, hidden_size=v.hidden_size,
+                         intermediate_size=v.intermediate_size, num_heads=v.num_heads,
+                         out_hidden_size=v.out_hidden_size, patch_size=v.patch_size,
+                         temporal_patch_size=v.temporal_patch_size,
+                         spatial_merge_size=v.spatial_merge_size, window_size=v.window_size,
+                         fullatt_block_indexes=list(v.fullatt_block_indexes),
+                         in_channels=v.in_channels, hidden_act="silu")
+    return Qwen2_5_VLConfig(text_config=text_config, vision_config=vision_config,
+                            tie_word_embeddings=not spec.untie_embeddings_and_output_weights,
+                            architectures=["Qwen2_5_VLForConditionalGeneration"],
+                            dtype=torch_dtype, **{k: vision_token_ids[k] for k in VISION_TOKEN_KEYS})
+
+
 def _as_config(config: Union[PretrainedConfig, Mapping[str, Any]]) -> PretrainedConfig:
     if isinstance(config, PretrainedConfig):
         return config
@@ -73,6 +116,10 @@ def _as_config(config: Union[PretrainedConfig, Mapping[str, Any]]) -> Pretrained
     model_type = values.pop("model_type", None)
     if model_type == "qwen2":
         return Qwen2Config(**values)
+    if model_type == "qwen2_5_vl":
+        from transformers import Qwen2_5_VLConfig
+
+        return Qwen2_5_VLConfig(**values)
     if model_type == "llama":
         return LlamaConfig(**values)
     raise ValueError(f"model_type {model_type!r} is not supported; "
@@ -108,6 +155,8 @@ def spec_from_hf_config(config: Union[PretrainedConfig, Mapping[str, Any]], name
     *ForSequenceClassification config (num_labels=1) gives a scalar-head spec."""
     config = _as_config(config)
     model_type = getattr(config, "model_type", None)
+    if model_type == "qwen2_5_vl":
+        return _vl_spec(config, name, make_vocab_size_divisible_by)
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise ValueError(f"{name}: model_type {model_type!r} is not supported; "
                          f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
@@ -142,3 +191,28 @@ def spec_from_hf_config(config: Union[PretrainedConfig, Mapping[str, Any]], name
         make_vocab_size_divisible_by=make_vocab_size_divisible_by,
         head=_head(config, name),
     )
+
+
+def _vl_spec(config: PretrainedConfig, name: str, make_vocab_size_divisible_by: int) -> ModelSpec:
+    """A Qwen2_5_VLConfig's spec: its text_config as the decoder (a Qwen2: the same checks),
+    its vision_config as the vision part, the mrope sections from the text rope parameters."""
+    from mindrl.models.spec import VisionSpec
+
+    text = config.text_config.to_dict()
+    params = dict(text.get("rope_parameters") or {})
+    section = params.pop("mrope_section", None)
+    if section is None:
+        raise ValueError(f"{name}: a Qwen2.5-VL text config without rope mrope_section")
+    params.update(rope_type="default")
+    text.update(model_type="qwen2", rope_parameters=params,
+                tie_word_embeddings=config.tie_word_embeddings)
+    decoder = spec_from_hf_config(text, name, make_vocab_size_divisible_by)
+    v = config.vision_config
+    vision = VisionSpec(depth=v.depth, hidden_size=v.hidden_size,
+                        intermediate_size=v.intermediate_size, num_heads=v.num_heads,
+                        out_hidden_size=v.out_hidden_size, patch_size=v.patch_size,
+                        temporal_patch_size=v.temporal_patch_size,
+                        spatial_merge_size=v.spatial_merge_size, window_size=v.window_size,
+                        fullatt_block_indexes=tuple(v.fullatt_block_indexes),
+                        in_channels=v.in_channels)
+    return dataclasses.replace(decoder, mrope_section=tuple(section), vision=vision)

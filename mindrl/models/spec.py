@@ -10,7 +10,7 @@ import dataclasses
 import difflib
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Tuple
 
 import yaml
 
@@ -20,6 +20,51 @@ ARCHITECTURES = ("qwen2", "llama")
 # What the last stage computes: vocabulary logits (policy, reference) or one score per token
 # (a reward model: HF *ForSequenceClassification with num_labels=1, tensor score.weight).
 HEADS = ("lm", "scalar")
+
+
+VISION_FAMILIES = ("qwen2_5_vl",)
+
+
+@dataclass(frozen=True)
+class VisionSpec:
+    """A VL model's vision tower (the `vision:` block of configs/model/NAME.yaml): the sizes
+    of transformers' own tower for `family`, which mindrl/models/families/ puts before the
+    decoder. Field names follow the HF vision_config."""
+
+    depth: int
+    hidden_size: int
+    intermediate_size: int
+    num_heads: int
+    out_hidden_size: int             # the merger's output: the decoder's hidden size
+    family: str = "qwen2_5_vl"
+    patch_size: int = 14
+    temporal_patch_size: int = 2
+    spatial_merge_size: int = 2
+    window_size: int = 112
+    fullatt_block_indexes: Tuple[int, ...] = (7, 15, 23, 31)
+    in_channels: int = 3
+
+    def check(self, where: str) -> None:
+        if self.family not in VISION_FAMILIES:
+            raise ValueError(f"{where}: vision.family={self.family!r} is not supported; use one "
+                             f"of {VISION_FAMILIES}")
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"{where}: vision.num_heads={self.num_heads} must divide "
+                             f"vision.hidden_size={self.hidden_size}")
+        bad = [i for i in self.fullatt_block_indexes if not 0 <= i < self.depth]
+        if bad:
+            raise ValueError(f"{where}: vision.fullatt_block_indexes {bad} are not blocks of a "
+                             f"tower of depth {self.depth}")
+
+    def num_parameters(self) -> int:
+        """The tower's parameters, as the HF checkpoint holds them (visual.*)."""
+        h, f = self.hidden_size, self.intermediate_size
+        merged = h * self.spatial_merge_size ** 2
+        patch = h * self.in_channels * self.temporal_patch_size * self.patch_size ** 2
+        block = 2 * h + (3 * h * h + 3 * h) + (h * h + h) + 3 * h * f + 2 * f + h
+        merger = h + merged * merged + merged + self.out_hidden_size * merged \
+            + self.out_hidden_size
+        return patch + self.depth * block + merger
 
 
 @dataclass(frozen=True)
@@ -40,6 +85,11 @@ class ModelSpec:
     kv_channels: Optional[int] = None
     make_vocab_size_divisible_by: int = 1
     head: str = "lm"
+    # A VL model: the decoder above (architecture qwen2) with multimodal RoPE (temporal,
+    # height, width rotary pairs, summing to head_dim / 2) and a vision tower. Text models
+    # have neither, and code that does not care about images never reads them.
+    mrope_section: Optional[Tuple[int, ...]] = None
+    vision: Optional[VisionSpec] = None
 
     def __post_init__(self) -> None:
         if self.architecture not in ARCHITECTURES:
@@ -57,6 +107,30 @@ class ModelSpec:
             raise ValueError(
                 f"model {self.name}: hidden_size={self.hidden_size} is not a multiple of "
                 f"num_attention_heads={self.num_attention_heads}; set kv_channels explicitly")
+        self._check_vision()
+
+    def _check_vision(self) -> None:
+        where = f"model {self.name}"
+        if (self.vision is None) != (self.mrope_section is None):
+            raise ValueError(f"{where}: a VL model sets both vision and mrope_section, a text "
+                             f"model neither (vision={'set' if self.vision else 'unset'}, "
+                             f"mrope_section={self.mrope_section})")
+        if self.vision is None:
+            return
+        self.vision.check(where)
+        if 2 * sum(self.mrope_section) != self.head_dim:
+            raise ValueError(f"{where}: mrope_section {list(self.mrope_section)} must sum to "
+                             f"head_dim / 2 = {self.head_dim // 2}")
+        if self.vision.out_hidden_size != self.hidden_size:
+            raise ValueError(f"{where}: vision.out_hidden_size={self.vision.out_hidden_size} "
+                             f"must equal hidden_size={self.hidden_size} (the merger feeds the "
+                             f"decoder)")
+        if self.head != "lm":
+            raise ValueError(f"{where}: a VL model has an lm head (head={self.head!r})")
+
+    @property
+    def is_multimodal(self) -> bool:
+        return self.vision is not None
 
     @property
     def head_dim(self) -> int:
@@ -82,7 +156,8 @@ class ModelSpec:
         layer = attn + mlp + 2 * h
         emb = self.vocab_size * h
         out = h if self.head == "scalar" else 0 if self.tied_embeddings else emb
-        return self.num_layers * layer + emb + out + h
+        vision = self.vision.num_parameters() if self.vision else 0
+        return self.num_layers * layer + emb + out + h + vision
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any], source: str = "<dict>") -> "ModelSpec":
@@ -97,10 +172,32 @@ class ModelSpec:
                     if f.default is dataclasses.MISSING and f.name not in values]
         if required:
             raise ValueError(f"{source}: missing model key(s) {required}")
-        return cls(**dict(values))
+        values = dict(values)
+        if values.get("mrope_section") is not None:
+            values["mrope_section"] = tuple(values["mrope_section"])
+        if values.get("vision") is not None and not isinstance(values["vision"], VisionSpec):
+            values["vision"] = _vision_from_dict(values["vision"], source)
+        return cls(**values)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def _vision_from_dict(values: Mapping[str, Any], source: str) -> VisionSpec:
+    names = [f.name for f in dataclasses.fields(VisionSpec)]
+    unknown = [k for k in values if k not in names]
+    if unknown:
+        near = difflib.get_close_matches(unknown[0], names, n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else f"; known keys: {', '.join(names)}"
+        raise ValueError(f"{source}: unknown vision key {unknown[0]!r}{hint}")
+    required = [f.name for f in dataclasses.fields(VisionSpec)
+                if f.default is dataclasses.MISSING and f.name not in values]
+    if required:
+        raise ValueError(f"{source}: missing vision key(s) {required}")
+    values = dict(values)
+    if "fullatt_block_indexes" in values:
+        values["fullatt_block_indexes"] = tuple(values["fullatt_block_indexes"])
+    return VisionSpec(**values)
 
 
 def available_models() -> list[str]:

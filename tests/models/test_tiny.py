@@ -164,9 +164,12 @@ def test_cli_from_another_directory(tmp_path):
 @pytest.mark.parametrize("name", available_models())
 def test_spec_hf_config_round_trip(name):
     spec = load_model_spec(name)
-    config = hf_config_from_spec(spec, eos_token_id=[1, 2])
-    assert config.model_type == spec.architecture
-    assert config.rope_parameters["rope_theta"] == spec.rotary_base
+    ids = dict(image_token_id=5, video_token_id=6, vision_start_token_id=7, vision_end_token_id=8)
+    config = hf_config_from_spec(spec, eos_token_id=[1, 2],
+                                 vision_token_ids=ids if spec.vision else None)
+    assert config.model_type == ("qwen2_5_vl" if spec.vision else spec.architecture)
+    rope = (config.text_config if spec.vision else config).rope_parameters
+    assert rope["rope_theta"] == spec.rotary_base
     again = spec_from_hf_config(config.to_dict(), name, spec.make_vocab_size_divisible_by)
     assert again == spec
 
