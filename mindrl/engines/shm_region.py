@@ -11,6 +11,8 @@ import zlib
 
 import torch
 
+from mindrl.processes import pid_alive
+
 SHM_DIR = "/dev/shm"
 
 
@@ -51,18 +53,8 @@ def sweep_stale(prefix: str) -> None:
         if not name.startswith(prefix + "-"):
             continue
         pid = name[len(prefix) + 1:].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             _unlink_quietly(os.path.join(SHM_DIR, name))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _unlink_quietly(path: str) -> None:

@@ -17,6 +17,8 @@ import tempfile
 import time
 from typing import Dict, Iterable, List, Optional
 
+from mindrl.processes import pid_alive
+
 DUMP_SIGNAL = signal.SIGUSR1
 GONE = "(no stack: the process is gone)"
 _open_files = []   # the registered file stays open for the life of the process
@@ -30,22 +32,12 @@ def dump_path(pid: int) -> str:
     return os.path.join(dump_dir(), f"{pid}.txt")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def install() -> None:
     """Register this process's stack dump on SIGUSR1; drop files of processes now gone."""
     os.makedirs(dump_dir(), exist_ok=True)
     for name in os.listdir(dump_dir()):
         stem = name.split(".")[0]
-        if stem.isdigit() and int(stem) != os.getpid() and not _alive(int(stem)):
+        if stem.isdigit() and int(stem) != os.getpid() and not pid_alive(int(stem)):
             try:
                 os.remove(os.path.join(dump_dir(), name))
             except OSError:
@@ -60,7 +52,7 @@ def dump_here(pids: Iterable[int], settle_s: float = 1.0, limit_s: float = 8.0) 
     offsets, out = {}, {}
     for pid in pids:
         path = dump_path(pid)
-        if not _alive(pid):
+        if not pid_alive(pid):
             out[pid] = GONE
         elif not os.path.exists(path):
             out[pid] = "(no stack: the process registered no dump file on this node)"
