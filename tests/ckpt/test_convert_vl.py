@@ -191,3 +191,31 @@ def test_missing_or_unexpected_vision_tensors_are_named(world, text_hf, tmp_path
     message = _hf2mg_error(text, tmp_path / "o", model_type_hf="qwen2")
     assert "unexpected vision tensor 'visual.merger.ln_q.weight'" in message
     assert "text-only qwen2" in message
+
+
+def test_example_scripts_run_on_the_tiny_model(world, tmp_path):
+    """The two shipped scripts, pointed at the tiny model through their environment settings
+    (bf16 and TP2 x PP2 as their defaults for 7B), through cli/convert_ckpt.py."""
+    import os
+    import subprocess
+    import sys
+
+    root, _ = world
+    scripts = Path(__file__).resolve().parents[2] / "examples" / "ckpt"
+    env = dict(os.environ, PYTHON=sys.executable, HF_DIR=str(root / "hf"),
+               MCORE_DIR=str(tmp_path / "mg"), HF_OUT_DIR=str(tmp_path / "hf"))
+    for name in ("ckpt_convert_qwen25vl_hf2mcore.sh", "ckpt_convert_qwen25vl_mcore2hf.sh"):
+        done = subprocess.run(["bash", str(scripts / name)], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, f"{name} failed:\n{done.stdout}\n{done.stderr[-3000:]}"
+        assert "wrote " in done.stdout
+    info = json.loads((tmp_path / "mg" / "release" / mcore_io.MODEL_INFO).read_text())
+    assert info["params_dtype"] == "bf16"
+    assert info["validated_layouts"] == [{"tensor_model_parallel_size": 2,
+                                          "pipeline_model_parallel_size": 2}]
+    original, back = read_hf_tensors(root / "hf"), read_hf_tensors(tmp_path / "hf")
+    assert sorted(back) == sorted(original)
+    assert all(torch.equal(back[k], v.to(torch.bfloat16)) for k, v in original.items())
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["dtype"] == "bfloat16"
+    assert (tmp_path / "hf" / "preprocessor_config.json").read_bytes() == \
+        (root / "hf" / "preprocessor_config.json").read_bytes()
