@@ -154,22 +154,15 @@ def is_vl_config(config: dict) -> bool:
     return config.get("model_type") in VL_MODEL_TYPES
 
 
-def vision_tower(config: dict, source) -> mapping.VisionTower:
-    """The vision tower of a VL config.json (its vision_config), for mapping.py's tables."""
-    vision = config.get("vision_config")
-    if not isinstance(vision, dict):
-        raise ConversionError(f"{source}: model_type {config.get('model_type')!r} but no "
-                              f"vision_config")
-    try:
-        return mapping.VisionTower(
-            family=config["model_type"], depth=vision["depth"],
-            hidden_size=vision["hidden_size"], intermediate_size=vision["intermediate_size"],
-            in_channels=vision.get("in_channels", 3), patch_size=vision["patch_size"],
-            temporal_patch_size=vision["temporal_patch_size"],
-            spatial_merge_size=vision["spatial_merge_size"],
-            out_hidden_size=vision["out_hidden_size"])
-    except KeyError as e:
-        raise ConversionError(f"{source}: vision_config has no {e.args[0]!r}") from None
+def vision_tower(hf_config, family: str) -> mapping.VisionTower:
+    """The vision tower of a VL model's transformers config (old and new config.json
+    layouts alike: transformers normalises them), for mapping.py's tables."""
+    v = hf_config.vision_config
+    return mapping.VisionTower(
+        family=family, depth=v.depth, hidden_size=v.hidden_size,
+        intermediate_size=v.intermediate_size, in_channels=v.in_channels,
+        patch_size=v.patch_size, temporal_patch_size=v.temporal_patch_size,
+        spatial_merge_size=v.spatial_merge_size, out_hidden_size=v.out_hidden_size)
 
 
 def vl_hf_config(config: dict, source):
@@ -191,12 +184,15 @@ def model_from_config(config: dict, name: str, source: Path, divisible_by: int
         return spec_from_config(config, name, source, divisible_by), None
     from mindrl.models.families.qwen25_vl import text_spec
 
+    if not isinstance(config.get("vision_config"), dict):
+        raise ConversionError(f"{source}: model_type {config['model_type']!r} but no "
+                              f"vision_config")
+    hf_config = vl_hf_config(config, source)
     try:
-        spec = text_spec(vl_hf_config(config, source), name,
-                         make_vocab_size_divisible_by=divisible_by)
+        spec = text_spec(hf_config, name, make_vocab_size_divisible_by=divisible_by)
+        return spec, vision_tower(hf_config, config["model_type"])
     except (ValueError, TypeError, AttributeError, KeyError) as e:
         raise ConversionError(f"{source}: {e}") from e
-    return spec, vision_tower(config, source)
 
 
 def check_processor_files(folder: Path, fix: str) -> None:
