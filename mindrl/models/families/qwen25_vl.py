@@ -113,12 +113,14 @@ class Qwen25VLModel(GPTModel):
             # transformers initialises from the global RNG: a fixed seed gives every TP rank
             # (and DP replica) the same random tower, whatever Megatron did to the RNG.
             # perform_initialization False (a converter fills every tensor): no random init.
-            skip_init = (contextlib.nullcontext() if self.config.perform_initialization
-                         else no_init_weights())
+            # Built straight in the parameter dtype then, never touched (no memory in use).
+            skip_init, build_dtype = contextlib.nullcontext(), {}
+            if not self.config.perform_initialization:
+                skip_init, build_dtype = no_init_weights(), {"dtype": self.config.params_dtype}
             with torch.random.fork_rng(devices=[]), skip_init:
                 torch.manual_seed(vision_seed)
                 visual = Qwen2_5_VisionTransformerPretrainedModel._from_config(
-                    hf_config.vision_config)
+                    hf_config.vision_config, **build_dtype)
             self.visual = visual.to(dtype=self.config.params_dtype)
             for param in self.visual.parameters():
                 param.average_gradients_across_tp_domain = True
