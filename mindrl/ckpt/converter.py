@@ -201,8 +201,7 @@ def run_hf_to_mcore(plan: HFToMcorePlan, progress: bool = True) -> Path:
              "validated_layouts": [{"tensor_model_parallel_size": plan.tp,
                                     "pipeline_model_parallel_size": plan.pp}]}
     if vision is not None:
-        # What mcore -> HF needs to rebuild the model and write config.json back.
-        extra["vision"] = {"family": vision.family, "hf_config": plan.hf_config}
+        extra.update(mcore_io.vision_info(vision.family, plan.hf_config))
     try:
         with single_process_megatron(), staged_dir(plan.save_dir, plan.overwrite) as tmp:
             # Built for its checkpoint layout only: its parameters are never initialised nor
@@ -273,14 +272,14 @@ class McoreToHFPlan:
 def _recorded_vision(ckpt: Path, info: mcore_io.ModelInfo
                      ) -> Tuple[Optional[mapping.VisionTower], Optional[dict]]:
     """A VL checkpoint's vision tower and HF config, as recorded in mindrl_model.json."""
-    recorded = info.extra.get("vision")
+    recorded = info.extra.get(mcore_io.VISION_INFO)
     if recorded is None:
         return None, None
     source = ckpt / mcore_io.MODEL_INFO
     config = recorded.get("hf_config") if isinstance(recorded, dict) else None
     if not isinstance(config, dict):
-        raise ConversionError(f"{source}: 'vision' has no hf_config (the HF config.json the "
-                              f"checkpoint was converted from)")
+        raise ConversionError(f"{source}: '{mcore_io.VISION_INFO}' has no hf_config (the HF "
+                              f"config.json of the model)")
     spec, vision = model_from_config(config, info.spec.name, source,
                                      info.spec.make_vocab_size_divisible_by)
     if vision is None or spec != info.spec:
@@ -290,7 +289,8 @@ def _recorded_vision(ckpt: Path, info: mcore_io.ModelInfo
 
 
 def _hf_config_text(ckpt: Path, spec: ModelSpec, out_dtype: str,
-                    recorded: Optional[dict] = None) -> str:
+                    recorded: Optional[dict] = None,
+                    recorded_vision: Optional[mapping.VisionTower] = None) -> str:
     """The checkpoint's own HF config (byte for byte when the dtype is unchanged), checked
     against the spec; else the recorded one (a VL model) or one generated from the spec."""
     path = ckpt / mcore_io.HF_ASSETS / "config.json"
@@ -306,9 +306,10 @@ def _hf_config_text(ckpt: Path, spec: ModelSpec, out_dtype: str,
         text = path.read_text()
     config = json.loads(text)
     again, vision = model_from_config(config, spec.name, path, spec.make_vocab_size_divisible_by)
-    if (vision is None) != (recorded is None):
+    if vision != recorded_vision:
         raise ConversionError(f"{path} (model_type {config.get('model_type')!r}) disagrees "
-                              f"with {ckpt / mcore_io.MODEL_INFO} about a vision tower")
+                              f"with {ckpt / mcore_io.MODEL_INFO} about the vision tower: "
+                              f"{vision} (config), {recorded_vision} (checkpoint)")
     if again != spec:
         diff = {k: (v, getattr(spec, k)) for k, v in again.to_dict().items()
                 if getattr(spec, k) != v}
@@ -335,12 +336,19 @@ def plan_mcore_to_hf(load_dir, save_dir, *, params_dtype: Optional[str] = None,
     try:
         ckpt = mcore_io.resolve_checkpoint_dir(load_dir)
         info = mcore_io.read_model_info(ckpt)
-        mcore_io.check_checkpoint_files(ckpt)
+        saved = mcore_io.check_checkpoint_files(ckpt)
         check_save_dir(save_dir, overwrite, Path(load_dir))
     except (mcore_io.McoreCheckpointError, SaveDirError) as e:
         raise ConversionError(str(e)) from None
     spec = info.spec
     vision, recorded = _recorded_vision(ckpt, info)
+    stray = sorted(k for k in saved if mapping.is_vision_tensor(k))
+    if vision is None and stray:
+        raise ConversionError(
+            f"{ckpt}: holds vision tensors ({stray[0]}, ... {len(stray)} in all) but "
+            f"{mcore_io.MODEL_INFO} records no vision tower ('{mcore_io.VISION_INFO}'): they "
+            f"would be dropped; a VL checkpoint's save must record it "
+            f"(mcore_io.vision_info)")
     check_model_type_hf(model_type_hf, vision.family if vision else spec.architecture,
                         str(ckpt / mcore_io.MODEL_INFO))
     check_qkv_bias(add_qkv_bias, spec, str(ckpt))
@@ -369,7 +377,7 @@ def plan_mcore_to_hf(load_dir, save_dir, *, params_dtype: Optional[str] = None,
     check_tokenizer_fits(tokenizer_dir, spec)
     generation = ckpt / mcore_io.HF_ASSETS / "generation_config.json"
     return McoreToHFPlan(ckpt, save_dir, spec, saved_dtype, out_dtype,
-                         _hf_config_text(ckpt, spec, out_dtype, recorded),
+                         _hf_config_text(ckpt, spec, out_dtype, recorded, vision),
                          generation if generation.is_file() else None, tokenizer_dir,
                          max_bytes, overwrite, notes, vision, recorded)
 

@@ -219,3 +219,44 @@ def test_example_scripts_run_on_the_tiny_model(world, tmp_path):
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["dtype"] == "bfloat16"
     assert (tmp_path / "hf" / "preprocessor_config.json").read_bytes() == \
         (root / "hf" / "preprocessor_config.json").read_bytes()
+
+
+def _conversion_errors(rank, world_size, jobs):
+    """Each job's ConversionError message (None: it converted), in a one-process world."""
+    from mindrl.ckpt import converter as conv
+
+    out = []
+    for load_dir, save_dir in jobs:
+        try:
+            conv.mcore_to_hf(load_dir, save_dir, progress=False)
+            out.append(None)
+        except conv.ConversionError as e:
+            out.append(str(e))
+    return out
+
+
+def test_mcore_vision_tensors_missing_or_unrecorded_are_named(world, tmp_path):
+    root, _ = world
+    # A VL checkpoint whose metadata lost its vision entry: its vision tensors would be lost.
+    bare = _copy(root / "mg", tmp_path / "bare")
+    info_path = bare / "release" / mcore_io.MODEL_INFO
+    info = json.loads(info_path.read_text())
+    depth5 = json.loads(json.dumps(info))
+    del info[mcore_io.VISION_INFO]
+    info_path.write_text(json.dumps(info))
+    with pytest.raises(ConversionError, match=r"holds vision tensors \(visual\.blocks\.0\."
+                                              r"attn\.proj\.bias, \.\.\. 54 in all\)"):
+        converter.plan_mcore_to_hf(bare, tmp_path / "out")
+    # A recorded tower deeper than the saved one: the missing block is named before writing.
+    deeper = _copy(root / "mg", tmp_path / "deeper")
+    depth5[mcore_io.VISION_INFO]["hf_config"]["vision_config"]["depth"] = 5
+    (deeper / "release" / mcore_io.MODEL_INFO).write_text(json.dumps(depth5))
+    with pytest.raises(ConversionError, match="disagrees .* about the vision tower"):
+        converter.plan_mcore_to_hf(deeper, tmp_path / "out")
+    config = json.loads((deeper / "release" / "hf" / "config.json").read_text())
+    config["vision_config"]["depth"] = 5
+    (deeper / "release" / "hf" / "config.json").write_text(json.dumps(config))
+    (message,) = spawn_local(_conversion_errors, 1, [(deeper, tmp_path / "out")])[0]
+    assert message is not None and "'visual.blocks.4." in message
+    assert "is not in the checkpoint" in message
+    assert not (tmp_path / "out").exists()
