@@ -260,3 +260,26 @@ def test_mcore_vision_tensors_missing_or_unrecorded_are_named(world, tmp_path):
     assert message is not None and "'visual.blocks.4." in message
     assert "is not in the checkpoint" in message
     assert not (tmp_path / "out").exists()
+
+
+def test_cli_reports_a_text_checkpoint_given_to_the_vl_recipe(text_hf, tmp_path, capsys):
+    import importlib.util
+    import os
+
+    from test_convert_cli import GUIDE, ROOT   # the guide's flags, this checkout
+
+    saved = dict(os.environ)
+    spec = importlib.util.spec_from_file_location("convert_ckpt_cli_vl",
+                                                  ROOT / "cli" / "convert_ckpt.py")
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    os.environ.clear()
+    os.environ.update(saved)
+    argv = [("qwen2_5_vl" if a == "llama2" else a) for a in GUIDE]
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv + ["--load-dir", str(text_hf), "--save-dir", str(tmp_path / "mg")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--model-type-hf qwen2_5_vl does not match" in err and "text-only" in err
+    assert "use --model-type-hf qwen2 or llama2" in err
+    assert not (tmp_path / "mg").exists()
