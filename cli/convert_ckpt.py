@@ -9,6 +9,8 @@
 
 The Megatron output is one dist checkpoint that loads at any TP/PP (the target sizes are
 checked and recorded): convert once for both the actor and the reference layouts.
+Qwen2.5-VL (Qwen2_5_VLForConditionalGeneration): --model-type-hf qwen2_5_vl --add-qkv-bias;
+the vision tower travels as is, the processor files with the tokenizer.
 """
 
 import argparse
@@ -51,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tokenizer.json or its folder (default: the one in --load-dir)")
     p.add_argument("--model-type-hf", default=None, choices=list(MODEL_TYPE_HF),
                    help="HF family; must agree with config.json (llama2 also covers Qwen2 "
-                        "with --add-qkv-bias, as in MindSpeed's guide)")
+                        "with --add-qkv-bias, as in MindSpeed's guide; qwen2_5_vl: "
+                        "Qwen2.5-VL, vision tower included)")
     p.add_argument("--params-dtype", default=None, choices=list(PARAMS_DTYPES),
                    help="dtype of the written weights (default: keep the source dtype)")
     p.add_argument("--make-vocab-size-divisible-by", type=int, default=None,

@@ -26,7 +26,13 @@ MODEL_TYPE_HF = {
     "llama2": ("llama", "qwen2"),
     "llama3": ("llama",),
     "llama": ("llama",),
+    "qwen2_5_vl": ("qwen2_5_vl",),
 }
+# config.json model_types of vision-language models: a text decoder plus a vision tower
+# (mindrl/models/families/), converted with mapping.py's vision family table.
+VL_MODEL_TYPES = ("qwen2_5_vl",)
+# Files a VL model's HF directory must hold for its processor to load (AutoProcessor).
+REQUIRED_PROCESSOR_FILES = ("preprocessor_config.json",)
 
 
 class ConversionError(ValueError):
@@ -50,7 +56,9 @@ def dtype_key(dtype: torch.dtype, where: str) -> str:
                           f"({', '.join(PARAMS_DTYPES)})")
 
 
-def check_model_type_hf(model_type_hf: Optional[str], architecture: str, source: str) -> None:
+def check_model_type_hf(model_type_hf: Optional[str], architecture: str, source: str,
+                        architectures: Optional[List[str]] = None) -> None:
+    """architecture: config.json's model_type; architectures: its class names, if known."""
     if model_type_hf is None:
         return
     if model_type_hf not in MODEL_TYPE_HF:
@@ -58,9 +66,17 @@ def check_model_type_hf(model_type_hf: Optional[str], architecture: str, source:
                               f"supported: {', '.join(MODEL_TYPE_HF)}")
     if architecture not in MODEL_TYPE_HF[model_type_hf]:
         right = [k for k, v in MODEL_TYPE_HF.items() if architecture in v]
+        classes = f", architectures {architectures}" if architectures else ""
+        if model_type_hf in VL_MODEL_TYPES:
+            kind = " a text-only model, not a vision-language one;"
+        elif architecture in VL_MODEL_TYPES:
+            kind = " a vision-language model, not a text-only one;"
+        else:
+            kind = ""
+        use = (f"use --model-type-hf {' or '.join(right)}" if right else
+               "that model type is not supported")
         raise ConversionError(f"--model-type-hf {model_type_hf} does not match {source} "
-                              f"(model_type {architecture!r}); use --model-type-hf "
-                              f"{' or '.join(right)}")
+                              f"(model_type {architecture!r}{classes}):{kind} {use}")
 
 
 def check_qkv_bias(add_qkv_bias: Optional[bool], spec: ModelSpec, source: str) -> None:
@@ -134,10 +150,65 @@ def spec_from_config(config: dict, name: str, source: Path, divisible_by: int) -
         raise ConversionError(f"{source}: {e}") from e
 
 
-def check_hf_tensors(weights: hf_io.HFWeights, spec: ModelSpec, notes: List[str]) -> None:
+def is_vl_config(config: dict) -> bool:
+    return config.get("model_type") in VL_MODEL_TYPES
+
+
+def vision_tower(hf_config, family: str) -> mapping.VisionTower:
+    """The vision tower of a VL model's transformers config (old and new config.json
+    layouts alike: transformers normalises them), for mapping.py's tables."""
+    v = hf_config.vision_config
+    return mapping.VisionTower(
+        family=family, depth=v.depth, hidden_size=v.hidden_size,
+        intermediate_size=v.intermediate_size, in_channels=v.in_channels,
+        patch_size=v.patch_size, temporal_patch_size=v.temporal_patch_size,
+        spatial_merge_size=v.spatial_merge_size, out_hidden_size=v.out_hidden_size)
+
+
+def vl_hf_config(config: dict, source):
+    """transformers' config object of a VL config.json (what the model builder takes)."""
+    from transformers import AutoConfig
+
+    body = dict(config)
+    try:
+        return AutoConfig.for_model(body.pop("model_type"), **body)
+    except (ValueError, TypeError, KeyError) as e:
+        raise ConversionError(f"{source}: not a valid {config.get('model_type')} config "
+                              f"({e})") from e
+
+
+def model_from_config(config: dict, name: str, source: Path, divisible_by: int
+                      ) -> Tuple[ModelSpec, Optional[mapping.VisionTower]]:
+    """(language-model spec, vision tower or None) of an HF config.json."""
+    if not is_vl_config(config):
+        return spec_from_config(config, name, source, divisible_by), None
+    from mindrl.models.families.qwen25_vl import text_spec
+
+    if not isinstance(config.get("vision_config"), dict):
+        raise ConversionError(f"{source}: model_type {config['model_type']!r} but no "
+                              f"vision_config")
+    hf_config = vl_hf_config(config, source)
+    try:
+        spec = text_spec(hf_config, name, make_vocab_size_divisible_by=divisible_by)
+        return spec, vision_tower(hf_config, config["model_type"])
+    except (ValueError, TypeError, AttributeError, KeyError) as e:
+        raise ConversionError(f"{source}: {e}") from e
+
+
+def check_processor_files(folder: Path, fix: str) -> None:
+    """A VL model's processor files are there; fix says how to get them there."""
+    for name in REQUIRED_PROCESSOR_FILES:
+        if not (folder / name).is_file():
+            raise ConversionError(f"{folder / name} is missing: a vision-language model needs "
+                                  f"its processor files ({', '.join(hf_io.PROCESSOR_FILES)} "
+                                  f"as present); {fix}")
+
+
+def check_hf_tensors(weights: hf_io.HFWeights, spec: ModelSpec, notes: List[str],
+                     vision: Optional[mapping.VisionTower] = None) -> None:
     """Every tensor the config implies exists with its shape; nothing else would be dropped."""
     expected = set()
-    for rule, layer in mapping.iter_rules(spec):
+    for rule, layer in mapping.iter_rules(spec, vision):
         for name, shape in zip(rule.hf_names(layer), mapping.expected_hf_shapes(rule, spec)):
             expected.add(name)
             if name not in weights:
@@ -161,9 +232,14 @@ def check_hf_tensors(weights: hf_io.HFWeights, spec: ModelSpec, notes: List[str]
                                       f"but {name!r} differs from {embed!r}")
             notes.append(f"{name} equals {embed} (tied); not stored twice")
             continue
+        if mapping.is_vision_tensor(name) and vision is None:
+            raise ConversionError(f"{weights.file_of(name)}: unexpected vision tensor {name!r} "
+                                  f"in a text-only {spec.architecture} model (config.json "
+                                  f"model_type {spec.architecture!r}): it would be dropped")
+        what = f"{vision.family} (vision-language)" if vision else spec.architecture
         raise ConversionError(f"{weights.file_of(name)}: unexpected tensor {name!r}: not part "
-                              f"of a {spec.architecture} model with this config.json (it "
-                              f"would be dropped)")
+                              f"of a {what} model with this config.json (it would be "
+                              f"dropped)")
 
 
 def check_saved_tensors(sharded: Dict, saved: Dict[str, Tuple], ckpt: Path) -> None:

@@ -28,21 +28,28 @@ from mindrl.ckpt import copy_plan, distcp_reader, fastio, hf_io, mapping, mcore_
 from mindrl.ckpt.convert_checks import (HF_DTYPE_NAMES, PARAMS_DTYPES,
                                         ConversionError, check_hf_tensors,
                                         check_model_type_hf, check_parallel_sizes,
-                                        check_qkv_bias, check_saved_tensors,
-                                        check_tokenizer_fits, dtype_key, params_dtype_name,
-                                        read_hf_config, spec_from_config, tokenizer_source)
+                                        check_processor_files, check_qkv_bias,
+                                        check_saved_tensors, check_tokenizer_fits, dtype_key,
+                                        model_from_config, params_dtype_name, read_hf_config,
+                                        tokenizer_source, vl_hf_config)
 from mindrl.ckpt.staging import SaveDirError, check_save_dir, staged_dir
 from mindrl.models.spec import ModelSpec
 
 
-def _steps(spec: ModelSpec) -> List[Tuple[str, List[Tuple[mapping.TensorRule, Optional[int]]]]]:
-    """iter_rules grouped into the units streamed at once: embedding, each layer, the end."""
+def _steps(spec: ModelSpec, vision: Optional[mapping.VisionTower] = None
+           ) -> List[Tuple[str, List[Tuple[mapping.TensorRule, Optional[int]]]]]:
+    """iter_rules grouped into the units streamed at once: embedding, each layer, the end,
+    a VL model's vision tower (still written one tensor at a time)."""
     steps = []
-    for _, group in itertools.groupby(mapping.iter_rules(spec), key=lambda rl: rl[1]):
+    for _, group in itertools.groupby(
+            mapping.iter_rules(spec, vision),
+            key=lambda rl: (rl[1], mapping.is_vision_tensor(rl[0].mcore))):
         group = list(group)
         layer = group[0][1]
         if layer is not None:
             label = f"layer {layer}"
+        elif mapping.is_vision_tensor(group[0][0].mcore):
+            label = "vision tower"
         else:
             label = "embedding" if group[0][0] is mapping.EMBEDDING else "final norm/output"
 
@@ -101,6 +108,23 @@ class HFToMcorePlan:
     tokenizer_dir: Optional[Path]
     overwrite: bool
     notes: List[str] = field(default_factory=list)
+    vision: Optional[mapping.VisionTower] = None  # a VL model's vision tower
+    hf_config: Optional[dict] = None              # config.json (a VL model's build needs it)
+
+
+def _build_model(spec: ModelSpec, vision: Optional[mapping.VisionTower],
+                 hf_config: Optional[dict], params_dtype: str):
+    """The TP1 PP1 model, uninitialised, for its checkpoint layout only."""
+    from mindrl.models.builder import Parallelism, build_gpt_model
+
+    if vision is None:
+        return build_gpt_model(spec, Parallelism(), params_dtype, perform_initialization=False)
+    from mindrl.models.families.qwen25_vl import build_qwen25_vl_model
+
+    return build_qwen25_vl_model(vl_hf_config(hf_config, "config.json"), Parallelism(),
+                                 params_dtype,
+                                 make_vocab_size_divisible_by=spec.make_vocab_size_divisible_by,
+                                 perform_initialization=False)
 
 
 def plan_hf_to_mcore(load_dir, save_dir, *, tp: int = 1, pp: int = 1,
@@ -120,9 +144,10 @@ def plan_hf_to_mcore(load_dir, save_dir, *, tp: int = 1, pp: int = 1,
     config = read_hf_config(load_dir)
     if config.get("model_type") is None:
         raise ConversionError(f"{load_dir / 'config.json'} has no model_type")
-    check_model_type_hf(model_type_hf, config["model_type"], str(load_dir / "config.json"))
-    spec = spec_from_config(config, load_dir.name, load_dir / "config.json",
-                             make_vocab_size_divisible_by)
+    check_model_type_hf(model_type_hf, config["model_type"], str(load_dir / "config.json"),
+                        config.get("architectures"))
+    spec, vision = model_from_config(config, load_dir.name, load_dir / "config.json",
+                                     make_vocab_size_divisible_by)
     check_qkv_bias(add_qkv_bias, spec, str(load_dir))
     check_parallel_sizes(spec, tp, pp)
     dtype = params_dtype_name(params_dtype)
@@ -131,9 +156,18 @@ def plan_hf_to_mcore(load_dir, save_dir, *, tp: int = 1, pp: int = 1,
     except SaveDirError as e:
         raise ConversionError(str(e)) from None
     tokenizer_dir = tokenizer_source(tokenizer_model, load_dir)
+    if vision is not None:
+        fix = f"copy them from the original model download into {load_dir}"
+        check_processor_files(load_dir, fix)
+        if tokenizer_dir is None:
+            raise ConversionError(f"{load_dir / 'tokenizer.json'} is missing: a vision-language "
+                                  f"model's processor needs its tokenizer; {fix} (or pass "
+                                  f"--tokenizer-model)")
     check_tokenizer_fits(tokenizer_dir, spec)
     try:
-        weights = hf_io.HFWeights.open(load_dir)
+        # A VL checkpoint saved from a loaded model names its tensors model.language_model.*
+        # / model.visual.*: read as the on-disk names.
+        weights = hf_io.HFWeights.open(load_dir, rename=mapping.hf_disk_name if vision else None)
     except hf_io.HFCheckpointError as e:
         raise ConversionError(str(e)) from None
     notes: List[str] = []
@@ -141,7 +175,7 @@ def plan_hf_to_mcore(load_dir, save_dir, *, tp: int = 1, pp: int = 1,
         notes.append(f"no tokenizer in {load_dir}: none is carried (mcore -> hf writes "
                      f"weights and config; --tokenizer-model adds one)")
     try:
-        check_hf_tensors(weights, spec, notes)
+        check_hf_tensors(weights, spec, notes, vision)
         if dtype is None:
             embed = mapping.EMBEDDING.hf[0]
             dtype = dtype_key(weights.dtype(embed), str(weights.file_of(embed)))
@@ -149,23 +183,25 @@ def plan_hf_to_mcore(load_dir, save_dir, *, tp: int = 1, pp: int = 1,
         weights.close()
         raise
     return HFToMcorePlan(load_dir, save_dir, spec, dtype, tp, pp, weights, tokenizer_dir,
-                         overwrite, notes)
+                         overwrite, notes, vision, config if vision is not None else None)
 
 
 def run_hf_to_mcore(plan: HFToMcorePlan, progress: bool = True) -> Path:
     """Execute a checked plan; returns the checkpoint root (== plan.save_dir)."""
-    from mindrl.models.builder import Parallelism, build_gpt_model
-
-    spec = plan.spec
+    spec, vision = plan.spec, plan.vision
 
     def hf_assets(folder: Path) -> None:
         hf_io.copy_files(plan.load_dir, folder, hf_io.CONFIG_FILES)
         if plan.tokenizer_dir is not None:
             hf_io.copy_files(plan.tokenizer_dir, folder, hf_io.TOKENIZER_FILES)
+        if vision is not None:
+            hf_io.copy_files(plan.load_dir, folder, hf_io.PROCESSOR_FILES)
 
     extra = {"source": {"hf_dir": str(plan.load_dir)},
              "validated_layouts": [{"tensor_model_parallel_size": plan.tp,
                                     "pipeline_model_parallel_size": plan.pp}]}
+    if vision is not None:
+        extra.update(mcore_io.vision_info(vision.family, plan.hf_config))
     try:
         with single_process_megatron(), staged_dir(plan.save_dir, plan.overwrite) as tmp:
             # Built for its checkpoint layout only: its parameters are never initialised nor
@@ -173,10 +209,9 @@ def run_hf_to_mcore(plan: HFToMcorePlan, progress: bool = True) -> Path:
             # its bytes lie in the HF files (copied file to file: copy_plan), or, where it
             # must be computed (a cast, a torch pickle), the parameter filled from the HF
             # files in a reused buffer: at most one parameter in memory at a time.
-            model = build_gpt_model(spec, Parallelism(), plan.params_dtype,
-                                    perform_initialization=False)
+            model = _build_model(spec, vision, plan.hf_config, plan.params_dtype)
             rules = {rule.mcore_name(layer): (rule, layer)
-                     for rule, layer in mapping.iter_rules(spec)}
+                     for rule, layer in mapping.iter_rules(spec, vision)}
             unfilled = sorted(set(dict(model.named_parameters())) - set(rules))
             if unfilled:
                 raise RuntimeError(f"mapping left Megatron parameters unfilled: {unfilled}")
@@ -230,21 +265,51 @@ class McoreToHFPlan:
     max_shard_bytes: int
     overwrite: bool
     notes: List[str] = field(default_factory=list)
+    vision: Optional[mapping.VisionTower] = None
+    hf_config: Optional[dict] = None   # a VL model's recorded config.json
 
 
-def _hf_config_text(ckpt: Path, spec: ModelSpec, out_dtype: str) -> str:
+def _recorded_vision(ckpt: Path, info: mcore_io.ModelInfo
+                     ) -> Tuple[Optional[mapping.VisionTower], Optional[dict]]:
+    """A VL checkpoint's vision tower and HF config, as recorded in mindrl_model.json."""
+    recorded = info.extra.get(mcore_io.VISION_INFO)
+    if recorded is None:
+        return None, None
+    source = ckpt / mcore_io.MODEL_INFO
+    config = recorded.get("hf_config") if isinstance(recorded, dict) else None
+    if not isinstance(config, dict):
+        raise ConversionError(f"{source}: '{mcore_io.VISION_INFO}' has no hf_config (the HF "
+                              f"config.json of the model)")
+    spec, vision = model_from_config(config, info.spec.name, source,
+                                     info.spec.make_vocab_size_divisible_by)
+    if vision is None or spec != info.spec:
+        raise ConversionError(f"{source}: its vision hf_config does not describe the model "
+                              f"recorded in 'spec'")
+    return vision, config
+
+
+def _hf_config_text(ckpt: Path, spec: ModelSpec, out_dtype: str,
+                    recorded: Optional[dict] = None,
+                    recorded_vision: Optional[mapping.VisionTower] = None) -> str:
     """The checkpoint's own HF config (byte for byte when the dtype is unchanged), checked
-    against the spec; a config generated from the spec when the checkpoint has none."""
+    against the spec; else the recorded one (a VL model) or one generated from the spec."""
     path = ckpt / mcore_io.HF_ASSETS / "config.json"
     hf_dtype = HF_DTYPE_NAMES[out_dtype]
-    if not path.is_file():
+    if not path.is_file() and recorded is not None:
+        text = json.dumps(recorded, indent=2, sort_keys=True) + "\n"
+    elif not path.is_file():
         from mindrl.models.hf_config import hf_config_from_spec
 
         config = hf_config_from_spec(spec, torch_dtype=hf_dtype)
         return config.to_json_string(use_diff=False)
-    text = path.read_text()
+    else:
+        text = path.read_text()
     config = json.loads(text)
-    again = spec_from_config(config, spec.name, path, spec.make_vocab_size_divisible_by)
+    again, vision = model_from_config(config, spec.name, path, spec.make_vocab_size_divisible_by)
+    if vision != recorded_vision:
+        raise ConversionError(f"{path} (model_type {config.get('model_type')!r}) disagrees "
+                              f"with {ckpt / mcore_io.MODEL_INFO} about the vision tower: "
+                              f"{vision} (config), {recorded_vision} (checkpoint)")
     if again != spec:
         diff = {k: (v, getattr(spec, k)) for k, v in again.to_dict().items()
                 if getattr(spec, k) != v}
@@ -271,12 +336,21 @@ def plan_mcore_to_hf(load_dir, save_dir, *, params_dtype: Optional[str] = None,
     try:
         ckpt = mcore_io.resolve_checkpoint_dir(load_dir)
         info = mcore_io.read_model_info(ckpt)
-        mcore_io.check_checkpoint_files(ckpt)
+        saved = mcore_io.check_checkpoint_files(ckpt)
         check_save_dir(save_dir, overwrite, Path(load_dir))
     except (mcore_io.McoreCheckpointError, SaveDirError) as e:
         raise ConversionError(str(e)) from None
     spec = info.spec
-    check_model_type_hf(model_type_hf, spec.architecture, str(ckpt / mcore_io.MODEL_INFO))
+    vision, recorded = _recorded_vision(ckpt, info)
+    stray = sorted(k for k in saved if mapping.is_vision_tensor(k))
+    if vision is None and stray:
+        raise ConversionError(
+            f"{ckpt}: holds vision tensors ({stray[0]}, ... {len(stray)} in all) but "
+            f"{mcore_io.MODEL_INFO} records no vision tower ('{mcore_io.VISION_INFO}'): they "
+            f"would be dropped; a VL checkpoint's save must record it "
+            f"(mcore_io.vision_info)")
+    check_model_type_hf(model_type_hf, vision.family if vision else spec.architecture,
+                        str(ckpt / mcore_io.MODEL_INFO))
     check_qkv_bias(add_qkv_bias, spec, str(ckpt))
     saved_dtype = params_dtype_name(info.params_dtype)
     out_dtype = params_dtype_name(params_dtype) or saved_dtype
@@ -287,6 +361,15 @@ def plan_mcore_to_hf(load_dir, save_dir, *, params_dtype: Optional[str] = None,
     # A checkpoint converted from an HF folder without a tokenizer carries none; the way
     # back then gives what went in (weights and config) rather than refusing.
     tokenizer_dir = tokenizer_source(tokenizer_model, ckpt / mcore_io.HF_ASSETS)
+    if vision is not None:
+        assets = ckpt / mcore_io.HF_ASSETS
+        fix = (f"convert again from an HF directory that has them, or copy them from the "
+               f"original model download into {assets}")
+        check_processor_files(assets, fix)
+        if tokenizer_dir is None:
+            raise ConversionError(f"{assets / 'tokenizer.json'} is missing: a vision-language "
+                                  f"model's processor needs its tokenizer; {fix} (or pass "
+                                  f"--tokenizer-model)")
     notes: List[str] = []
     if tokenizer_dir is None:
         notes.append(f"no tokenizer carried: {ckpt} has none, so {save_dir} gets weights and "
@@ -294,23 +377,20 @@ def plan_mcore_to_hf(load_dir, save_dir, *, params_dtype: Optional[str] = None,
     check_tokenizer_fits(tokenizer_dir, spec)
     generation = ckpt / mcore_io.HF_ASSETS / "generation_config.json"
     return McoreToHFPlan(ckpt, save_dir, spec, saved_dtype, out_dtype,
-                         _hf_config_text(ckpt, spec, out_dtype),
+                         _hf_config_text(ckpt, spec, out_dtype, recorded, vision),
                          generation if generation.is_file() else None, tokenizer_dir,
-                         max_bytes, overwrite, notes)
+                         max_bytes, overwrite, notes, vision, recorded)
 
 
 def run_mcore_to_hf(plan: McoreToHFPlan, progress: bool = True) -> Path:
-    from mindrl.models.builder import Parallelism, build_gpt_model
-
-    spec, out_dtype = plan.spec, PARAMS_DTYPES[plan.params_dtype]
+    spec, vision, out_dtype = plan.spec, plan.vision, PARAMS_DTYPES[plan.params_dtype]
     entries = [(name, tuple(shape), out_dtype)
-               for rule, layer in mapping.iter_rules(spec)
+               for rule, layer in mapping.iter_rules(spec, vision)
                for name, shape in zip(rule.hf_names(layer),
                                       mapping.expected_hf_shapes(rule, spec))]
     with single_process_megatron():
         # Built only for its sharded-state-dict layout: never initialised, never filled.
-        model = build_gpt_model(spec, Parallelism(), plan.saved_dtype,
-                                perform_initialization=False)
+        model = _build_model(spec, vision, plan.hf_config, plan.saved_dtype)
         sharded = mcore_io.model_sharded_state_dict(model)
         saved = mcore_io.check_checkpoint_files(plan.ckpt_dir)
         check_saved_tensors(sharded, saved, plan.ckpt_dir)
@@ -320,8 +400,10 @@ def run_mcore_to_hf(plan: McoreToHFPlan, progress: bool = True) -> Path:
                 hf_io.copy_files(plan.generation_config.parent, tmp, ["generation_config.json"])
             if plan.tokenizer_dir is not None:
                 hf_io.copy_files(plan.tokenizer_dir, tmp, hf_io.TOKENIZER_FILES)
+            if vision is not None:
+                hf_io.copy_files(plan.ckpt_dir / mcore_io.HF_ASSETS, tmp, hf_io.PROCESSOR_FILES)
             writer = hf_io.ShardedSafetensorsWriter(tmp, entries, plan.max_shard_bytes)
-            steps = _steps(spec)
+            steps = _steps(spec, vision)
             arena = fastio.Arena()
             try:
                 with _progress(len(steps), "mcore->hf", progress) as bar, \

@@ -20,7 +20,7 @@ import math
 import os
 import shutil
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -36,6 +36,9 @@ CONFIG_FILES = ("config.json", "generation_config.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                    "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json",
                    "chat_template.jinja", "chat_template.json")
+# A VL model's processor (image and video preprocessing); carried beside the tokenizer.
+PROCESSOR_FILES = ("preprocessor_config.json", "video_preprocessor_config.json",
+                   "processor_config.json")
 
 SAFETENSORS_DTYPES: Dict[str, torch.dtype] = {
     "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
@@ -56,16 +59,20 @@ class HFWeights:
     """The weights of one HF checkpoint directory: headers up front, tensors on demand."""
 
     def __init__(self, directory: Path, files: Dict[str, Path],
-                 info: Dict[str, Tuple[Shape, torch.dtype]], handles: Dict[Path, object]):
+                 info: Dict[str, Tuple[Shape, torch.dtype]], handles: Dict[Path, object],
+                 stored: Optional[Dict[str, str]] = None):
         self.directory = directory
         self._files = files
         self._info = info
         self._handles = handles
+        self._stored = stored or {}   # name -> name in its file, where they differ
 
     # -------------------------------------------------------------- opening
 
     @classmethod
-    def open(cls, directory) -> "HFWeights":
+    def open(cls, directory, rename: Optional[Callable[[str], str]] = None) -> "HFWeights":
+        """rename: the name each stored tensor is known by (mapping.hf_disk_name reads a
+        loaded model's names as the on-disk ones); the files are not changed."""
         directory = Path(directory).expanduser().resolve()
         if not directory.is_dir():
             raise HFCheckpointError(f"--load-dir {directory} is not a directory")
@@ -74,9 +81,9 @@ class HFWeights:
             index = directory / index_name
             if index.is_file():
                 shard_of = _read_index(index)
-                return cls._from_files(directory, shard_of, opener, index)
+                return cls._from_files(directory, shard_of, opener, index, rename)
             if (directory / single).is_file():
-                return cls._from_files(directory, None, opener, directory / single)
+                return cls._from_files(directory, None, opener, directory / single, rename)
         found = sorted(p.name for p in directory.iterdir()
                        if p.suffix in (".safetensors", ".bin", ".pt", ".pth"))
         hint = f" (found {', '.join(found)} but no index naming them)" if found else ""
@@ -86,7 +93,8 @@ class HFWeights:
 
     @classmethod
     def _from_files(cls, directory: Path, shard_of: Optional[Dict[str, str]], opener,
-                    source: Path) -> "HFWeights":
+                    source: Path, rename: Optional[Callable[[str], str]] = None
+                    ) -> "HFWeights":
         if shard_of is None:
             file_names = [source.name]
         else:
@@ -99,25 +107,31 @@ class HFWeights:
         files: Dict[str, Path] = {}
         info: Dict[str, Tuple[Shape, torch.dtype]] = {}
         handles: Dict[Path, object] = {}
+        stored: Dict[str, str] = {}
+        rename = rename or (lambda n: n)
         for name in file_names:
             path = directory / name
             handle, header = opener(path)
             handles[path] = handle
-            for tensor, (shape, dtype) in header.items():
+            for original, (shape, dtype) in header.items():
+                tensor = rename(original)
                 if tensor in files:
                     raise HFCheckpointError(f"tensor {tensor!r} is stored twice: in "
                                             f"{files[tensor].name} and {name}")
                 files[tensor] = path
                 info[tensor] = (shape, dtype)
+                if tensor != original:
+                    stored[tensor] = original
         if shard_of is not None:
-            for tensor, name in shard_of.items():
+            for original, name in shard_of.items():
+                tensor = rename(original)
                 if files.get(tensor) != directory / name:
                     where = f"it is in {files[tensor].name}" if tensor in files else \
                         "no shard holds it"
                     raise HFCheckpointError(
-                        f"{directory / name}: tensor {tensor!r} is listed there by "
+                        f"{directory / name}: tensor {original!r} is listed there by "
                         f"{source.name} but {where} (partial or mismatched shards?)")
-        return cls(directory, files, info, handles)
+        return cls(directory, files, info, handles, stored)
 
     # -------------------------------------------------------------- queries
 
@@ -141,14 +155,16 @@ class HFWeights:
         path = self._files[name]
         handle = self._handles[path]
         if isinstance(handle, dict):  # a memory-mapped torch file
-            return handle[name]
-        return handle.read(name, *self._info[name])
+            return handle[self._stored.get(name, name)]
+        return handle.read(self._stored.get(name, name), *self._info[name])
 
     def file_bytes(self, name: str) -> Optional[fastio.FileBytes]:
         """Where the tensor's bytes lie in its file, for copying them as they are; None for a
         torch pickle (its bytes are only reachable through torch.load)."""
         handle = self._handles[self._files[name]]
-        return handle.file_bytes(name) if isinstance(handle, _SafetensorsFile) else None
+        if not isinstance(handle, _SafetensorsFile):
+            return None
+        return handle.file_bytes(self._stored.get(name, name))
 
     def read_into(self, name: str, out: torch.Tensor) -> None:
         """Fill ``out`` with one tensor. A contiguous ``out`` of the stored dtype and shape is
@@ -158,7 +174,7 @@ class HFWeights:
         shape, dtype = self._info[name]
         if (isinstance(handle, _SafetensorsFile) and out.is_contiguous() and
                 out.dtype == dtype and tuple(out.shape) == shape):
-            handle.read_into(name, out)
+            handle.read_into(self._stored.get(name, name), out)
         else:
             out.copy_(self.get(name).reshape(out.shape))
 

@@ -38,6 +38,8 @@ class TensorRule:
     tp_dim: Optional[int] = None   # None = replicated across TP ranks
     vocab: bool = False        # rows are vocabulary (padded in Megatron)
     per_layer: bool = False
+    # HF part shapes, for tables whose shapes are not the decoder's (the vision tower's).
+    shapes: Optional[Tuple[Tuple[int, ...], ...]] = None
 
     def mcore_name(self, layer: Optional[int] = None) -> str:
         return self.mcore.format(layer=layer)
@@ -112,8 +114,10 @@ def global_rules(spec: ModelSpec) -> List[TensorRule]:
     return [EMBEDDING, FINAL_NORM] + ([head] if head else [])
 
 
-def iter_rules(spec: ModelSpec) -> Iterator[Tuple[TensorRule, Optional[int]]]:
-    """Every (rule, layer) of the full model, in layer order (stream-friendly)."""
+def iter_rules(spec: ModelSpec, vision: Optional["VisionTower"] = None
+               ) -> Iterator[Tuple[TensorRule, Optional[int]]]:
+    """Every (rule, layer) of the full model, in layer order (stream-friendly); a VL model's
+    vision tower (``vision``) last, one tensor per rule, layer None."""
     yield EMBEDDING, None
     for layer in range(spec.num_layers):
         for rule in layer_rules(spec):
@@ -122,6 +126,9 @@ def iter_rules(spec: ModelSpec) -> Iterator[Tuple[TensorRule, Optional[int]]]:
     head = head_rule(spec)
     if head is not None:
         yield head, None
+    if vision is not None:
+        for rule in vision_rules(vision):
+            yield rule, None
 
 
 def hf_tensor_names(spec: ModelSpec) -> List[str]:
@@ -158,6 +165,71 @@ def hf_disk_name(name: str) -> str:
 def is_vision_tensor(name: str) -> bool:
     """An HF (on-disk) or Megatron name of the vision tower: the same name on both sides."""
     return name.startswith(VISION_PREFIX)
+
+
+@dataclass(frozen=True)
+class VisionTower:
+    """What the vision family tables need of a VL model's tower: its family and sizes (from
+    the HF config's vision_config; later from ModelSpec.vision)."""
+
+    family: str                # key of VISION_TABLES, e.g. "qwen2_5_vl"
+    depth: int                 # transformer blocks
+    hidden_size: int
+    intermediate_size: int
+    in_channels: int
+    patch_size: int
+    temporal_patch_size: int
+    spatial_merge_size: int
+    out_hidden_size: int       # the merger's output: the language model's hidden size
+
+
+def _vision_rule(name: str, *shapes: Tuple[int, ...]) -> TensorRule:
+    """One vision tensor: the same name in HF (on disk) and Megatron, replicated, copied."""
+    return TensorRule(VISION_PREFIX + name, (VISION_PREFIX + name,), shapes=tuple(shapes))
+
+
+def _qwen25_vision_rules(v: VisionTower) -> List[TensorRule]:
+    """transformers' Qwen2_5_VisionTransformerPretrainedModel: Conv3d patch embedding (no
+    bias), RMSNorm blocks with fused qkv and a biased SwiGLU MLP, a 2x2 patch merger."""
+    h, f = v.hidden_size, v.intermediate_size
+    merged = h * v.spatial_merge_size ** 2
+    rules = [_vision_rule("patch_embed.proj.weight", (h, v.in_channels, v.temporal_patch_size,
+                                                      v.patch_size, v.patch_size))]
+    for n in range(v.depth):
+        block = f"blocks.{n}."
+        rules += [
+            _vision_rule(block + "norm1.weight", (h,)),
+            _vision_rule(block + "norm2.weight", (h,)),
+            _vision_rule(block + "attn.qkv.weight", (3 * h, h)),
+            _vision_rule(block + "attn.qkv.bias", (3 * h,)),
+            _vision_rule(block + "attn.proj.weight", (h, h)),
+            _vision_rule(block + "attn.proj.bias", (h,)),
+        ]
+        for proj, shape in (("gate_proj", (f, h)), ("up_proj", (f, h)), ("down_proj", (h, f))):
+            rules += [_vision_rule(f"{block}mlp.{proj}.weight", shape),
+                      _vision_rule(f"{block}mlp.{proj}.bias", shape[:1])]
+    rules += [
+        _vision_rule("merger.ln_q.weight", (h,)),
+        _vision_rule("merger.mlp.0.weight", (merged, merged)),
+        _vision_rule("merger.mlp.0.bias", (merged,)),
+        _vision_rule("merger.mlp.2.weight", (v.out_hidden_size, merged)),
+        _vision_rule("merger.mlp.2.bias", (v.out_hidden_size,)),
+    ]
+    return rules
+
+
+# One table per vision family, beside ARCHITECTURE_TABLES (the decoders').
+VISION_TABLES: Dict[str, Callable[[VisionTower], List[TensorRule]]] = {
+    "qwen2_5_vl": _qwen25_vision_rules,
+}
+
+
+def vision_rules(vision: VisionTower) -> List[TensorRule]:
+    try:
+        return VISION_TABLES[vision.family](vision)
+    except KeyError:
+        raise ValueError(f"no vision tensor table for {vision.family!r}; "
+                         f"known: {sorted(VISION_TABLES)}") from None
 
 
 # ---------------------------------------------------------------- fusion (HF <-> full mcore)
@@ -240,6 +312,8 @@ def mcore_part_views(rule: TensorRule, full: torch.Tensor,
 
 def expected_hf_shapes(rule: TensorRule, spec: ModelSpec) -> Tuple[Tuple[int, ...], ...]:
     """Shapes the HF parts must have; the converter checks them before any work."""
+    if rule.shapes is not None:
+        return rule.shapes
     h, d = spec.hidden_size, spec.head_dim
     q, kv = spec.num_attention_heads * d, spec.num_query_groups * d
     if rule is SCORE:
@@ -339,15 +413,19 @@ def stage_layers(num_layers: int, pp_rank: int, pp_size: int) -> range:
 _LAYER_RE = re.compile(r"^decoder\.layers\.(\d+)\.(.*)$")
 
 
-def rules_by_mcore_suffix(spec: ModelSpec) -> Dict[str, TensorRule]:
+def rules_by_mcore_suffix(spec: ModelSpec, vision: Optional[VisionTower] = None
+                          ) -> Dict[str, TensorRule]:
     table = {r.mcore.split("{layer}.", 1)[1]: r for r in layer_rules(spec)}
     table.update({r.mcore: r for r in (EMBEDDING, FINAL_NORM, head_rule(spec) or OUTPUT)})
+    if vision is not None:
+        table.update({r.mcore: r for r in vision_rules(vision)})
     return table
 
 
-def rule_for(mcore_name: str, spec: ModelSpec) -> Tuple[TensorRule, Optional[int]]:
+def rule_for(mcore_name: str, spec: ModelSpec, vision: Optional[VisionTower] = None
+             ) -> Tuple[TensorRule, Optional[int]]:
     """(rule, global-or-local layer) for a Megatron parameter name."""
-    table = rules_by_mcore_suffix(spec)
+    table = rules_by_mcore_suffix(spec, vision)
     m = _LAYER_RE.match(mcore_name)
     key, layer = (m.group(2), int(m.group(1))) if m else (mcore_name, None)
     if key not in table:
@@ -356,17 +434,21 @@ def rule_for(mcore_name: str, spec: ModelSpec) -> Tuple[TensorRule, Optional[int
 
 
 def stage_state_dict(full: Dict[str, torch.Tensor], spec: ModelSpec, tp_rank: int,
-                     tp_size: int, pp_rank: int, pp_size: int) -> Dict[str, torch.Tensor]:
+                     tp_size: int, pp_rank: int, pp_size: int,
+                     vision: Optional[VisionTower] = None) -> Dict[str, torch.Tensor]:
     """The local state dict of one (TP, PP) rank from a full Megatron state dict.
 
     Layers are renumbered from 0 within the stage, as Megatron's modules name them. With tied
     embeddings and PP > 1 the last stage holds its own copy of the embedding as output_layer.
+    A VL model's vision tower is whole on every TP rank of the first stage.
     """
     layers = stage_layers(spec.num_layers, pp_rank, pp_size)
     first, last = pp_rank == 0, pp_rank == pp_size - 1
     out: Dict[str, torch.Tensor] = {}
     if first:
         out[EMBEDDING.mcore] = shard(EMBEDDING, full[EMBEDDING.mcore], tp_rank, tp_size)
+        for rule in vision_rules(vision) if vision is not None else ():
+            out[rule.mcore] = full[rule.mcore]
     for local, layer in enumerate(layers):
         for rule in layer_rules(spec):
             out[rule.mcore_name(local)] = shard(rule, full[rule.mcore_name(layer)], tp_rank, tp_size)
@@ -380,10 +462,11 @@ def stage_state_dict(full: Dict[str, torch.Tensor], spec: ModelSpec, tp_rank: in
     return out
 
 
-def full_mcore_from_hf(hf: Dict[str, torch.Tensor], spec: ModelSpec,
-                       tp_size: int = 1) -> Dict[str, torch.Tensor]:
-    """Whole HF state dict -> full Megatron state dict (small models, tests, resharding)."""
+def full_mcore_from_hf(hf: Dict[str, torch.Tensor], spec: ModelSpec, tp_size: int = 1,
+                       vision: Optional[VisionTower] = None) -> Dict[str, torch.Tensor]:
+    """Whole HF state dict (on-disk names) -> full Megatron state dict (small models, tests,
+    resharding)."""
     padded = spec.padded_vocab_size(tp_size)
     return {rule.mcore_name(layer): hf_to_mcore(rule, [hf[n] for n in rule.hf_names(layer)],
                                                 spec, padded)
-            for rule, layer in iter_rules(spec)}
+            for rule, layer in iter_rules(spec, vision)}

@@ -46,6 +46,14 @@ CHECKPOINT_VERSION = 3.0
 FORMAT = "mindrl-mcore-torch_dist"
 FORMAT_VERSION = 1
 VOCAB_KEYS = (mapping.EMBEDDING.mcore, mapping.OUTPUT.mcore)
+# mindrl_model.json's entry for a VL model: the ModelSpec is its language model's.
+VISION_INFO = "vision"
+
+
+def vision_info(family: str, hf_config: dict) -> Dict:
+    """extra_info for a VL model's checkpoint: its vision family and its HF config.json (what
+    mcore -> HF needs to rebuild the model and write config.json back)."""
+    return {VISION_INFO: {"family": family, "hf_config": hf_config}}
 
 
 class McoreCheckpointError(ValueError):

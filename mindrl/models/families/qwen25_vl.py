@@ -16,11 +16,13 @@ them over TP anyway (`average_gradients_across_tp_domain`) so replicas cannot dr
 
 from __future__ import annotations
 
+import contextlib
 from typing import Optional, Sequence, Tuple, Union
 
 import torch
 from megatron.core import tensor_parallel
 from megatron.core.models.gpt import GPTModel
+from transformers.initialization import no_init_weights
 from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import (
     Qwen2_5_VisionTransformerPretrainedModel, Qwen2_5_VLModel)
 
@@ -110,10 +112,15 @@ class Qwen25VLModel(GPTModel):
         if self.pre_process:
             # transformers initialises from the global RNG: a fixed seed gives every TP rank
             # (and DP replica) the same random tower, whatever Megatron did to the RNG.
-            with torch.random.fork_rng(devices=[]):
+            # perform_initialization False (a converter fills every tensor): no random init.
+            # Built straight in the parameter dtype then, never touched (no memory in use).
+            skip_init, build_dtype = contextlib.nullcontext(), {}
+            if not self.config.perform_initialization:
+                skip_init, build_dtype = no_init_weights(), {"dtype": self.config.params_dtype}
+            with torch.random.fork_rng(devices=[]), skip_init:
                 torch.manual_seed(vision_seed)
                 visual = Qwen2_5_VisionTransformerPretrainedModel._from_config(
-                    hf_config.vision_config)
+                    hf_config.vision_config, **build_dtype)
             self.visual = visual.to(dtype=self.config.params_dtype)
             for param in self.visual.parameters():
                 param.average_gradients_across_tp_domain = True
@@ -178,10 +185,12 @@ class Qwen25VLModel(GPTModel):
 def build_qwen25_vl_model(hf_config, parallel: Parallelism, params_dtype: str = "fp32",
                           freeze_vision_tower: bool = False, make_vocab_size_divisible_by: int = 1,
                           vision_seed: int = 0, pre_process: Optional[bool] = None,
-                          post_process: Optional[bool] = None) -> Qwen25VLModel:
+                          post_process: Optional[bool] = None,
+                          perform_initialization: bool = True) -> Qwen25VLModel:
     """This rank's stage of a Qwen2.5-VL model of `hf_config`'s shape (a Qwen2_5_VLConfig),
     random-init (parallel_state must be initialised). freeze_vision_tower keeps the tower and
-    its merger out of training: no gradients, so the optimizer never sees them."""
+    its merger out of training: no gradients, so the optimizer never sees them.
+    perform_initialization False leaves every tensor uninitialised (a converter's layout)."""
     spec = text_spec(hf_config, make_vocab_size_divisible_by=make_vocab_size_divisible_by)
     return build_gpt_model(
         spec, parallel, params_dtype, pre_process, post_process, model_class=Qwen25VLModel,
@@ -189,7 +198,7 @@ def build_qwen25_vl_model(hf_config, parallel: Parallelism, params_dtype: str = 
                           freeze_vision_tower=freeze_vision_tower, vision_seed=vision_seed,
                           # embed() scatters over sequence parallel once the images are in.
                           scatter_embedding_sequence_parallel=False),
-        mrope_section=mrope_section(hf_config))
+        mrope_section=mrope_section(hf_config), perform_initialization=perform_initialization)
 
 
 def load_hf_state_dict(model: Qwen25VLModel, hf_state: dict, tp_rank: Optional[int] = None,
