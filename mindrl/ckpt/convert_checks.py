@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from mindrl.ckpt import hf_io, mapping, mcore_io
-from mindrl.models.spec import ModelSpec
+from mindrl.models.spec import ModelSpec, VisionSpec
 
 PARAMS_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 _DTYPE_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
@@ -154,15 +154,17 @@ def is_vl_config(config: dict) -> bool:
     return config.get("model_type") in VL_MODEL_TYPES
 
 
-def vision_tower(hf_config, family: str) -> mapping.VisionTower:
+def vision_tower(hf_config, family: str) -> VisionSpec:
     """The vision tower of a VL model's transformers config (old and new config.json
-    layouts alike: transformers normalises them), for mapping.py's tables."""
+    layouts alike: transformers normalises them), as the model spec describes towers."""
     v = hf_config.vision_config
-    return mapping.VisionTower(
+    return VisionSpec(
         family=family, depth=v.depth, hidden_size=v.hidden_size,
-        intermediate_size=v.intermediate_size, in_channels=v.in_channels,
-        patch_size=v.patch_size, temporal_patch_size=v.temporal_patch_size,
-        spatial_merge_size=v.spatial_merge_size, out_hidden_size=v.out_hidden_size)
+        intermediate_size=v.intermediate_size, num_heads=v.num_heads,
+        in_channels=v.in_channels, patch_size=v.patch_size,
+        temporal_patch_size=v.temporal_patch_size, spatial_merge_size=v.spatial_merge_size,
+        window_size=v.window_size, fullatt_block_indexes=tuple(v.fullatt_block_indexes),
+        out_hidden_size=v.out_hidden_size)
 
 
 def vl_hf_config(config: dict, source):
@@ -178,7 +180,7 @@ def vl_hf_config(config: dict, source):
 
 
 def model_from_config(config: dict, name: str, source: Path, divisible_by: int
-                      ) -> Tuple[ModelSpec, Optional[mapping.VisionTower]]:
+                      ) -> Tuple[ModelSpec, Optional[VisionSpec]]:
     """(language-model spec, vision tower or None) of an HF config.json."""
     if not is_vl_config(config):
         return spec_from_config(config, name, source, divisible_by), None
@@ -205,7 +207,7 @@ def check_processor_files(folder: Path, fix: str) -> None:
 
 
 def check_hf_tensors(weights: hf_io.HFWeights, spec: ModelSpec, notes: List[str],
-                     vision: Optional[mapping.VisionTower] = None) -> None:
+                     vision: Optional[VisionSpec] = None) -> None:
     """Every tensor the config implies exists with its shape; nothing else would be dropped."""
     expected = set()
     for rule, layer in mapping.iter_rules(spec, vision):

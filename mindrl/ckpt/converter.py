@@ -33,10 +33,10 @@ from mindrl.ckpt.convert_checks import (HF_DTYPE_NAMES, PARAMS_DTYPES,
                                         model_from_config, params_dtype_name, read_hf_config,
                                         tokenizer_source, vl_hf_config)
 from mindrl.ckpt.staging import SaveDirError, check_save_dir, staged_dir
-from mindrl.models.spec import ModelSpec
+from mindrl.models.spec import ModelSpec, VisionSpec
 
 
-def _steps(spec: ModelSpec, vision: Optional[mapping.VisionTower] = None
+def _steps(spec: ModelSpec, vision: Optional[VisionSpec] = None
            ) -> List[Tuple[str, List[Tuple[mapping.TensorRule, Optional[int]]]]]:
     """iter_rules grouped into the units streamed at once: embedding, each layer, the end,
     a VL model's vision tower (still written one tensor at a time)."""
@@ -108,11 +108,11 @@ class HFToMcorePlan:
     tokenizer_dir: Optional[Path]
     overwrite: bool
     notes: List[str] = field(default_factory=list)
-    vision: Optional[mapping.VisionTower] = None  # a VL model's vision tower
+    vision: Optional[VisionSpec] = None  # a VL model's vision tower
     hf_config: Optional[dict] = None              # config.json (a VL model's build needs it)
 
 
-def _build_model(spec: ModelSpec, vision: Optional[mapping.VisionTower],
+def _build_model(spec: ModelSpec, vision: Optional[VisionSpec],
                  hf_config: Optional[dict], params_dtype: str):
     """The TP1 PP1 model, uninitialised, for its checkpoint layout only."""
     from mindrl.models.builder import Parallelism, build_gpt_model
@@ -265,12 +265,12 @@ class McoreToHFPlan:
     max_shard_bytes: int
     overwrite: bool
     notes: List[str] = field(default_factory=list)
-    vision: Optional[mapping.VisionTower] = None
+    vision: Optional[VisionSpec] = None
     hf_config: Optional[dict] = None   # a VL model's recorded config.json
 
 
 def _recorded_vision(ckpt: Path, info: mcore_io.ModelInfo
-                     ) -> Tuple[Optional[mapping.VisionTower], Optional[dict]]:
+                     ) -> Tuple[Optional[VisionSpec], Optional[dict]]:
     """A VL checkpoint's vision tower and HF config, as recorded in mindrl_model.json."""
     recorded = info.extra.get(mcore_io.VISION_INFO)
     if recorded is None:
@@ -290,7 +290,7 @@ def _recorded_vision(ckpt: Path, info: mcore_io.ModelInfo
 
 def _hf_config_text(ckpt: Path, spec: ModelSpec, out_dtype: str,
                     recorded: Optional[dict] = None,
-                    recorded_vision: Optional[mapping.VisionTower] = None) -> str:
+                    recorded_vision: Optional[VisionSpec] = None) -> str:
     """The checkpoint's own HF config (byte for byte when the dtype is unchanged), checked
     against the spec; else the recorded one (a VL model) or one generated from the spec."""
     path = ckpt / mcore_io.HF_ASSETS / "config.json"

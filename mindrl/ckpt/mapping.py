@@ -22,7 +22,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
-from mindrl.models.spec import ModelSpec
+from mindrl.models.spec import ModelSpec, VisionSpec
 
 # How the fused tensor is built from its HF parts.
 FUSE_NONE, FUSE_QKV, FUSE_GATE_UP = "none", "qkv", "gate_up"
@@ -114,10 +114,10 @@ def global_rules(spec: ModelSpec) -> List[TensorRule]:
     return [EMBEDDING, FINAL_NORM] + ([head] if head else [])
 
 
-def iter_rules(spec: ModelSpec, vision: Optional["VisionTower"] = None
+def iter_rules(spec: ModelSpec, vision: Optional[VisionSpec] = None
                ) -> Iterator[Tuple[TensorRule, Optional[int]]]:
     """Every (rule, layer) of the full model, in layer order (stream-friendly); a VL model's
-    vision tower (``vision``) last, one tensor per rule, layer None."""
+    vision tower (``vision``, default the spec's) last, one tensor per rule, layer None."""
     yield EMBEDDING, None
     for layer in range(spec.num_layers):
         for rule in layer_rules(spec):
@@ -126,6 +126,7 @@ def iter_rules(spec: ModelSpec, vision: Optional["VisionTower"] = None
     head = head_rule(spec)
     if head is not None:
         yield head, None
+    vision = vision or spec.vision
     if vision is not None:
         for rule in vision_rules(vision):
             yield rule, None
@@ -167,28 +168,12 @@ def is_vision_tensor(name: str) -> bool:
     return name.startswith(VISION_PREFIX)
 
 
-@dataclass(frozen=True)
-class VisionTower:
-    """What the vision family tables need of a VL model's tower: its family and sizes (from
-    the HF config's vision_config; later from ModelSpec.vision)."""
-
-    family: str                # key of VISION_TABLES, e.g. "qwen2_5_vl"
-    depth: int                 # transformer blocks
-    hidden_size: int
-    intermediate_size: int
-    in_channels: int
-    patch_size: int
-    temporal_patch_size: int
-    spatial_merge_size: int
-    out_hidden_size: int       # the merger's output: the language model's hidden size
-
-
 def _vision_rule(name: str, *shapes: Tuple[int, ...]) -> TensorRule:
     """One vision tensor: the same name in HF (on disk) and Megatron, replicated, copied."""
     return TensorRule(VISION_PREFIX + name, (VISION_PREFIX + name,), shapes=tuple(shapes))
 
 
-def _qwen25_vision_rules(v: VisionTower) -> List[TensorRule]:
+def _qwen25_vision_rules(v: VisionSpec) -> List[TensorRule]:
     """transformers' Qwen2_5_VisionTransformerPretrainedModel: Conv3d patch embedding (no
     bias), RMSNorm blocks with fused qkv and a biased SwiGLU MLP, a 2x2 patch merger."""
     h, f = v.hidden_size, v.intermediate_size
@@ -219,12 +204,12 @@ def _qwen25_vision_rules(v: VisionTower) -> List[TensorRule]:
 
 
 # One table per vision family, beside ARCHITECTURE_TABLES (the decoders').
-VISION_TABLES: Dict[str, Callable[[VisionTower], List[TensorRule]]] = {
+VISION_TABLES: Dict[str, Callable[[VisionSpec], List[TensorRule]]] = {
     "qwen2_5_vl": _qwen25_vision_rules,
 }
 
 
-def vision_rules(vision: VisionTower) -> List[TensorRule]:
+def vision_rules(vision: VisionSpec) -> List[TensorRule]:
     try:
         return VISION_TABLES[vision.family](vision)
     except KeyError:
@@ -413,16 +398,17 @@ def stage_layers(num_layers: int, pp_rank: int, pp_size: int) -> range:
 _LAYER_RE = re.compile(r"^decoder\.layers\.(\d+)\.(.*)$")
 
 
-def rules_by_mcore_suffix(spec: ModelSpec, vision: Optional[VisionTower] = None
+def rules_by_mcore_suffix(spec: ModelSpec, vision: Optional[VisionSpec] = None
                           ) -> Dict[str, TensorRule]:
     table = {r.mcore.split("{layer}.", 1)[1]: r for r in layer_rules(spec)}
     table.update({r.mcore: r for r in (EMBEDDING, FINAL_NORM, head_rule(spec) or OUTPUT)})
+    vision = vision or spec.vision
     if vision is not None:
         table.update({r.mcore: r for r in vision_rules(vision)})
     return table
 
 
-def rule_for(mcore_name: str, spec: ModelSpec, vision: Optional[VisionTower] = None
+def rule_for(mcore_name: str, spec: ModelSpec, vision: Optional[VisionSpec] = None
              ) -> Tuple[TensorRule, Optional[int]]:
     """(rule, global-or-local layer) for a Megatron parameter name."""
     table = rules_by_mcore_suffix(spec, vision)
@@ -435,7 +421,7 @@ def rule_for(mcore_name: str, spec: ModelSpec, vision: Optional[VisionTower] = N
 
 def stage_state_dict(full: Dict[str, torch.Tensor], spec: ModelSpec, tp_rank: int,
                      tp_size: int, pp_rank: int, pp_size: int,
-                     vision: Optional[VisionTower] = None) -> Dict[str, torch.Tensor]:
+                     vision: Optional[VisionSpec] = None) -> Dict[str, torch.Tensor]:
     """The local state dict of one (TP, PP) rank from a full Megatron state dict.
 
     Layers are renumbered from 0 within the stage, as Megatron's modules name them. With tied
@@ -447,7 +433,7 @@ def stage_state_dict(full: Dict[str, torch.Tensor], spec: ModelSpec, tp_rank: in
     out: Dict[str, torch.Tensor] = {}
     if first:
         out[EMBEDDING.mcore] = shard(EMBEDDING, full[EMBEDDING.mcore], tp_rank, tp_size)
-        for rule in vision_rules(vision) if vision is not None else ():
+        for rule in vision_rules(vision or spec.vision) if (vision or spec.vision) else ():
             out[rule.mcore] = full[rule.mcore]
     for local, layer in enumerate(layers):
         for rule in layer_rules(spec):
@@ -463,7 +449,7 @@ def stage_state_dict(full: Dict[str, torch.Tensor], spec: ModelSpec, tp_rank: in
 
 
 def full_mcore_from_hf(hf: Dict[str, torch.Tensor], spec: ModelSpec, tp_size: int = 1,
-                       vision: Optional[VisionTower] = None) -> Dict[str, torch.Tensor]:
+                       vision: Optional[VisionSpec] = None) -> Dict[str, torch.Tensor]:
     """Whole HF state dict (on-disk names) -> full Megatron state dict (small models, tests,
     resharding)."""
     padded = spec.padded_vocab_size(tp_size)

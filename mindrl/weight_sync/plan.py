@@ -51,7 +51,9 @@ def plan_units(spec: ModelSpec, pp_size: int) -> List[Unit]:
     units = []
     for rule, layer in mapping.iter_rules(spec):
         if layer is None:
-            stage = 0 if rule is mapping.EMBEDDING else pp_size - 1
+            # The embedding and a VL model's vision tower live on the first stage.
+            first = rule is mapping.EMBEDDING or mapping.is_vision_tensor(rule.mcore)
+            stage = 0 if first else pp_size - 1
             local = rule.mcore_name()
         else:
             stage = next(s for s in range(pp_size)

@@ -78,3 +78,18 @@ def test_a_recipe_on_a_vl_model_is_refused_until_the_trainer_feeds_images():
     text = str(e.value)
     assert "actor_config.model='tiny-qwen25vl': is a vision-language model" in text
     assert text.count("is a vision-language model") == 1
+
+
+def test_the_spec_vision_part_drives_the_tables_and_the_weight_sync_plan():
+    """mapping.py's vision table and the weight sync's units come from the spec alone: the
+    tower's 54 tensors (depth 4), replicated, on the first pipeline stage."""
+    from mindrl.ckpt import mapping
+    from mindrl.weight_sync.plan import plan_units
+
+    spec = load_model_spec("tiny-qwen25vl")
+    vision = [rule for rule, _ in mapping.iter_rules(spec) if mapping.is_vision_tensor(rule.mcore)]
+    assert len(vision) == 54 and all(rule.tp_dim is None for rule in vision)
+    units = [u for u in plan_units(spec, pp_size=2) if mapping.is_vision_tensor(u.local_name)]
+    assert len(units) == 54 and {u.stage for u in units} == {0}
+    assert not [r for r, _ in mapping.iter_rules(load_model_spec("tiny-qwen2"))
+                if mapping.is_vision_tensor(r.mcore)]
