@@ -57,6 +57,8 @@ class MegatronConfig:
     no_save_rng: bool = False
     log_interval: int = 1
     cpu_threads: int = 1              # torch threads per rank on the CPU device (1 per core)
+    # A VL model's vision tower and merger stay out of the optimizer (no gradients).
+    freeze_vision_tower: bool = False
     # MindSpeed-RL keys (config/ported.py): accepted at the one value MindRL implements.
     stage: str = "ray_grpo"                       # the algorithm; GRPO is the only one
     recompute_granularity: Optional[str] = None   # no activation recomputation: null only

@@ -301,6 +301,11 @@ def check_roles(run: RunConfig, cluster: ClusterResources) -> list[Problem]:
         if cfg.bf16 and cfg.fp16:
             out.append(Problem(_role_key(run, role, "fp16"), "and bf16 are both true",
                                "choose one params dtype", True))
+        spec = run.models.get(role)
+        if cfg.freeze_vision_tower and spec is not None and spec.vision is None:
+            out.append(Problem(_role_key(run, role, "freeze_vision_tower"),
+                               f"is set but model {spec.name} has no vision tower",
+                               "remove it: it applies to vision-language models", True))
         backend = cfg.distributed_backend
         want = BACKEND_FOR_DEVICE[cluster.device_type]
         if backend is not None and backend != want:

@@ -93,3 +93,12 @@ def test_the_spec_vision_part_drives_the_tables_and_the_weight_sync_plan():
     assert len(units) == 54 and {u.stage for u in units} == {0}
     assert not [r for r, _ in mapping.iter_rules(load_model_spec("tiny-qwen2"))
                 if mapping.is_vision_tensor(r.mcore)]
+
+
+def test_freeze_vision_tower_on_a_text_model_is_refused_naming_the_key():
+    from mindrl.config import ClusterResources, ConfigError, load_recipe
+
+    with pytest.raises(ConfigError, match=r"actor_config.freeze_vision_tower=True: is set but "
+                                          r"model tiny-qwen2 has no vision tower"):
+        load_recipe("grpo_tiny_cpu", ["+actor_config.freeze_vision_tower=true"],
+                    cluster=ClusterResources("cpu", 2))
