@@ -100,6 +100,11 @@ def test_ids_and_tokenizer(vl_dir):
     text = "Q: 7*8?\nA: {56} ~ end."
     assert tok.encode(text) == text_tok.encode(text) and len(tok.encode(text)) == len(text)
     assert tok.decode(tok.encode(text)) == text
+    # text-only chats render as the text tokenizer's ChatML (data code need not branch)
+    chat = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]
+    for msgs in (chat, [{"role": "system", "content": "Be brief."}] + chat):
+        assert tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True) == \
+            text_tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
     marked = f"a{VISION_START}{IMAGE_PAD}{VISION_END}b"
     assert tok.encode(marked) == [68, 105, 108, 106, 69]
     assert tok.decode(tok.encode(marked), skip_special_tokens=True) == "ab"

@@ -42,11 +42,13 @@ def test_install_is_idempotent_and_writes_one_import_line(tmp_path):
 
 def test_hook_is_lazy_at_start_up():
     """A process that never imports torchvision has neither torch nor mindrl loaded, and the
-    hook waits first on sys.meta_path."""
-    got = _run("import sys, json; print(json.dumps([sorted(m for m in sys.modules if "
+    hook waits on sys.meta_path ahead of the finder that would load torchvision."""
+    got = _run("import sys, json; names = [type(f).__name__ for f in sys.meta_path]; "
+               "print(json.dumps([sorted(m for m in sys.modules if "
                "m.split('.')[0] in ('torch', 'torchvision', 'mindrl')), "
-               "type(sys.meta_path[0]).__name__]))")
-    assert got == [[], "TorchvisionImportHook"]
+               "names.count('TorchvisionImportHook'), "
+               "names.index('TorchvisionImportHook') < names.index('PathFinder')]))")
+    assert got == [[], 1, True]
 
 
 def test_import_torchvision_in_a_fresh_process():
