@@ -25,7 +25,8 @@ def _run(code, cwd="/"):
 
 def test_installed_pth_is_current():
     path = shim.site_packages() / shim.PTH_NAME
-    assert path.is_file(), f"run: {sys.executable} -m mindrl.platforms.cpu.torchvision_shim --install"
+    assert path.is_file(), (f"run: {sys.executable} -m mindrl.platforms.cpu.torchvision_shim "
+                            f"--install")
     assert path.read_text() == shim.pth_text(), "stale .pth: rerun the --install entry"
 
 
@@ -43,7 +44,8 @@ def test_install_is_idempotent_and_writes_one_import_line(tmp_path):
 def test_hook_is_lazy_at_start_up():
     """A process that never imports torchvision has neither torch nor mindrl loaded, and the
     hook waits on sys.meta_path ahead of the finder that would load torchvision."""
-    got = _run("import sys, json; names = [type(f).__name__ for f in sys.meta_path]; "
+    got = _run("import sys, json; "
+               "names = [getattr(f, '__name__', type(f).__name__) for f in sys.meta_path]; "
                "print(json.dumps([sorted(m for m in sys.modules if "
                "m.split('.')[0] in ('torch', 'torchvision', 'mindrl')), "
                "names.count('TorchvisionImportHook'), "
