@@ -19,13 +19,18 @@ from support.synthetic_images import synthetic_image
 
 # (height, width, seed). 56x84 keeps its size: a 4 x 6 patch grid, 6 merged tokens. 84x56 is
 # the transpose. 20x20 is under min_pixels (3136): up to 56x56, 4 x 4 patches, 4 tokens.
-# 448x448 is 4x max_pixels (50176): down to 224x224, 16 x 16 patches, 64 tokens.
+# 448x448 is 4x max_pixels (50176): down to 224x224, 16 x 16 patches, 64 tokens. 300x200 goes
+# down to 252x168 (18 x 12 patches, 54 tokens): a downscale, where image-processor backends
+# differ most (PLATFORM_NOTES), so a backend mismatch fails the logprob check.
 IMAGE_A, IMAGE_B, IMAGE_SMALL, IMAGE_BIG = (56, 84, 0), (84, 56, 1), (20, 20, 2), (448, 448, 3)
-GRIDS = {IMAGE_A: [1, 4, 6], IMAGE_B: [1, 6, 4], IMAGE_SMALL: [1, 4, 4], IMAGE_BIG: [1, 16, 16]}
+IMAGE_WIDE = (300, 200, 4)
+GRIDS = {IMAGE_A: [1, 4, 6], IMAGE_B: [1, 6, 4], IMAGE_SMALL: [1, 4, 4], IMAGE_BIG: [1, 16, 16],
+         IMAGE_WIDE: [1, 18, 12]}
 PROMPTS = [  # (chat content parts, images in order)
     ([{"type": "image"}, {"type": "text", "text": "What is it?"}], [IMAGE_A]),
     ([{"type": "text", "text": "Compare "}, {"type": "image"}, {"type": "text", "text": " and "},
       {"type": "image"}, {"type": "text", "text": "."}], [IMAGE_B, IMAGE_SMALL]),
+    ([{"type": "text", "text": "Read: "}, {"type": "image"}], [IMAGE_WIDE]),
 ]
 MAX_TOKENS = 24
 TOL = 1e-4
@@ -160,7 +165,7 @@ def test_vllm_generates_from_images_with_transformers_logprobs(vl_dir, processor
     tok = processor.tokenizer
     requests = [{"prompt_token_ids": tok.encode(t), "images": [list(i) for i in imgs]}
                 for t, (_, imgs) in zip(texts, PROMPTS)]
-    assert [r["prompt_token_ids"].count(108) for r in requests] == [1, 2]   # one pad per image
+    assert [r["prompt_token_ids"].count(108) for r in requests] == [1, 2, 1]  # one per image
     env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND="nobind", OMP_NUM_THREADS="1")
     done = subprocess.run([sys.executable, str(VLLM_SCRIPT), str(out), json.dumps(requests),
                            str(MAX_TOKENS)], capture_output=True, text=True, env=env,
@@ -173,6 +178,7 @@ def test_vllm_generates_from_images_with_transformers_logprobs(vl_dir, processor
     for text, (_, imgs), got in zip(texts, PROMPTS, report["results"]):
         inputs = processor(text=[text], images=[synthetic_image(*i) for i in imgs],
                            return_tensors="pt")
+        assert inputs["image_grid_thw"].tolist() == [GRIDS[i] for i in imgs]
         prompt = inputs["input_ids"][0].tolist()
         # vLLM expanded the single pads exactly as the HF processor does
         assert got["engine_prompt_ids"] == prompt
