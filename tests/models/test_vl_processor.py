@@ -1,0 +1,199 @@
+"""The hub-free Qwen2.5-VL tokenizer and processor (mindrl/models/processors.py): a directory
+with them and a tiny model loads offline in transformers, and vLLM on CPU generates from images
+with transformers' own log-probabilities."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from mindrl.models.processors import (DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, IMAGE_PAD,
+                                      VISION_END, VISION_START, VL_EXTRA_SPECIAL_TOKENS,
+                                      write_vl_tokenizer_and_processor)
+from mindrl.models.tokenizers import build_char_tokenizer
+from support.synthetic_images import synthetic_image
+
+# (height, width, seed). 56x84 keeps its size: a 4 x 6 patch grid, 6 merged tokens. 84x56 is
+# the transpose. 20x20 is under min_pixels (3136): up to 56x56, 4 x 4 patches, 4 tokens.
+# 448x448 is 4x max_pixels (50176): down to 224x224, 16 x 16 patches, 64 tokens. 300x200 goes
+# down to 252x168 (18 x 12 patches, 54 tokens): a downscale, where image-processor backends
+# differ most (PLATFORM_NOTES), so a backend mismatch fails the logprob check.
+IMAGE_A, IMAGE_B, IMAGE_SMALL, IMAGE_BIG = (56, 84, 0), (84, 56, 1), (20, 20, 2), (448, 448, 3)
+IMAGE_WIDE = (300, 200, 4)
+GRIDS = {IMAGE_A: [1, 4, 6], IMAGE_B: [1, 6, 4], IMAGE_SMALL: [1, 4, 4], IMAGE_BIG: [1, 16, 16],
+         IMAGE_WIDE: [1, 18, 12]}
+PROMPTS = [  # (chat content parts, images in order)
+    ([{"type": "image"}, {"type": "text", "text": "What is it?"}], [IMAGE_A]),
+    ([{"type": "text", "text": "Compare "}, {"type": "image"}, {"type": "text", "text": " and "},
+      {"type": "image"}, {"type": "text", "text": "."}], [IMAGE_B, IMAGE_SMALL]),
+    ([{"type": "text", "text": "Read: "}, {"type": "image"}], [IMAGE_WIDE]),
+]
+MAX_TOKENS = 24
+TOL = 1e-4
+VLLM_SCRIPT = Path(__file__).parents[1] / "support" / "vllm_vl_generate.py"
+
+
+def save_tiny_vl_model(out_dir, ids, seed=0):
+    """A tiny random Qwen2.5-VL (PLATFORM_NOTES geometry) with the processor's token ids;
+    biases and norm scales off 0 / 1 (tiny.init_weights_), so every tensor shows in logprobs."""
+    from transformers import GenerationConfig, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    from mindrl.models.tiny import init_weights_
+
+    config = Qwen2_5_VLConfig(
+        text_config=dict(vocab_size=ids["vocab_size"], hidden_size=256, intermediate_size=512,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=512, rope_theta=10000.0,
+                         rope_scaling={"type": "mrope", "mrope_section": [8, 12, 12]},
+                         bos_token_id=ids["bos_token_id"], eos_token_id=ids["eos_token_id"],
+                         pad_token_id=ids["pad_token_id"]),
+        vision_config=dict(depth=4, hidden_size=128, intermediate_size=256, num_heads=2,
+                           patch_size=14, temporal_patch_size=2, spatial_merge_size=2,
+                           window_size=56, fullatt_block_indexes=[1, 3], out_hidden_size=256,
+                           in_channels=3),
+        image_token_id=ids["image_token_id"], video_token_id=ids["video_token_id"],
+        vision_start_token_id=ids["vision_start_token_id"],
+        vision_end_token_id=ids["vision_end_token_id"], tie_word_embeddings=True)
+    model = Qwen2_5_VLForConditionalGeneration(config).eval()
+    init_weights_(model, seed, std=0.05)
+    with torch.no_grad():
+        model.model.visual.merger.ln_q.weight.add_(1.0)
+    model.generation_config = GenerationConfig(
+        bos_token_id=ids["bos_token_id"], eos_token_id=ids["generation_eos_token_ids"],
+        pad_token_id=ids["pad_token_id"])
+    model.save_pretrained(out_dir)
+    return model
+
+
+@pytest.fixture(scope="module")
+def vl_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny_vl")
+    ids = write_vl_tokenizer_and_processor(out)
+    model = save_tiny_vl_model(out, ids)
+    return out, ids, model.state_dict()
+
+
+@pytest.fixture(scope="module")
+def processor(vl_dir):
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(vl_dir[0])
+
+
+def chat_text(processor, content):
+    return processor.apply_chat_template([{"role": "user", "content": content}],
+                                         add_generation_prompt=True, tokenize=False)
+
+
+def test_ids_and_tokenizer(vl_dir):
+    from transformers import AutoTokenizer
+
+    out, ids, _ = vl_dir
+    tok = AutoTokenizer.from_pretrained(out)
+    text_tok = build_char_tokenizer()
+    assert len(tok) == ids["vocab_size"] == len(text_tok) + len(VL_EXTRA_SPECIAL_TOKENS) == 110
+    # Qwen's 14 special tokens, each one id; the vision ones after the text tokenizer's ids.
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", *VL_EXTRA_SPECIAL_TOKENS]
+    assert [tok.encode(t) for t in specials] == [[i] for i in [0, 1, 2, *range(99, 110)]]
+    assert (ids["vision_start_token_id"], ids["vision_end_token_id"], ids["image_token_id"],
+            ids["video_token_id"]) == (105, 106, 108, 109)
+    assert (ids["bos_token_id"], ids["eos_token_id"], ids["pad_token_id"]) == (0, 2, 0)
+    text = "Q: 7*8?\nA: {56} ~ end."
+    assert tok.encode(text) == text_tok.encode(text) and len(tok.encode(text)) == len(text)
+    assert tok.decode(tok.encode(text)) == text
+    # text-only chats render as the text tokenizer's ChatML (data code need not branch)
+    chat = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]
+    for msgs in (chat, [{"role": "system", "content": "Be brief."}] + chat):
+        assert tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True) == \
+            text_tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    marked = f"a{VISION_START}{IMAGE_PAD}{VISION_END}b"
+    assert tok.encode(marked) == [68, 105, 108, 106, 69]
+    assert tok.decode(tok.encode(marked), skip_special_tokens=True) == "ab"
+
+
+def test_directory_loads_offline(vl_dir, processor):
+    from transformers import AutoModelForImageTextToText
+
+    out, _, state = vl_dir
+    assert type(processor).__name__ == "Qwen2_5_VLProcessor"
+    image_processor = processor.image_processor
+    assert (image_processor.size["shortest_edge"], image_processor.size["longest_edge"]) == (
+        DEFAULT_MIN_PIXELS, DEFAULT_MAX_PIXELS)
+    assert (image_processor.patch_size, image_processor.merge_size,
+            image_processor.temporal_patch_size) == (14, 2, 2)
+    # the torchvision backend, as vLLM uses (pixel values differ by up to 0.015 with PIL's)
+    assert type(image_processor).__name__ == "Qwen2VLImageProcessor"
+    model = AutoModelForImageTextToText.from_pretrained(out, dtype=torch.float32)
+    assert type(model).__name__ == "Qwen2_5_VLForConditionalGeneration"
+    loaded = model.state_dict()
+    assert loaded.keys() == state.keys()
+    assert all(torch.equal(loaded[k], state[k]) for k in state)
+
+
+def test_processor_expands_each_image_to_its_grid(processor):
+    text = chat_text(processor, PROMPTS[1][0][:2] + [{"type": "image"}, {"type": "image"}])
+    assert text.count(f"{VISION_START}{IMAGE_PAD}{VISION_END}") == 3
+    images = [IMAGE_B, IMAGE_SMALL, IMAGE_BIG]
+    inputs = processor(text=[text], images=[synthetic_image(*i) for i in images],
+                       return_tensors="pt")
+    assert inputs["image_grid_thw"].tolist() == [GRIDS[i] for i in images]
+    patches = sum(t * h * w for t, h, w in (GRIDS[i] for i in images))
+    assert tuple(inputs["pixel_values"].shape) == (patches, 3 * 2 * 14 * 14)
+    ids = inputs["input_ids"][0].tolist()
+    # each image: vision_start, t*h*w/4 pads, vision_end, in prompt order
+    runs, i = [], 0
+    while i < len(ids):
+        if ids[i] == 105:
+            j = ids.index(106, i)
+            assert set(ids[i + 1:j]) == {108}
+            runs.append(j - i - 1)
+            i = j
+        i += 1
+    assert runs == [6, 4, 64]
+    assert inputs["mm_token_type_ids"][0].sum().item() == 74
+
+
+def test_vllm_generates_from_images_with_transformers_logprobs(vl_dir, processor):
+    from transformers import AutoModelForImageTextToText
+
+    out = vl_dir[0]
+    texts = [chat_text(processor, content) for content, _ in PROMPTS]
+    tok = processor.tokenizer
+    requests = [{"prompt_token_ids": tok.encode(t), "images": [list(i) for i in imgs]}
+                for t, (_, imgs) in zip(texts, PROMPTS)]
+    assert [r["prompt_token_ids"].count(108) for r in requests] == [1, 2, 1]  # one per image
+    env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND="nobind", OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, str(VLLM_SCRIPT), str(out), json.dumps(requests),
+                           str(MAX_TOKENS)], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+
+    model = AutoModelForImageTextToText.from_pretrained(out, dtype=torch.float32).eval()
+    diffs = []
+    for text, (_, imgs), got in zip(texts, PROMPTS, report["results"]):
+        inputs = processor(text=[text], images=[synthetic_image(*i) for i in imgs],
+                           return_tensors="pt")
+        assert inputs["image_grid_thw"].tolist() == [GRIDS[i] for i in imgs]
+        prompt = inputs["input_ids"][0].tolist()
+        # vLLM expanded the single pads exactly as the HF processor does
+        assert got["engine_prompt_ids"] == prompt
+        assert len(got["tokens"]) == MAX_TOKENS
+        new = torch.tensor([got["tokens"]])
+        kw = dict(inputs, input_ids=torch.cat([inputs["input_ids"], new], 1),
+                  mm_token_type_ids=torch.cat([inputs["mm_token_type_ids"],
+                                               torch.zeros_like(new)], 1))
+        kw["attention_mask"] = torch.ones_like(kw["input_ids"])
+        with torch.no_grad():
+            logits = model(**kw).logits[0, len(prompt) - 1:-1]
+        logprobs = torch.log_softmax(logits.float(), -1)
+        assert logprobs.argmax(-1).tolist() == got["tokens"]       # greedy on both sides
+        expected = logprobs[torch.arange(MAX_TOKENS), new[0]]
+        diffs.append((expected - torch.tensor(got["logprobs"])).abs().max().item())
+    print(f"vLLM vs transformers max |logprob diff| per prompt: {diffs}; "
+          f"vLLM batched: {report['tokens_per_s']:.0f} tokens/s ({report['batch_tokens']} tokens)")
+    assert max(diffs) <= TOL
