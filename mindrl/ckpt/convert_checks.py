@@ -32,7 +32,9 @@ MODEL_TYPE_HF = {
 # (mindrl/models/families/), converted with mapping.py's vision family table.
 VL_MODEL_TYPES = ("qwen2_5_vl",)
 # Files a VL model's HF directory must hold for its processor to load (AutoProcessor).
-REQUIRED_PROCESSOR_FILES = ("preprocessor_config.json",)
+# Where an image processor's settings live: the layout of hub downloads, or transformers 5's
+# save_pretrained, which writes them into processor_config.json. One of them is required.
+IMAGE_PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
 
 
 class ConversionError(ValueError):
@@ -199,11 +201,11 @@ def model_from_config(config: dict, name: str, source: Path, divisible_by: int
 
 def check_processor_files(folder: Path, fix: str) -> None:
     """A VL model's processor files are there; fix says how to get them there."""
-    for name in REQUIRED_PROCESSOR_FILES:
-        if not (folder / name).is_file():
-            raise ConversionError(f"{folder / name} is missing: a vision-language model needs "
-                                  f"its processor files ({', '.join(hf_io.PROCESSOR_FILES)} "
-                                  f"as present); {fix}")
+    if not any((folder / name).is_file() for name in IMAGE_PROCESSOR_FILES):
+        raise ConversionError(f"{folder / IMAGE_PROCESSOR_FILES[0]} is missing: a "
+                              f"vision-language model needs its image processor's settings "
+                              f"({' or '.join(IMAGE_PROCESSOR_FILES)}, with the other processor "
+                              f"files present: {', '.join(hf_io.PROCESSOR_FILES)}); {fix}")
 
 
 def check_hf_tensors(weights: hf_io.HFWeights, spec: ModelSpec, notes: List[str],

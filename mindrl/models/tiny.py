@@ -36,7 +36,8 @@ def init_weights_(model: torch.nn.Module, seed: int, std: float = INITIALIZER_RA
     with torch.no_grad():
         for name, param in model.named_parameters():
             noise = torch.randn(param.shape, generator=gen, dtype=torch.float32) * std
-            if "norm" in name.rsplit(".", 2)[-2]:
+            module = name.rsplit(".", 2)[-2]
+            if "norm" in module or module.startswith("ln_"):   # ln_q: the VL patch merger
                 noise += 1.0
             param.copy_(noise)
 
@@ -75,6 +76,8 @@ def make_tiny_model(model: str, tokenizer: str, out_dir: Union[str, Path], seed:
     out_dir = Path(out_dir).expanduser().resolve()
     _check_out_dir(out_dir, overwrite)
     spec = dataclasses.replace(load_model_spec(model), head=head)
+    if spec.vision is not None:
+        return _make_tiny_vl_model(spec, tokenizer, out_dir, seed, dtype, overwrite)
     tok = build_tokenizer(tokenizer)
     if len(tok) > spec.vocab_size:
         raise ValueError(
@@ -100,6 +103,48 @@ def make_tiny_model(model: str, tokenizer: str, out_dir: Union[str, Path], seed:
         hf_model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
         _check_out_dir(out_dir, overwrite)  # someone may have written there meanwhile
+        _move_into_place(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _make_tiny_vl_model(spec, tokenizer: str, out_dir: Path, seed: int, dtype: str,
+                        overwrite: bool) -> Path:
+    """A vision-language shape: Qwen2_5_VLForConditionalGeneration with the hub-free char
+    tokenizer, chat template and image processor (models/processors.py), whose token ids the
+    config takes, so AutoProcessor, AutoModelForImageTextToText and vLLM load it offline."""
+    from transformers import AutoModelForImageTextToText, GenerationConfig
+
+    from mindrl.models.processors import write_vl_tokenizer_and_processor
+
+    if tokenizer != "char":
+        raise ValueError(f"model {spec.name}: a vision-language model comes with the char "
+                         f"tokenizer and its image processor only (tokenizer={tokenizer!r})")
+    if spec.head != "lm":
+        raise ValueError(f"model {spec.name}: a vision-language model has an lm head")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.tmp-"))
+    try:
+        ids = write_vl_tokenizer_and_processor(tmp)
+        if ids["vocab_size"] > spec.vocab_size:
+            raise ValueError(
+                f"the VL tokenizer has {ids['vocab_size']} tokens but model {spec.name} has "
+                f"vocab_size {spec.vocab_size} ({model_config_path(spec.name)}); raise it there")
+        config = hf_config_from_spec(
+            spec, torch_dtype="float32", bos_token_id=ids["bos_token_id"],
+            eos_token_id=ids["eos_token_id"], pad_token_id=ids["pad_token_id"],
+            initializer_range=INITIALIZER_RANGE, vision_token_ids=ids)
+        hf_model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+        init_weights_(hf_model, seed)
+        hf_model.to(DTYPES[dtype])
+        hf_model.config.dtype = DTYPES[dtype]
+        hf_model.generation_config = GenerationConfig(
+            bos_token_id=ids["bos_token_id"], eos_token_id=ids["generation_eos_token_ids"],
+            pad_token_id=ids["pad_token_id"])
+        hf_model.save_pretrained(tmp, safe_serialization=True)
+        _check_out_dir(out_dir, overwrite)
         _move_into_place(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

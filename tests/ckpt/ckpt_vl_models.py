@@ -3,12 +3,9 @@ worker's tiny config and init), saved with save_pretrained, plus processor and t
 written here (their bytes only have to travel unchanged)."""
 
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
-
-from qwen25vl_parity_worker import tiny_vl_model  # noqa: E402
+from support.tiny_vl import tiny_vl_model
 
 PREPROCESSOR = {"image_processor_type": "Qwen2VLImageProcessor", "patch_size": 14,
                 "temporal_patch_size": 2, "merge_size": 2, "min_pixels": 3136,

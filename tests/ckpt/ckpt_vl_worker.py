@@ -14,7 +14,7 @@ def vl_logits_from_checkpoint(rank, world_size, ckpt, sample, layouts):
     from mindrl.models.builder import Parallelism, initialize_parallel
     from mindrl.models.families.qwen25_vl import build_qwen25_vl_model
     from mindrl.models.forward import gather_vocab_parallel
-    from qwen25vl_parity_worker import _schedule
+    from support.tiny_vl import megatron_schedule
 
     info = mcore_io.read_model_info(mcore_io.resolve_checkpoint_dir(ckpt))
     hf_config = vl_hf_config(info.extra["vision"]["hf_config"], ckpt)
@@ -27,7 +27,7 @@ def vl_logits_from_checkpoint(rank, world_size, ckpt, sample, layouts):
                                       vision_seed=1234).eval()
         mcore_io.load_mcore_checkpoint(model, ckpt)
         with torch.no_grad():
-            logits = _schedule(model, [sample], 1, True, lambda o, _: gather_vocab_parallel(o))
+            logits = megatron_schedule(model, [sample], 1, True, lambda o, _: gather_vocab_parallel(o))
         if logits and ps.get_tensor_model_parallel_rank() == 0 and \
                 ps.get_data_parallel_rank() == 0:
             out[(tp, pp)] = torch.cat(logits)[..., :info.spec.vocab_size].clone()

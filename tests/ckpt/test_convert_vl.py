@@ -26,7 +26,7 @@ from ckpt_convert_worker import run_conversions
 from ckpt_hf_models import make_hf_model, read_hf_tensors, save_hf
 from ckpt_vl_models import ASSET_FILES, save_vl_hf
 from ckpt_vl_worker import vl_logits_from_checkpoint
-from qwen25vl_parity_worker import IMAGE_PAD, prompts, tiny_vl_model
+from support.tiny_vl import IMAGE_PAD, prompts, tiny_vl_model
 
 LOGITS_ATOL = 1e-5
 ONE_IMAGE = prompts()[1]    # a 6 x 8 patch image between text tokens

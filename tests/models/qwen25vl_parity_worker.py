@@ -11,20 +11,11 @@ from mindrl.ckpt import mapping
 
 from support.tiny_vl import (IMAGE_PAD, MERGE, PATCH, PIXEL_ROW, PROMPT_GRIDS,  # noqa: F401
                              TEMPORAL_PATCH, VIDEO_PAD, VISION_END, VISION_START, VOCAB,
-                             prompts, tiny_vl_config, tiny_vl_model)
+                             megatron_schedule, padded_tokens, prompts, tiny_vl_config,
+                             tiny_vl_model)
 
 RESPONSE_TOKENS = 4                                # loss on each prompt's last 4 tokens
 ADVANTAGES = [1.0, -0.5, 2.0]
-
-
-def padded_tokens(samples, multiple_of=2):
-    """[B, S] right-padded with 0 (engines/sequences.py's layout), S a multiple of TP."""
-    length = max(len(s["input_ids"]) for s in samples)
-    length = -(-length // multiple_of) * multiple_of
-    tokens = torch.zeros(len(samples), length, dtype=torch.long)
-    for b, s in enumerate(samples):
-        tokens[b, :len(s["input_ids"])] = s["input_ids"]
-    return tokens
 
 
 def grpo_loss(logits_fn, samples):
@@ -37,31 +28,6 @@ def grpo_loss(logits_fn, samples):
 
 
 # ---------------------------------------------------------------- rank body
-
-def _schedule(model, samples, micro_batch_size, forward_only, on_output):
-    """Megatron's pipeline schedule over the samples with their images, per micro batch."""
-    from megatron.core import parallel_state as ps
-    from megatron.core.pipeline_parallel import get_forward_backward_func
-
-    tp = ps.get_tensor_model_parallel_world_size()
-    tokens = padded_tokens(samples, multiple_of=tp)
-    micro = [{"tokens": tokens[i:i + micro_batch_size],
-              "pixel_values": [s["pixel_values"] for s in samples[i:i + micro_batch_size]],
-              "image_grid_thw": [s["image_grid_thw"] for s in samples[i:i + micro_batch_size]]}
-             for i in range(0, len(samples), micro_batch_size)]
-
-    def forward_step(data_iterator, stage):
-        m = next(data_iterator)
-        out = stage(m["tokens"], pixel_values=m["pixel_values"],
-                    image_grid_thw=m["image_grid_thw"])
-        return out, lambda output, non_loss_data=False: on_output(output, m)
-
-    return get_forward_backward_func()(
-        forward_step_func=forward_step, data_iterator=iter(micro), model=[model],
-        num_microbatches=len(micro), seq_length=tokens.shape[1],
-        micro_batch_size=micro_batch_size, forward_only=forward_only,
-        collect_non_loss_data=forward_only)
-
 
 def _build(hf_config, hf_state, tp, pp, sp=False, freeze=False):
     from mindrl.models.builder import Parallelism, initialize_parallel
@@ -87,7 +53,7 @@ def _logits(hf_config, hf_state, samples, tp, pp, sp):
     # one prompt per micro batch (images travel with their micro batch through the pipeline).
     micro_batch_size = 1 if pp > 1 else len(samples)
     with torch.no_grad():
-        out = _schedule(model, samples, micro_batch_size, True,
+        out = megatron_schedule(model, samples, micro_batch_size, True,
                         lambda o, _: gather_vocab_parallel(o))
     keep = out and ps.get_tensor_model_parallel_rank() == 0 and ps.get_data_parallel_rank() == 0
     ps.destroy_model_parallel()
@@ -151,7 +117,7 @@ def _grads(hf_config, hf_state, samples, sp, freeze=False):
         lengths = [len(s["input_ids"]) for s in samples]
         return grpo_loss(lambda b: logp[b, :lengths[b] - 1], samples), {}
 
-    _schedule(ddp, samples, len(samples), False, loss_fn)
+    megatron_schedule(ddp, samples, len(samples), False, loss_fn)
     in_optimizer = _optimized_params(optimizer)
     vision = [p for n, p in module.named_parameters() if mapping.is_vision_tensor(n)]
     result = {"grads": _full_hf_grads(module, module.spec),

@@ -37,44 +37,27 @@ TOL = 1e-4
 VLLM_SCRIPT = Path(__file__).parents[1] / "support" / "vllm_vl_generate.py"
 
 
-def save_tiny_vl_model(out_dir, ids, seed=0):
-    """A tiny random Qwen2.5-VL (PLATFORM_NOTES geometry) with the processor's token ids;
-    biases and norm scales off 0 / 1 (tiny.init_weights_), so every tensor shows in logprobs."""
-    from transformers import GenerationConfig, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
-
-    from mindrl.models.tiny import init_weights_
-
-    config = Qwen2_5_VLConfig(
-        text_config=dict(vocab_size=ids["vocab_size"], hidden_size=256, intermediate_size=512,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=512, rope_theta=10000.0,
-                         rope_scaling={"type": "mrope", "mrope_section": [8, 12, 12]},
-                         bos_token_id=ids["bos_token_id"], eos_token_id=ids["eos_token_id"],
-                         pad_token_id=ids["pad_token_id"]),
-        vision_config=dict(depth=4, hidden_size=128, intermediate_size=256, num_heads=2,
-                           patch_size=14, temporal_patch_size=2, spatial_merge_size=2,
-                           window_size=56, fullatt_block_indexes=[1, 3], out_hidden_size=256,
-                           in_channels=3),
-        image_token_id=ids["image_token_id"], video_token_id=ids["video_token_id"],
-        vision_start_token_id=ids["vision_start_token_id"],
-        vision_end_token_id=ids["vision_end_token_id"], tie_word_embeddings=True)
-    model = Qwen2_5_VLForConditionalGeneration(config).eval()
-    init_weights_(model, seed, std=0.05)
-    with torch.no_grad():
-        model.model.visual.merger.ln_q.weight.add_(1.0)
-    model.generation_config = GenerationConfig(
-        bos_token_id=ids["bos_token_id"], eos_token_id=ids["generation_eos_token_ids"],
-        pad_token_id=ids["pad_token_id"])
-    model.save_pretrained(out_dir)
-    return model
-
-
 @pytest.fixture(scope="module")
 def vl_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("tiny_vl")
-    ids = write_vl_tokenizer_and_processor(out)
-    model = save_tiny_vl_model(out, ids)
-    return out, ids, model.state_dict()
+    """The tiny VL model as users make it (`cli/make_tiny_model.py --model tiny-qwen25vl
+    --tokenizer char`), the ids its tokenizer gives, and its saved weights."""
+    from safetensors.torch import load_file
+
+    from mindrl.models.tiny import make_tiny_model
+
+    root = tmp_path_factory.mktemp("tiny_vl")
+    out = subprocess.run([sys.executable, str(Path(__file__).parents[2] / "cli" /
+                                               "make_tiny_model.py"),
+                          "--model", "tiny-qwen25vl", "--tokenizer", "char", "--out",
+                          str(root / "model")], capture_output=True, text=True, check=True)
+    out = Path(out.stdout.strip())
+    ids = write_vl_tokenizer_and_processor(root / "ids")
+    # The factory is seeded: the same call gives the same weights.
+    again = make_tiny_model("tiny-qwen25vl", "char", root / "again")
+    state = load_file(str(out / "model.safetensors"))
+    assert all(torch.equal(state[k], t) for k, t in
+               load_file(str(again / "model.safetensors")).items())
+    return out, ids, state
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +101,9 @@ def test_ids_and_tokenizer(vl_dir):
 def test_directory_loads_offline(vl_dir, processor):
     from transformers import AutoModelForImageTextToText
 
-    out, _, state = vl_dir
+    from mindrl.ckpt.mapping import hf_disk_name
+
+    out, ids, state = vl_dir
     assert type(processor).__name__ == "Qwen2_5_VLProcessor"
     image_processor = processor.image_processor
     assert (image_processor.size["shortest_edge"], image_processor.size["longest_edge"]) == (
@@ -129,9 +114,15 @@ def test_directory_loads_offline(vl_dir, processor):
     assert type(image_processor).__name__ == "Qwen2VLImageProcessor"
     model = AutoModelForImageTextToText.from_pretrained(out, dtype=torch.float32)
     assert type(model).__name__ == "Qwen2_5_VLForConditionalGeneration"
-    loaded = model.state_dict()
-    assert loaded.keys() == state.keys()
+    loaded = {hf_disk_name(k): v for k, v in model.state_dict().items()}
+    # tied embeddings: the file has no lm_head.weight, the loaded model shows it
+    assert state.keys() <= loaded.keys() and set(loaded) - set(state) == {"lm_head.weight"}
     assert all(torch.equal(loaded[k], state[k]) for k in state)
+    config = model.config            # the factory gave the config the tokenizer's ids
+    assert (config.image_token_id, config.video_token_id, config.vision_start_token_id,
+            config.vision_end_token_id) == (ids["image_token_id"], ids["video_token_id"],
+                                            ids["vision_start_token_id"],
+                                            ids["vision_end_token_id"])
 
 
 def test_processor_expands_each_image_to_its_grid(processor):

@@ -38,9 +38,7 @@ def tiny_vl_model(seed=0):
     from mindrl.models.tiny import init_weights_
 
     model = Qwen2_5_VLForConditionalGeneration(tiny_vl_config()).eval()
-    init_weights_(model, seed, std=0.05)
-    with torch.no_grad():
-        model.model.visual.merger.ln_q.weight.add_(1.0)
+    init_weights_(model, seed, std=0.05)    # the merger's ln_q counts as a norm there
     return model
 
 
@@ -61,3 +59,38 @@ def prompts(seed=0):
             "pixel_values": torch.randn(patches, PIXEL_ROW, generator=gen) if grids else None,
             "image_grid_thw": torch.tensor(grids) if grids else None})
     return out
+
+
+def padded_tokens(samples, multiple_of=2):
+    """[B, S] right-padded with 0 (engines/sequences.py's layout), S a multiple of TP."""
+    length = max(len(s["input_ids"]) for s in samples)
+    length = -(-length // multiple_of) * multiple_of
+    tokens = torch.zeros(len(samples), length, dtype=torch.long)
+    for b, s in enumerate(samples):
+        tokens[b, :len(s["input_ids"])] = s["input_ids"]
+    return tokens
+
+
+def megatron_schedule(model, samples, micro_batch_size, forward_only, on_output):
+    """Megatron's pipeline schedule over the samples with their images, per micro batch."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    tp = ps.get_tensor_model_parallel_world_size()
+    tokens = padded_tokens(samples, multiple_of=tp)
+    micro = [{"tokens": tokens[i:i + micro_batch_size],
+              "pixel_values": [s["pixel_values"] for s in samples[i:i + micro_batch_size]],
+              "image_grid_thw": [s["image_grid_thw"] for s in samples[i:i + micro_batch_size]]}
+             for i in range(0, len(samples), micro_batch_size)]
+
+    def forward_step(data_iterator, stage):
+        m = next(data_iterator)
+        out = stage(m["tokens"], pixel_values=m["pixel_values"],
+                    image_grid_thw=m["image_grid_thw"])
+        return out, lambda output, non_loss_data=False: on_output(output, m)
+
+    return get_forward_backward_func()(
+        forward_step_func=forward_step, data_iterator=iter(micro), model=[model],
+        num_microbatches=len(micro), seq_length=tokens.shape[1],
+        micro_batch_size=micro_batch_size, forward_only=forward_only,
+        collect_non_loss_data=forward_only)
