@@ -16,6 +16,10 @@ export RAY_USAGE_STATS_ENABLED ?= 0
 .PHONY: setup test demo clean-venv
 
 setup: $(STAMP)
+ifeq ($(ACCEL),cpu)
+	@# The shim's .pth follows its source even in a venv built before it changed (idempotent).
+	@$(PY) -m mindrl.platforms.cpu.torchvision_shim --install > /dev/null
+endif
 
 $(STAMP): requirements.txt constraints.txt setup.py
 	$(PYTHON) -m venv $(VENV)
