@@ -52,7 +52,10 @@ def test_cpu_settings_are_the_engines_own():
     assert cpu["kv_cache_memory_bytes"] > 0 and "gpu_memory_utilization" not in cpu
     assert cpu["enable_prefix_caching"] is False
     gpu = llm_kwargs(GenerateConfig(), seed=1, logprobs_mode="processed_logprobs", on_cpu=False)
-    assert gpu["dtype"] == "bfloat16" and gpu["enable_sleep_mode"]
+    assert gpu["dtype"] == "bfloat16" and gpu["enable_sleep_mode"] is False
+    asleep = llm_kwargs(GenerateConfig(sleep_level=1), seed=1, logprobs_mode="processed_logprobs",
+                        on_cpu=False)
+    assert asleep["enable_sleep_mode"] is True
     params = sampling_params(SamplingConfig(), n=3, temperature=0.5, max_tokens=7)
     assert (params.n, params.temperature, params.max_tokens) == (3, 0.5, 7)
     with pytest.raises(ValueError, match="temprature"):
