@@ -97,6 +97,14 @@ def memory_stats() -> dict:
             "peak": accel.max_memory_allocated()}
 
 
+def free_memory_bytes():
+    """Free memory on this process's device, counting every process that uses it (what a
+    sleeping vLLM engine hands back shows here); None on CPU, where nothing is set aside."""
+    if is_cpu():
+        return None
+    return int(_accel().mem_get_info()[0])
+
+
 def manual_seed(seed: int) -> None:
     torch.manual_seed(seed)
     if not is_cpu():
