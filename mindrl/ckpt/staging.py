@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 
 class SaveDirError(ValueError):
@@ -47,8 +47,11 @@ def _move_into_place(tmp: Path, target: Path) -> None:
 
 
 @contextlib.contextmanager
-def staged_dir(save_dir: Path, overwrite: bool) -> Iterator[Path]:
-    """Yield an empty temporary directory that becomes ``save_dir`` if the block succeeds."""
+def staged_dir(save_dir: Path, overwrite: bool,
+               check: Callable[[Path, bool], None] = check_save_dir) -> Iterator[Path]:
+    """Yield an empty temporary directory that becomes ``save_dir`` if the block succeeds.
+    check(save_dir, overwrite) runs again before the rename: someone may have written there
+    meanwhile (callers run it first too, to refuse before any work)."""
     save_dir = Path(save_dir).expanduser().resolve()
     save_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=save_dir.parent, prefix=f".{save_dir.name}.tmp-"))
@@ -57,7 +60,7 @@ def staged_dir(save_dir: Path, overwrite: bool) -> Iterator[Path]:
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would make the result private
     try:
         yield tmp
-        check_save_dir(save_dir, overwrite)  # someone may have written there meanwhile
+        check(save_dir, overwrite)
         _move_into_place(tmp, save_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -9,14 +9,12 @@ generation_config.json and the tokenizer files, loadable by ``AutoModelForCausal
 from __future__ import annotations
 
 import dataclasses
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Union
 
 import torch
 
+from mindrl.ckpt.staging import staged_dir
 from mindrl.models.hf_config import hf_config_from_spec
 from mindrl.models.spec import load_model_spec
 from mindrl.paths import model_config_path
@@ -49,17 +47,6 @@ def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
         if any(out_dir.iterdir()) and not overwrite:
             raise FileExistsError(f"{out_dir} is not empty; pass overwrite=True (--overwrite) "
                                   f"to replace it")
-
-
-def _move_into_place(tmp: Path, out_dir: Path) -> None:
-    """Swap the finished temp dir in, so out_dir never holds half a checkpoint."""
-    old = None
-    if out_dir.exists():
-        old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-        os.rename(out_dir, old)
-    os.rename(tmp, out_dir)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def make_tiny_model(model: str, tokenizer: str, out_dir: Union[str, Path], seed: int = 0,
@@ -97,16 +84,9 @@ def make_tiny_model(model: str, tokenizer: str, out_dir: Union[str, Path], seed:
     hf_model.generation_config = GenerationConfig(
         bos_token_id=tok.pad_token_id, eos_token_id=eos_ids, pad_token_id=tok.pad_token_id)
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.tmp-"))
-    try:
+    with staged_dir(out_dir, overwrite, check=_check_out_dir) as tmp:
         hf_model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
-        _check_out_dir(out_dir, overwrite)  # someone may have written there meanwhile
-        _move_into_place(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir
 
 
@@ -124,9 +104,7 @@ def _make_tiny_vl_model(spec, tokenizer: str, out_dir: Path, seed: int, dtype: s
                          f"tokenizer and its image processor only (tokenizer={tokenizer!r})")
     if spec.head != "lm":
         raise ValueError(f"model {spec.name}: a vision-language model has an lm head")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.tmp-"))
-    try:
+    with staged_dir(out_dir, overwrite, check=_check_out_dir) as tmp:
         ids = write_vl_tokenizer_and_processor(tmp)
         if ids["vocab_size"] > spec.vocab_size:
             raise ValueError(
@@ -144,9 +122,4 @@ def _make_tiny_vl_model(spec, tokenizer: str, out_dir: Path, seed: int, dtype: s
             bos_token_id=ids["bos_token_id"], eos_token_id=ids["generation_eos_token_ids"],
             pad_token_id=ids["pad_token_id"])
         hf_model.save_pretrained(tmp, safe_serialization=True)
-        _check_out_dir(out_dir, overwrite)
-        _move_into_place(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir
