@@ -4,6 +4,7 @@ live worker's Python stack; a node lost mid-run stops it with exit code 3 and a 
 what ran there; the checkpoint written before stays complete. A placement that cannot fit is
 refused before anything starts."""
 
+import contextlib
 import json
 import os
 import re
@@ -15,6 +16,8 @@ import pytest
 
 from grpo_runs import start
 
+from mindrl.processes import pid_alive
+
 HOOK = Path(__file__).resolve().parents[1] / "support" / "hang_in_update"
 DEADLINE_S = 20
 # Two actor ranks (TP2, so rank 0 waits in a collective for the hung rank 1), no reference.
@@ -24,12 +27,31 @@ QUICK = ("rl_config.dynamic_sampling=false", "rl_config.val_before_train=false",
          "rl_config.val_freq=null")
 
 
-def _alive(pid: int) -> bool:
+@contextlib.contextmanager
+def _output_of(proc):
+    """The run's stdout and stderr, read in threads while the block runs and complete after
+    it; the run is killed at the end if it still goes."""
+    out = {}
+    readers = [threading.Thread(target=lambda n=n: out.__setitem__(n, getattr(proc, n).read()))
+               for n in ("stdout", "stderr")]
+    for reader in readers:
+        reader.start()
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+        yield out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for reader in readers:
+            reader.join()
+
+
+def _wait_for_first_checkpoint(proc, run_dir: Path) -> Path:
+    """latest_checkpointed_iteration.txt, once it exists (or the run ended, or 400 s)."""
+    saved = run_dir / "latest_checkpointed_iteration.txt"
+    deadline = time.time() + 400
+    while proc.poll() is None and not saved.exists() and time.time() < deadline:
+        time.sleep(0.2)
+    return saved
 
 
 def _section(report: str, title: str) -> str:
@@ -45,24 +67,11 @@ def test_a_rank_that_hangs_in_the_update_stops_the_run_with_a_report_naming_it(t
     proc = start(tmp_path, run_dir, "megatron_training.train_iters=3", "rl_config.save_freq=1",
                  f"rl_config.phase_timeout_s={DEADLINE_S}", *LAYOUT, *QUICK,
                  env={"PYTHONPATH": path, "MINDRL_TEST_HANG_UPDATE": "actor:1:2"})
-    out = {}
-    readers = [threading.Thread(target=lambda n=n: out.__setitem__(n, getattr(proc, n).read()))
-               for n in ("stdout", "stderr")]
-    for reader in readers:
-        reader.start()
-    saved = run_dir / "latest_checkpointed_iteration.txt"
-    try:
-        deadline = time.time() + 400
-        while proc.poll() is None and not saved.exists() and time.time() < deadline:
-            time.sleep(0.2)
+    with _output_of(proc) as out:
+        saved = _wait_for_first_checkpoint(proc, run_dir)
         saved_at = time.time()     # step 1 saved: step 2 generates, then its update hangs
         proc.wait(timeout=DEADLINE_S + 120)
         stopped_after = time.time() - saved_at
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        for reader in readers:
-            reader.join()
     err = out["stderr"]
     assert proc.returncode == 4, err[-3000:]
     assert stopped_after < DEADLINE_S + 60, stopped_after   # step 2's generate included
@@ -89,9 +98,9 @@ def test_a_rank_that_hangs_in_the_update_stops_the_run_with_a_report_naming_it(t
     assert saved.read_text() == "1"             # the checkpoint before the hang is complete
     assert (run_dir / "iter_0000001" / "metadata.json").is_file()
     gone_by = time.time() + 30                  # the stuck rank was killed, not awaited
-    while any(map(_alive, pids["actor"])) and time.time() < gone_by:
+    while any(map(pid_alive, pids["actor"])) and time.time() < gone_by:
         time.sleep(0.5)
-    assert not any(map(_alive, pids["actor"]))
+    assert not any(map(pid_alive, pids["actor"]))
 
 
 def test_a_placement_that_cannot_fit_is_refused_before_anything_starts(tmp_path):
@@ -161,26 +170,13 @@ def test_a_node_lost_mid_run_stops_the_run_with_a_report_naming_it(tmp_path, two
     run_dir = tmp_path / "runs" / "node_lost"
     proc = start(tmp_path, run_dir, "megatron_training.train_iters=4", "rl_config.save_freq=1",
                  *LAYOUT, *QUICK, env={"RAY_ADDRESS": cluster.address})
-    out = {}
-    readers = [threading.Thread(target=lambda n=n: out.__setitem__(n, getattr(proc, n).read()))
-               for n in ("stdout", "stderr")]
-    for reader in readers:
-        reader.start()
-    saved = run_dir / "latest_checkpointed_iteration.txt"
-    try:
-        deadline = time.time() + 400
-        while proc.poll() is None and not saved.exists() and time.time() < deadline:
-            time.sleep(0.2)
+    with _output_of(proc) as out:
+        saved = _wait_for_first_checkpoint(proc, run_dir)
         assert proc.poll() is None
         cluster.remove_node(far, allow_graceful=False)
         removed_at = time.time()
         proc.wait(timeout=120)
         stopped_after = time.time() - removed_at
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        for reader in readers:
-            reader.join()
     assert proc.returncode == 3, out["stderr"][-3000:]
     assert stopped_after < 60, stopped_after
     report = (run_dir / "failure_report.txt").read_text()
