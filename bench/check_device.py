@@ -98,20 +98,27 @@ def failures(out: dict) -> list:
     return bad
 
 
+def hf_response_log_probs(hf, prompt, response):
+    """transformers' log-probs of each response token after the prompt (1-D tensors), one
+    unpadded forward: the reference every part compares with."""
+    import torch
+
+    with torch.no_grad():
+        lsm = torch.log_softmax(hf(torch.cat([prompt, response])[None]).logits[0].float(), -1)
+    pos = torch.arange(len(response), device=lsm.device) + len(prompt) - 1
+    return lsm[pos, response]
+
+
 def rollout_logprob_gap(hf, rollout, dev) -> float:
     """Largest |vLLM log-prob - transformers log-prob| over every sampled token."""
     import torch
 
     gap = 0.0
-    with torch.no_grad():
-        for prompt, response, got in zip(rollout.prompt_token_ids, rollout.response_token_ids,
-                                         rollout.log_probs):
-            if not response:
-                continue
-            seq = torch.tensor(prompt + response, device=dev)
-            lsm = torch.log_softmax(hf(seq[None]).logits[0].float(), -1)
-            pos = torch.arange(len(response), device=dev) + len(prompt) - 1
-            ref = lsm[pos, torch.tensor(response, device=dev)].cpu()
+    for prompt, response, got in zip(rollout.prompt_token_ids, rollout.response_token_ids,
+                                     rollout.log_probs):
+        if response:
+            ref = hf_response_log_probs(hf, torch.tensor(prompt, device=dev),
+                                        torch.tensor(response, device=dev)).cpu()
             gap = max(gap, (ref - torch.tensor(got)).abs().max().item())
     return gap
 
@@ -120,23 +127,22 @@ def check_rollout_engine(work_dir: Path, dev) -> dict:
     """Part 3: the figures of one vLLM engine per sleep level the platform has (see the
     module docstring)."""
     import torch
-    from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from mindrl import device
+    from mindrl.ckpt.hf_io import HFWeights
     from mindrl.config.schema import GenerateConfig, SamplingConfig
     from mindrl.engines.vllm_process import VLLMEngineProcess
-    from mindrl.engines.weight_fingerprint import checkpoint_fingerprint
+    from mindrl.engines.weight_fingerprint import fingerprint_tensors
     from mindrl.models.tiny import make_tiny_model
 
     model_dir = make_tiny_model("tiny-qwen2", "char", work_dir / "tiny-qwen2", seed=0,
                                 overwrite=True)
     tok = AutoTokenizer.from_pretrained(model_dir)
     prompts = [tok.encode(text) for text in ROLLOUT_PROMPTS]
-    weights = {}
-    for path in sorted(model_dir.glob("*.safetensors")):
-        weights.update(load_file(str(path)))
-    expected = checkpoint_fingerprint(model_dir, torch.float32)
+    with HFWeights.open(model_dir) as checkpoint:
+        weights = [(name, checkpoint.get(name)) for name in checkpoint.names()]
+    expected = fingerprint_tensors(weights, torch.float32)
     hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(dev).eval()
     out = {}
     for level in (1, 2) if device.engines_can_sleep() else (0,):
@@ -156,7 +162,7 @@ def check_rollout_engine(work_dir: Path, dev) -> dict:
             out[f"sleep{level}_freed_gib"] = freed / 2**30
             out[f"sleep{level}_frees_memory"] = bool(slept and freed > 0)
             engine.wake_up(["weights"])
-            engine.load_weights(list(weights.items()))
+            engine.load_weights(weights)
             try:
                 engine.check_fingerprint(expected)
                 out[f"sleep{level}_sync_verified"] = True
@@ -208,14 +214,8 @@ def main(argv=None) -> int:
     out["logits_max_diff"] = (mc - ref).abs().max().item()
     b = {k: v.to(dev) for k, v in batch(spec.vocab_size, 8, 6, 10, dev).items()}
     lp = engine.compute_log_probs(b)["log_probs"]
-    with torch.no_grad():
-        refs = []
-        for i in range(8):
-            p = b["prompt_ids"][i][b["prompt_mask"][i].bool()]
-            seq = torch.cat([p, b["response_ids"][i]])
-            lsm = torch.log_softmax(hf(seq[None]).logits[0].float(), -1)
-            refs.append(lsm[torch.arange(10, device=dev) + len(p) - 1, b["response_ids"][i]])
-        ref_lp = torch.stack(refs)
+    ref_lp = torch.stack([hf_response_log_probs(hf, b["prompt_ids"][i][b["prompt_mask"][i].bool()],
+                                                b["response_ids"][i]) for i in range(8)])
     out["logprob_max_diff"] = ((lp - ref_lp).abs() * b["response_mask"]).max().item()
     if not args.no_rollout:
         import tempfile
