@@ -18,6 +18,18 @@ SHM_DIR = "/dev/shm"
 SEGMENTS = "vllm_dist_*cpushm*"
 
 
+def tp_collectives_use_segments() -> bool:
+    """Whether this machine's vLLM CPU build runs TP collectives on these segments: only the
+    AVX-512 kernels carry `init_shm_manager`; the AVX2 build (`vllm._C_AVX2`) falls back to
+    torch.distributed and creates none (PLATFORM_NOTES "CPUs differ"). Asked of the kernels
+    vLLM itself loads, never of the CPU's name."""
+    import torch
+    from vllm.platforms import current_platform
+
+    current_platform.import_kernels()
+    return hasattr(torch.ops._C, "init_shm_manager")
+
+
 def mapped_files() -> set:
     """Paths of every file some live process on this machine has mapped."""
     out = set()
