@@ -284,7 +284,7 @@ def matmul_gflops(threads: int, seconds: float = 3.0) -> float:
 def step_flops(shape: Shape, prompt_tokens: float) -> float:
     """Generation (forward over prompt + completion) plus update (forward + backward), with
     causal attention's score and value products; no old-logprob or reference pass."""
-    from mindrl.models.spec import load_model_spec
+    from mindrl.config.model_spec import load_model_spec
 
     spec = load_model_spec(shape.model)
     q, kv = spec.num_attention_heads * spec.head_dim, spec.num_query_groups * spec.head_dim

@@ -316,7 +316,7 @@ def main(argv=None):
 
     warnings.filterwarnings("ignore")
     from mindrl.distributed import spawn_local
-    from mindrl.models.spec import load_model_spec
+    from mindrl.config.model_spec import load_model_spec
 
     spec = load_model_spec(args.model)
     if args.layers:

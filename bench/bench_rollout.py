@@ -29,7 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 def _group(model_dir, engines, max_tokens, prompts, pg):
     from mindrl.config.schema import GenerateConfig, SamplingConfig
-    from mindrl.rollout.engine_group import EngineSlot, RolloutGroup
+    from mindrl.rollout.engine_group import RolloutGroup
+    from mindrl.workers.placement import EngineSlot
     from mindrl.workers.worker_group import worker_env
 
     config = GenerateConfig(max_num_seqs=prompts, max_model_len=max_tokens + 32,

@@ -194,7 +194,7 @@ def main(argv=None) -> int:
     from mindrl.distributed import free_port
     from mindrl.engines.megatron_engine import MegatronEngine, OptimConfig
     from mindrl.models.builder import Parallelism, initialize_parallel
-    from mindrl.models.spec import load_model_spec
+    from mindrl.config.model_spec import load_model_spec
 
     device.init_distributed(0, 1, master_port=free_port())
     dev = device.current_device()

@@ -20,7 +20,7 @@ except ImportError:  # run from a checkout that is not pip-installed
 def main(argv=None) -> int:
     from transformers.utils import logging as hf_logging
 
-    from mindrl.models.spec import available_models
+    from mindrl.config.model_spec import available_models
     from mindrl.models.tiny import DTYPES, make_tiny_model
     from mindrl.models.tokenizers import TOKENIZER_KINDS
 

@@ -2,7 +2,7 @@
 
 Everything else in MindRL asks this module for the device, the process-group backend,
 synchronisation, memory figures and RNG state. On CPU it also installs the Megatron-core
-compatibility layer (mindrl/megatron_cpu_compat.py), and only there.
+compatibility layer (mindrl/platforms/cpu/megatron_compat.py), and only there.
 """
 
 from __future__ import annotations
@@ -155,9 +155,9 @@ def init_distributed(rank: int, world_size: int, master_addr: str = "127.0.0.1",
 def prepare_megatron() -> None:
     """Make Megatron-core usable on this device: on CPU install the compatibility layer."""
     if is_cpu():
-        from mindrl import megatron_cpu_compat
+        from mindrl.platforms.cpu import megatron_compat
 
-        megatron_cpu_compat.install()
+        megatron_compat.install()
 
 
 def weights_in_host_memory() -> bool:

@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from mindrl.ckpt import hf_io, mapping, mcore_io
-from mindrl.models.spec import ModelSpec, VisionSpec
+from mindrl.config.model_spec import ModelSpec, VisionSpec
 
 PARAMS_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 _DTYPE_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}

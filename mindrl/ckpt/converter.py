@@ -33,7 +33,7 @@ from mindrl.ckpt.convert_checks import (HF_DTYPE_NAMES, PARAMS_DTYPES,
                                         model_from_config, params_dtype_name, read_hf_config,
                                         tokenizer_source, vl_hf_config)
 from mindrl.ckpt.staging import SaveDirError, check_save_dir, staged_dir
-from mindrl.models.spec import ModelSpec, VisionSpec
+from mindrl.config.model_spec import ModelSpec, VisionSpec
 
 
 def _steps(spec: ModelSpec, vision: Optional[VisionSpec] = None

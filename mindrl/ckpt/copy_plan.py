@@ -19,7 +19,7 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 
 from mindrl.ckpt import distcp_reader, fastio, mapping
-from mindrl.models.spec import ModelSpec
+from mindrl.config.model_spec import ModelSpec
 
 Run = Tuple[int, int, int, int]  # (Megatron row, HF part, first row in that part, rows)
 

@@ -22,7 +22,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
-from mindrl.models.spec import ModelSpec, VisionSpec
+from mindrl.config.model_spec import ModelSpec, VisionSpec
 
 # How the fused tensor is built from its HF parts.
 FUSE_NONE, FUSE_QKV, FUSE_GATE_UP = "none", "qkv", "gate_up"

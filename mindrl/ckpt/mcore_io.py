@@ -35,7 +35,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 import torch
 
 from mindrl.ckpt import distcp_writer, mapping
-from mindrl.models.spec import ModelSpec
+from mindrl.config.model_spec import ModelSpec
 
 TRACKER = "latest_checkpointed_iteration.txt"
 RELEASE = "release"

@@ -23,7 +23,7 @@ from mindrl.config.parse import key_hint
 from mindrl.config.resolvers import register_resolvers
 from mindrl.config.schema import RunConfig
 from mindrl.config.validate import validate
-from mindrl.models.spec import available_models
+from mindrl.config.model_spec import available_models
 from mindrl.paths import config_dir
 
 DEFAULT_RECIPE = "grpo_tiny_cpu"

@@ -6,7 +6,7 @@ left out; the numbers are meant to tell 'fits' from 'does not fit by a factor of
 
 from __future__ import annotations
 
-from mindrl.models.spec import ModelSpec
+from mindrl.config.model_spec import ModelSpec
 
 GIB = 2 ** 30
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "auto": 2}

@@ -19,8 +19,9 @@ ROLE_RESOURCES = {"actor": "actor_resource", "ref": "reference_resource",
 
 def known_verifiers() -> tuple[str, ...]:
     """The verifier registry's names, read at call time. mindrl.rewards imports only the
-    standard library (the math checker loads lazily), so importing it here stays light."""
-    import mindrl.rewards  # noqa: F401  (registers the built-in verifiers)
+    standard library (the math checker loads lazily), so it sits below config and importing
+    it here stays light."""
+    import mindrl.rewards.builtin  # noqa: F401  (registers the built-in verifiers)
     from mindrl.rewards.registry import VERIFIERS
 
     return tuple(sorted(VERIFIERS))

@@ -18,7 +18,7 @@ from mindrl.config.names import ROLE_SECTIONS
 from mindrl.config.schema import (RUN_WIDE_KEYS, GenerateConfig, MegatronConfig,
                                   PrepareConfig, RLConfig, RunConfig)
 from mindrl.config.structure import build, check_partial, failed, field_types, suggest
-from mindrl.models.spec import ModelSpec, load_model_spec
+from mindrl.config.model_spec import ModelSpec, load_model_spec
 
 SECTIONS = ("model", "megatron_training", "actor_config", "ref_config", "reward_config",
             "rl_config", "generate_config", "prepare")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-from mindrl.models.spec import ModelSpec
+from mindrl.config.model_spec import ModelSpec
 
 DeviceKind = Literal["npu", "cuda", "cpu"]
 

@@ -26,6 +26,35 @@ RESPONSE_KEYS = ("response_ids", "response_mask", "rollout_log_probs")
 Rows = Union[Sequence[int], torch.Tensor]
 
 
+def left_pad(seqs: Sequence[Sequence[int]], pad_id: int, length: Optional[int] = None):
+    """[B, P] ids and mask, padding on the left (prompts)."""
+    length = max(map(len, seqs), default=0) if length is None else length
+    ids = torch.full((len(seqs), length), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), length), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if len(s) > length:
+            raise ValueError(f"sequence {i} has {len(s)} tokens, more than the length {length}")
+        if s:
+            ids[i, length - len(s):] = torch.as_tensor(s)
+            mask[i, length - len(s):] = 1
+    return ids, mask
+
+
+def right_pad(seqs: Sequence[Sequence], pad, length: Optional[int] = None,
+              dtype=torch.long):
+    """[B, R] values and mask, padding on the right (responses)."""
+    length = max(map(len, seqs), default=0) if length is None else length
+    out = torch.full((len(seqs), length), pad, dtype=dtype)
+    mask = torch.zeros((len(seqs), length), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if len(s) > length:
+            raise ValueError(f"sequence {i} has {len(s)} tokens, more than the length {length}")
+        if len(s):
+            out[i, :len(s)] = torch.as_tensor(s, dtype=dtype)
+            mask[i, :len(s)] = 1
+    return out, mask
+
+
 def _pad_to(name: str, value: torch.Tensor, width: int, pad_id: int) -> torch.Tensor:
     """A 2-D field padded to `width` columns on its side."""
     extra = width - value.shape[1]
@@ -50,8 +79,6 @@ class Batch:
                      **per_prompt: Sequence) -> "Batch":
         """Each prompt repeated n times (left-padded), group_id = the prompt's position;
         `per_prompt` lists (labels, extra keys) are repeated alongside."""
-        from mindrl.engines.vllm_engine import left_pad
-
         repeated = [list(p) for p in prompt_ids for _ in range(n)]
         ids, mask = left_pad(repeated, pad_id)
         group = torch.arange(len(prompt_ids)).repeat_interleave(n)
@@ -182,15 +209,3 @@ def _renumbered(keys: Sequence[tuple]) -> torch.Tensor:
     """0, 1, ... per distinct key in order of appearance."""
     ids: Dict[tuple, int] = {}
     return torch.tensor([ids.setdefault(k, len(ids)) for k in keys], dtype=torch.long)
-
-
-def with_rollout(batch: Batch, rollout, n: int) -> Batch:
-    """`batch` (n rows per prompt) plus an engine's rollout of its prompts (prompt-major, n
-    samples each): response_ids / response_mask / rollout_log_probs and finish_reason."""
-    expected = [i for i in range(len(batch.group_ids)) for _ in range(n)]
-    if list(rollout.prompt_index) != expected:
-        raise ValueError(f"rollout rows {rollout.prompt_index[:8]}... do not follow the batch's "
-                         f"prompt groups ({n} samples each)")
-    return batch.add(**rollout.response_tensors(batch.pad_id),
-                     finish_reason=rollout.finish_reasons)
-

@@ -19,7 +19,7 @@ from mindrl.algorithms import aggregate_loss, kl_loss, ppo_clip_loss
 from mindrl.engines import sequences, vocab_parallel
 from mindrl.models.builder import Parallelism, build_gpt_model
 from mindrl.models.forward import run_schedule
-from mindrl.models.spec import ModelSpec
+from mindrl.config.model_spec import ModelSpec
 
 # Tensors with the samples first; multimodal samples add per-sample lists ("pixel_values",
 # "image_grid_thw": one tensor or None per sample), sliced and moved like the tensors.

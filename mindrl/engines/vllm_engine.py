@@ -33,6 +33,7 @@ import torch
 from mindrl import device
 from mindrl.config.cpu_notice import CPU_VLLM
 from mindrl.config.schema import GenerateConfig, SamplingConfig
+from mindrl.data.batch import left_pad, right_pad
 
 
 # CPU defaults (PLATFORM_NOTES "vLLM on CPU"): without an explicit KV-cache size start-up
@@ -102,35 +103,6 @@ def _reseeded(params, seed: int):
 
 
 # ---------------------------------------------------------------------------- rollout data
-
-def left_pad(seqs: Sequence[Sequence[int]], pad_id: int, length: Optional[int] = None):
-    """[B, P] ids and mask, padding on the left (prompts)."""
-    length = max(map(len, seqs), default=0) if length is None else length
-    ids = torch.full((len(seqs), length), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), length), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        if len(s) > length:
-            raise ValueError(f"sequence {i} has {len(s)} tokens, more than the length {length}")
-        if s:
-            ids[i, length - len(s):] = torch.as_tensor(s)
-            mask[i, length - len(s):] = 1
-    return ids, mask
-
-
-def right_pad(seqs: Sequence[Sequence], pad, length: Optional[int] = None,
-              dtype=torch.long):
-    """[B, R] values and mask, padding on the right (responses)."""
-    length = max(map(len, seqs), default=0) if length is None else length
-    out = torch.full((len(seqs), length), pad, dtype=dtype)
-    mask = torch.zeros((len(seqs), length), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        if len(s) > length:
-            raise ValueError(f"sequence {i} has {len(s)} tokens, more than the length {length}")
-        if len(s):
-            out[i, :len(s)] = torch.as_tensor(s, dtype=dtype)
-            mask[i, :len(s)] = 1
-    return out, mask
-
 
 @dataclass
 class RolloutOutput:

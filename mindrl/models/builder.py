@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from mindrl import device
-from mindrl.models.spec import ModelSpec
+from mindrl.config.model_spec import ModelSpec
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
           "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}

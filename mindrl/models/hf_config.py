@@ -12,7 +12,7 @@ from typing import Any, Mapping, Optional, Union
 
 from transformers import LlamaConfig, PretrainedConfig, Qwen2Config
 
-from mindrl.models.spec import ModelSpec
+from mindrl.config.model_spec import ModelSpec
 
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama")
 _ARCHITECTURE_CLASSES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}
@@ -196,7 +196,7 @@ def spec_from_hf_config(config: Union[PretrainedConfig, Mapping[str, Any]], name
 def _vl_spec(config: PretrainedConfig, name: str, make_vocab_size_divisible_by: int) -> ModelSpec:
     """A Qwen2_5_VLConfig's spec: its text_config as the decoder (a Qwen2: the same checks),
     its vision_config as the vision part, the mrope sections from the text rope parameters."""
-    from mindrl.models.spec import VisionSpec
+    from mindrl.config.model_spec import VisionSpec
 
     text = config.text_config.to_dict()
     params = dict(text.get("rope_parameters") or {})

@@ -16,7 +16,7 @@ import torch
 
 from mindrl.ckpt.staging import staged_dir
 from mindrl.models.hf_config import hf_config_from_spec
-from mindrl.models.spec import load_model_spec
+from mindrl.config.model_spec import load_model_spec
 from mindrl.paths import model_config_path
 from mindrl.models.tokenizers import build_tokenizer
 

@@ -65,7 +65,7 @@ def _worker_main(conn, imports: Tuple[str, ...], memory_limit_mb: Optional[int])
         # Its "timeout is disabled" warning is expected here: this pool is the timeout.
         logging.getLogger("math_verify").setLevel(logging.ERROR)
 
-        import mindrl.rewards  # noqa: F401  (registers the built-in verifiers)
+        import mindrl.rewards.builtin  # noqa: F401  (registers the built-in verifiers)
 
         for name in imports:
             importlib.import_module(name)
@@ -207,7 +207,7 @@ class VerifierPool:
         self._ctx = mp.get_context(mp_context)
         if mp_context == "forkserver":
             # Takes effect only if this process has not started its forkserver yet.
-            preload = ["__main__", "math_verify", "mindrl.rewards", *self._imports]
+            preload = ["__main__", "math_verify", "mindrl.rewards.builtin", *self._imports]
             self._ctx.set_forkserver_preload(preload)
         self._lock = threading.Lock()
         self._workers: List[_Worker] = []

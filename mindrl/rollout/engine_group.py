@@ -17,23 +17,13 @@ PhaseTimeout naming it (workers/deadline.py).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
-from mindrl.data.batch import Batch, with_rollout
+from mindrl.data.batch import Batch
 from mindrl.errors import EngineDied, PhaseTimeout
+from mindrl.rollout.merge import with_rollout
 from mindrl.workers.deadline import answers, bundle_nodes, member
-
-
-@dataclass(frozen=True)
-class EngineSlot:
-    """Where one engine runs: a placement-group bundle (the first device of its span), the
-    Ray resources it takes there, and the actor devices it spans (for messages)."""
-
-    placement_group: Any
-    bundle: int
-    resources: dict
-    devices: Tuple[int, ...]
+from mindrl.workers.placement import EngineSlot
 
 
 class RolloutGroup:

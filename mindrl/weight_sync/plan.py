@@ -12,7 +12,7 @@ from typing import List, Optional
 import torch
 
 from mindrl.ckpt import mapping
-from mindrl.models.spec import ModelSpec
+from mindrl.config.model_spec import ModelSpec
 
 
 WIRE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)   # a header's dtype codes

@@ -16,7 +16,7 @@ from typing import Optional, Protocol
 import torch
 
 from mindrl import device
-from mindrl.models.spec import ModelSpec
+from mindrl.config.model_spec import ModelSpec
 from mindrl.weight_sync.fingerprint import expected_fingerprints
 from mindrl.weight_sync.plan import WIRE_DTYPES, SyncStats
 from mindrl.weight_sync.source import MegatronShards

@@ -14,7 +14,7 @@ import torch
 
 from mindrl import device
 from mindrl.ckpt import mapping
-from mindrl.models.spec import ModelSpec
+from mindrl.config.model_spec import ModelSpec
 from mindrl.weight_sync.plan import WIRE_DTYPES, Unit, plan_units
 
 _MAX_DIMS = 4

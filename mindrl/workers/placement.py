@@ -9,7 +9,7 @@ takes an equal share of the first device of its span, beside the actor ranks the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group
@@ -18,8 +18,16 @@ from mindrl import device
 from mindrl.config.placement import engine_devices, place_roles
 from mindrl.config.schema import RunConfig
 
-if TYPE_CHECKING:
-    from mindrl.rollout.engine_group import EngineSlot
+
+@dataclass(frozen=True)
+class EngineSlot:
+    """Where one rollout engine runs: a placement-group bundle (the first device of its span),
+    the Ray resources it takes there, and the actor devices it spans (for messages)."""
+
+    placement_group: Any
+    bundle: int
+    resources: dict
+    devices: Tuple[int, ...]
 
 
 @dataclass
@@ -59,11 +67,9 @@ def _pinned_nodes(kind: str, num_devices: int):
 
 
 def create_placement(run: RunConfig, timeout_s: float = 120.0
-                     ) -> Tuple[Dict[str, RoleSlots], List["EngineSlot"]]:
+                     ) -> Tuple[Dict[str, RoleSlots], List[EngineSlot]]:
     """One placement group over every device the run needs: role -> its bundle slots, and
     one slot per rollout engine."""
-    from mindrl.rollout.engine_group import EngineSlot
-
     placements = place_roles(run)
     kind = run.resource("actor").kind
     num_devices = max(max(p.devices) + 1 for p in placements if p.devices)

@@ -9,7 +9,7 @@ import torch
 from safetensors import safe_open
 
 from mindrl.ckpt import hf_io, mapping
-from mindrl.models.spec import load_model_spec
+from mindrl.config.model_spec import load_model_spec
 
 
 @pytest.mark.parametrize("groups", [1, 2, 4])

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import save_file
 
 from mindrl.ckpt import copy_plan, distcp_reader, distcp_writer, fastio, hf_io, mapping
-from mindrl.models.spec import load_model_spec
+from mindrl.config.model_spec import load_model_spec
 
 
 @pytest.fixture

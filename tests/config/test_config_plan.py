@@ -4,7 +4,7 @@ from mindrl.config import (ClusterResources, compose_recipe, format_plan, load_r
                            make_plan, validate_lenient)
 from mindrl.config.errors import CLUSTER, PATHS
 from mindrl.config.memory import params_per_device, train_state_bytes
-from mindrl.models.spec import load_model_spec
+from mindrl.config.model_spec import load_model_spec
 
 
 def test_tiny_batch_arithmetic_and_placement(cpu2):

@@ -4,8 +4,9 @@ with re-padding on each field's side, fields written once, rollouts attached in 
 import pytest
 import torch
 
-from mindrl.data.batch import Batch, with_rollout
+from mindrl.data.batch import Batch
 from mindrl.engines.vllm_engine import RolloutOutput
+from mindrl.rollout.merge import with_rollout
 
 PAD = 9
 
@@ -72,10 +73,3 @@ def test_concat_pads_responses_on_the_right_and_can_renumber_groups():
     assert merged["rollout_log_probs"].tolist()[1] == [-9.0, -9.0, 0.0]
     assert merged.response_lists()[2:] == [[1, 2], [3]]
     assert merged["label"] == ["c", "c", "a", "a"]
-
-
-def test_a_rollout_out_of_group_order_is_refused():
-    b = Batch.from_prompts([[1], [2]], 1, PAD)
-    out = RolloutOutput([], [[3], [4]], [[0.0], [0.0]], ["stop"] * 2, [1, 0])
-    with pytest.raises(ValueError, match="do not follow the batch's prompt groups"):
-        with_rollout(b, out, 1)

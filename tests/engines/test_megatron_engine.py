@@ -10,7 +10,7 @@ from mindrl.algorithms import aggregate_loss, kl_loss, ppo_clip_loss
 from mindrl.ckpt import mapping
 from mindrl.distributed import spawn_local
 from mindrl.engines.megatron_engine import LossConfig
-from mindrl.models.spec import load_model_spec
+from mindrl.config.model_spec import load_model_spec
 
 from engine_worker import full_gradients, log_probs_at_layouts
 from hf_reference import reference_hf_model

@@ -8,7 +8,7 @@ import pytest
 
 from mindrl.ckpt import mapping
 from mindrl.distributed import spawn_local
-from mindrl.models.spec import load_model_spec
+from mindrl.config.model_spec import load_model_spec
 
 from hf_reference import reference_hf_model
 from resume_worker import resume_checks

@@ -7,7 +7,7 @@ import torch
 
 from mindrl.ckpt import mapping
 from mindrl.distributed import spawn_local
-from mindrl.models.spec import load_model_spec
+from mindrl.config.model_spec import load_model_spec
 
 from hf_reference import reference_hf_model
 from parallel_logits_worker import logits_at_layouts

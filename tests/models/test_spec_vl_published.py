@@ -8,7 +8,7 @@ Qwen2_5_VLVisionConfig defaults are those of the Qwen release, an independent re
 
 import pytest
 
-from mindrl.models.spec import load_model_spec
+from mindrl.config.model_spec import load_model_spec
 
 # Equal in every published Qwen2.5-VL size; intermediate_size (3420 / 3456) and
 # out_hidden_size (the text width) differ by size and are pinned by the parameter count.

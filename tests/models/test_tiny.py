@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, MistralConfig
 
 from mindrl.models.hf_config import hf_config_from_spec, spec_from_hf_config
-from mindrl.models.spec import available_models, load_model_spec
+from mindrl.config.model_spec import available_models, load_model_spec
 from mindrl.models.tiny import make_tiny_model
 from mindrl.models.tokenizers import build_char_tokenizer
 from mindrl.paths import REPO_ROOT

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mindrl.models.hf_config import hf_config_from_spec
-from mindrl.models.spec import ModelSpec, VisionSpec, load_model_spec
+from mindrl.config.model_spec import ModelSpec, VisionSpec, load_model_spec
 
 TOKEN_IDS = dict(image_token_id=151, video_token_id=152, vision_start_token_id=153,
                  vision_end_token_id=154)

@@ -11,7 +11,8 @@ import torch
 from mindrl.config.schema import GenerateConfig, SamplingConfig
 from mindrl.data.batch import Batch
 from mindrl.engines.vllm_engine import WeightSyncError
-from mindrl.rollout.engine_group import EngineDied, EngineSlot, RolloutGroup
+from mindrl.rollout.engine_group import EngineDied, RolloutGroup
+from mindrl.workers.placement import EngineSlot
 
 CONFIG = GenerateConfig(max_num_seqs=16, max_model_len=64, kv_cache_memory_bytes=16 * 2**20,
                         sampling_config=SamplingConfig(max_tokens=8, seed=0))

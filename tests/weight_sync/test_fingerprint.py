@@ -10,7 +10,7 @@ import torch
 
 from mindrl.ckpt import mapping
 from mindrl.engines.weight_fingerprint import compare_fingerprints, fingerprint_tensors
-from mindrl.models.spec import load_model_spec
+from mindrl.config.model_spec import load_model_spec
 from mindrl.weight_sync.fingerprint import probe_rows, unit_digests
 
 

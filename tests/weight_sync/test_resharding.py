@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM
 from mindrl.ckpt import mapping
 from mindrl.config.schema import GenerateConfig, SamplingConfig
 from mindrl.distributed import spawn_local
-from mindrl.models.spec import load_model_spec
+from mindrl.config.model_spec import load_model_spec
 from mindrl.models.tiny import make_tiny_model
 from mindrl.weight_sync.plan import plan_buckets, plan_units
 

@@ -28,7 +28,7 @@ from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import (
 
 from mindrl.ckpt import mapping
 from mindrl.models.builder import Parallelism, build_gpt_model
-from mindrl.models.spec import ModelSpec
+from mindrl.config.model_spec import ModelSpec
 
 # transformers' text rotary embedding falls back to this when the config names no section.
 HF_DEFAULT_MROPE_SECTION = (16, 24, 24)
