@@ -34,11 +34,11 @@ EXIT_TIMEOUT = 4
 
 
 def print_device_notices(run_cfg) -> None:
-    """Once, before training: recipe values the CPU device overrides (config/cpu_notice.py)."""
+    """Once, before training: recipe values vLLM's CPU build overrides (config/cpu_notice.py)."""
     from mindrl import device
     from mindrl.config.cpu_notice import cpu_notices
 
-    if device.is_cpu():
+    if device.vllm_cpu_build():
         for line in cpu_notices(run_cfg):
             print(f"notice: {line}")
 

@@ -14,10 +14,7 @@ from typing import Optional
 
 import torch
 
-DEVICE_TYPES = ("npu", "cuda", "cpu")
-BACKENDS = {"npu": "hccl", "cuda": "nccl", "cpu": "gloo"}
-# The Ray resource name that stands for one device of each type.
-RAY_RESOURCE = {"npu": "NPU", "cuda": "GPU", "cpu": "CPU"}
+from mindrl.device_kinds import BACKENDS, DEVICE_TYPES, RAY_RESOURCE
 
 
 @functools.lru_cache(maxsize=None)

@@ -10,8 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-_ALIASES = {"gpu": "cuda", "npu": "npu", "cuda": "cuda", "cpu": "cpu"}
-RESOURCE_KEY = {"npu": "num_npus", "cuda": "num_gpus", "cpu": "num_cpus"}
+from mindrl.device_kinds import ALIASES, RESOURCE_KEYS
 
 
 @dataclass(frozen=True)
@@ -39,7 +38,7 @@ class ClusterResources:
     nodes: tuple[ClusterNode, ...] = ()
 
     def __post_init__(self) -> None:
-        kind = _ALIASES.get(self.device_type)
+        kind = ALIASES.get(self.device_type)
         if kind is None:
             raise ValueError(f"device_type={self.device_type!r}: use one of npu, cuda, cpu")
         object.__setattr__(self, "device_type", kind)
@@ -70,7 +69,7 @@ class ClusterResources:
 
     @property
     def resource_key(self) -> str:
-        return RESOURCE_KEY[self.device_type]
+        return RESOURCE_KEYS[self.device_type]
 
     def describe(self) -> str:
         mem = f", {self.device_memory_gib:g} GiB each" if self.device_memory_gib else ""

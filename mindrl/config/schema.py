@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 from mindrl.config.model_spec import ModelSpec
+from mindrl.device_kinds import KIND_OF_RESOURCE_KEY
 
 DeviceKind = Literal["npu", "cuda", "cpu"]
 
@@ -89,7 +90,7 @@ class ResourceSpec:
     @property
     def kind(self) -> str:
         key = self.items()[0][0]
-        return {"num_npus": "npu", "num_gpus": "cuda", "num_cpus": "cpu"}[key]
+        return KIND_OF_RESOURCE_KEY[key]
 
     @property
     def count(self) -> int:

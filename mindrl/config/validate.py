@@ -23,8 +23,8 @@ from mindrl.config.ported import check_ported
 from mindrl.config.rl_checks import check_algorithm
 from mindrl.config.scale_down import scale_down, with_cpu_slots
 from mindrl.config.schema import ResourceSpec, RunConfig
+from mindrl.device_kinds import BACKENDS
 
-BACKEND_FOR_DEVICE = {"npu": "hccl", "cuda": "nccl", "cpu": "gloo"}
 
 
 def _role_key(run: RunConfig, role: str, key: str) -> str:
@@ -307,7 +307,7 @@ def check_roles(run: RunConfig, cluster: ClusterResources) -> list[Problem]:
                                f"is set but model {spec.name} has no vision tower",
                                "remove it: it applies to vision-language models", True))
         backend = cfg.distributed_backend
-        want = BACKEND_FOR_DEVICE[cluster.device_type]
+        want = BACKENDS[cluster.device_type]
         if backend is not None and backend != want:
             out.append(Problem(_role_key(run, role, "distributed_backend"), f"does not suit "
                                f"{cluster.device_type} devices", f"use {want} or leave it "

@@ -14,9 +14,9 @@ from typing import Any, Dict, List, Tuple
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group
 
-from mindrl import device
 from mindrl.config.placement import engine_devices, place_roles
 from mindrl.config.schema import RunConfig
+from mindrl.device_kinds import placement_bundle, rank_resources
 
 
 @dataclass(frozen=True)
@@ -35,20 +35,6 @@ class RoleSlots:
     placement_group: PlacementGroup
     first_bundle: int
     resources_per_rank: dict
-
-
-def _bundle(kind: str) -> dict:
-    name = device.RAY_RESOURCE[kind]
-    return {"CPU": 1} if name == "CPU" else {name: 1, "CPU": 1}
-
-
-def _rank_resources(kind: str, share: float) -> dict:
-    name = device.RAY_RESOURCE[kind]
-    if name == "CPU":
-        return {"num_cpus": share}
-    if name == "GPU":
-        return {"num_gpus": share, "num_cpus": share}
-    return {"resources": {name: share}, "num_cpus": share}
 
 
 def _pinned_nodes(kind: str, num_devices: int):
@@ -73,12 +59,12 @@ def create_placement(run: RunConfig, timeout_s: float = 120.0
     placements = place_roles(run)
     kind = run.resource("actor").kind
     num_devices = max(max(p.devices) + 1 for p in placements if p.devices)
-    pg = placement_group([_bundle(kind) for _ in range(num_devices)], strategy="PACK",
+    pg = placement_group([placement_bundle(kind) for _ in range(num_devices)], strategy="PACK",
                          bundle_label_selector=_pinned_nodes(kind, num_devices))
     if not pg.wait(timeout_s):
         available = ray.available_resources()
         raise RuntimeError(
-            f"Ray could not reserve {num_devices} x {_bundle(kind)} within {timeout_s:.0f} s; "
+            f"Ray could not reserve {num_devices} x {placement_bundle(kind)} within {timeout_s:.0f} s; "
             f"the cluster offers {available}. Lower the *_resource counts in rl_config or add "
             f"nodes (ray start --address=...)")
     actor_devices = set(next(p.devices for p in placements if p.role == "actor"))
@@ -87,7 +73,7 @@ def create_placement(run: RunConfig, timeout_s: float = 120.0
         # Roles on the actor's devices leave a share there for the rollout engines.
         with_engine = 1 if actor_devices.intersection(p.devices) else 0
         share = 1.0 / (1 + len(p.shares_with) + with_engine)
-        slots[p.role] = RoleSlots(pg, p.devices[0], _rank_resources(kind, share))
+        slots[p.role] = RoleSlots(pg, p.devices[0], rank_resources(kind, share))
     # An engine takes the same share of its device as an actor rank there.
     engines = [EngineSlot(pg, span[0], slots["actor"].resources_per_rank, span)
                for span in engine_devices(run)]

@@ -12,6 +12,7 @@ from typing import List, Optional
 
 from mindrl import device
 from mindrl.config.cluster import ClusterNode, ClusterResources
+from mindrl.device_kinds import RAY_RESOURCE
 from mindrl.workers.node_versions import check_node_versions
 
 HEAD_RESOURCE = "node:__internal_head__"
@@ -37,7 +38,7 @@ def nodes_of_connected_cluster(kind: Optional[str] = None) -> List[ClusterNode]:
     node first, then by node id; Ray must be initialised."""
     import ray
 
-    key = device.RAY_RESOURCE[kind or device.device_type()]
+    key = RAY_RESOURCE[kind or device.device_type()]
     nodes = [n for n in ray.nodes() if n.get("Alive") and n["Resources"].get(key, 0) >= 1]
     nodes.sort(key=lambda n: (HEAD_RESOURCE not in n["Resources"], n["NodeID"]))
     return [ClusterNode(n["NodeID"], n["NodeManagerAddress"], int(n["Resources"][key]))
@@ -59,5 +60,5 @@ def read_ray_cluster(address: str) -> ClusterResources:
     kind = device.device_type()
     if not nodes:
         raise ConnectionError(f"the Ray cluster at {address} has no node with a "
-                              f"{device.RAY_RESOURCE[kind]} resource")
+                              f"{RAY_RESOURCE[kind]} resource")
     return ClusterResources(kind, 1, nodes=tuple(nodes))
