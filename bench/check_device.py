@@ -192,6 +192,7 @@ def main(argv=None) -> int:
     from mindrl import device
     from mindrl.ckpt import mapping
     from mindrl.distributed import free_port
+    from mindrl.data.batch import Batch
     from mindrl.engines.megatron_engine import MegatronEngine, OptimConfig
     from mindrl.models.builder import Parallelism, initialize_parallel
     from mindrl.config.model_spec import load_model_spec
@@ -213,7 +214,7 @@ def main(argv=None) -> int:
         ref = hf(tokens).logits
     out["logits_max_diff"] = (mc - ref).abs().max().item()
     b = {k: v.to(dev) for k, v in batch(spec.vocab_size, 8, 6, 10, dev).items()}
-    lp = engine.compute_log_probs(b)["log_probs"]
+    lp = engine.compute_log_probs(Batch.of(**b))["log_probs"]
     ref_lp = torch.stack([hf_response_log_probs(hf, b["prompt_ids"][i][b["prompt_mask"][i].bool()],
                                                 b["response_ids"][i]) for i in range(8)])
     out["logprob_max_diff"] = ((lp - ref_lp).abs() * b["response_mask"]).max().item()
@@ -231,7 +232,7 @@ def main(argv=None) -> int:
         eng = MegatronEngine(big, Parallelism(), params_dtype=dtype,
                              micro_batch_size=min(8, B),
                              optim=OptimConfig(lr=1e-5))
-        bb = {k: v.to(dev) for k, v in batch(big.vocab_size, B, P, R, dev).items()}
+        bb = Batch.of(**batch(big.vocab_size, B, P, R, dev))
         eng.update(bb, mini_batch_size=B)   # warm-up
         device.synchronize()
         t = time.perf_counter()

@@ -29,3 +29,22 @@ class PhaseTimeout(RuntimeError):
     def __init__(self, message: str, what: str, who: Sequence[str], timeout_s: float):
         super().__init__(message)
         self.what, self.who, self.timeout_s = what, list(who), timeout_s
+
+
+def ray_result(ref, who: str, what: str, died: type = WorkerDied, failed: type = RuntimeError):
+    """`ray.get(ref)` of the member labelled `who` running `what`, its failure translated once
+    for every group (ranks, rollout engines, the weight fan-out): a dead member raises `died`
+    naming it; a death its task saw (an engine a rank fed) passes through with who saw it; any
+    other error raises `failed` naming the member and the phase."""
+    import ray
+
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayActorError as e:
+        raise died(f"{who} died during {what}: {str(e).splitlines()[0]}", what, [who]) from None
+    except ray.exceptions.RayTaskError as e:
+        cause = getattr(e, "cause", None)
+        if isinstance(cause, WorkerDied):
+            raise type(cause)(f"{cause} (seen by {who} during {what})", cause.what or what,
+                              cause.who) from None
+        raise failed(f"{who}: {what} failed: {cause if cause is not None else e}") from None

@@ -105,8 +105,18 @@ class Batch:
 
     # ------------------------------------------------------------------ reading
 
+    @classmethod
+    def of(cls, pad_id: int = 0, **fields) -> "Batch":
+        """A Batch from fields given whole (tensors with B leading, per-sample lists), e.g. a
+        test's or a bench's hand-made batch; no field is required."""
+        return cls({k: v for k, v in fields.items() if isinstance(v, torch.Tensor)},
+                   {k: list(v) for k, v in fields.items() if not isinstance(v, torch.Tensor)},
+                   pad_id)
+
     def __len__(self) -> int:
-        return int(self.tensors["group_id"].shape[0])
+        for value in self.tensors.values():
+            return int(value.shape[0])
+        return len(next(iter(self.meta.values()), []))
 
     def __contains__(self, key: str) -> bool:
         return key in self.tensors or key in self.meta

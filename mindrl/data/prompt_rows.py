@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, Sequence, Tuple
 
 LABEL_KEYS = ("labels", "label")   # the label travels as `label`, not as an extra keyword
 
@@ -64,3 +64,20 @@ def write_rejects(rejected: Sequence[dict], source: str, max_prompt_length: int,
 def per_prompt_fields(rows: Sequence[dict], keys: Sequence[str]) -> Dict[str, list]:
     """label and each extra key as per-prompt lists (Batch.from_prompts' keywords)."""
     return {"label": [r["label"] for r in rows], **{k: [r[k] for r in rows] for k in keys}}
+
+
+def load_prompt_source(path: str, keys: Sequence[str], max_prompt_length: int,
+                       tokenize: Callable[[str], List[int]], rejects_path: Path,
+                       log: Callable[[str], None]) -> Tuple[List[dict], int]:
+    """A prompt source's rows made ready (`prepare_rows`) and how many were skipped; skipped
+    rows are written to `rejects_path` and said in one line."""
+    from mindrl.data.indexed import load_prompt_rows
+
+    ready = prepare_rows(load_prompt_rows(path), str(path), keys, max_prompt_length, tokenize)
+    if ready.rejected:
+        rejects_path.parent.mkdir(parents=True, exist_ok=True)
+        write_rejects(ready.rejected, str(path), max_prompt_length, rejects_path)
+        log(f"{path}: {len(ready.rejected)} of {len(ready.rows) + len(ready.rejected)} prompts "
+            f"are longer than rl_config.max_prompt_length={max_prompt_length} tokens and are "
+            f"skipped (rows listed in {rejects_path})")
+    return ready.rows, len(ready.rejected)

@@ -1,81 +1,27 @@
 """The Megatron actor / reference / reward engine: logprobs, GRPO updates, reward-model
 scores, offload, checkpoints.
 
-One instance lives in each rank of a role (TP x PP x DP processes). Batches are dicts of
-tensors following DESIGN.md's data contract; every rank of the role receives the same
-batch, and each DP rank works on its own slice of it.
+One instance lives in each rank of a role (TP x PP x DP processes). Every rank of the role
+receives the same step Batch (mindrl/data/batch.py: tensors and per-sample lists), each DP
+rank takes its own slice of it on the host, and engines/model_rows.py turns each micro batch
+into model inputs on the device.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Union
+from typing import Callable, Dict, List, Optional
 
 import torch
 
 from mindrl import device
-from mindrl.algorithms import aggregate_loss, kl_loss, ppo_clip_loss
-from mindrl.engines import sequences, vocab_parallel
-from mindrl.models.builder import Parallelism, build_gpt_model
-from mindrl.models.forward import run_schedule
+from mindrl.algorithms import aggregate_loss, get_policy_loss, kl_loss
 from mindrl.config.model_spec import ModelSpec
-
-# Tensors with the samples first; multimodal samples add per-sample lists ("pixel_values",
-# "image_grid_thw": one tensor or None per sample), sliced and moved like the tensors.
-Batch = Dict[str, Union[torch.Tensor, list]]
-
-
-@dataclass(frozen=True)
-class LossConfig:
-    """The actor's objective (rl_config keys)."""
-
-    clip_ratio: float = 0.2
-    clip_ratio_low: Optional[float] = None
-    clip_ratio_high: Optional[float] = None
-    clip_ratio_c: Optional[float] = None
-    loss_agg_mode: str = "token-mean"
-    entropy_coeff: float = 0.0
-    use_kl_loss: bool = False
-    kl_coef: float = 0.0
-    kl_penalty: str = "low_var_kl"
-    temperature: float = 1.0
-
-
-@dataclass(frozen=True)
-class OptimConfig:
-    lr: float = 1e-6
-    min_lr: float = 0.0
-    lr_decay_style: str = "constant"
-    lr_warmup_fraction: float = 0.0
-    weight_decay: float = 0.0
-    clip_grad: float = 1.0
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.95
-    adam_eps: float = 1e-8
-    train_iters: int = 1           # updates over the run (for the lr schedule)
-    use_distributed_optimizer: bool = True
-
-
-def _to_device(batch: Batch) -> Batch:
-    """Batches travel between processes on the host; the passes run on this rank's device
-    (per-sample lists of tensors too)."""
-    target = device.current_device()
-
-    def move(v):
-        if isinstance(v, torch.Tensor):
-            return v.to(target, non_blocking=True)
-        if isinstance(v, list):
-            return [move(x) for x in v]
-        return v
-
-    return {k: move(v) for k, v in batch.items()}
-
-
-def _select(batch: Batch, idx: torch.Tensor) -> Batch:
-    """The samples `idx` of every field: tensors indexed, per-sample lists picked."""
-    rows = idx.tolist()
-    return {k: [v[i] for i in rows] if isinstance(v, list) else v[idx] for k, v in batch.items()}
+from mindrl.config.roles import LossConfig, OptimConfig, Parallelism
+from mindrl.data.batch import Batch
+from mindrl.engines import model_rows, vocab_parallel
+from mindrl.models.builder import build_gpt_model
+from mindrl.models.forward import run_schedule
 
 
 def _minibatch_weight(mask: torch.Tensor, agg_mode: str) -> torch.Tensor:
@@ -153,34 +99,21 @@ class MegatronEngine:
 
     def _dp_slice(self, batch: Batch) -> Batch:
         rank, size = self.ps.get_data_parallel_rank(), self.ps.get_data_parallel_world_size()
-        n = batch["response_ids"].shape[0]
+        n = len(batch)
         if n % size:
             raise ValueError(f"batch of {n} samples does not split over DP={size}")
         per = n // size
-        return {k: v[rank * per:(rank + 1) * per] for k, v in batch.items()}
+        return batch.select(range(rank * per, (rank + 1) * per))
 
-    def _micro_batches(self, batch: Batch, packed: sequences.PackedSequences,
-                       micro_batch_size: int) -> List[dict]:
-        positions = packed.response_positions()
-        n = packed.tokens.shape[0]
-        if n % micro_batch_size:
-            raise ValueError(f"{n} samples per DP rank do not split into micro batches of "
-                             f"{micro_batch_size}")
-        out = []
-        for start in range(0, n, micro_batch_size):
-            sl = slice(start, start + micro_batch_size)
-            out.append({"tokens": packed.tokens[sl], "positions": positions[sl],
-                        **{k: v[sl] for k, v in batch.items()}})
-        return out
-
-    def _pack(self, batch: Batch) -> sequences.PackedSequences:
+    def _micro_batches(self, local: Batch, micro_batch_size: int):
+        """This DP rank's micro batches on its device, and their sequence length."""
         tp = self.parallel.tensor_model_parallel_size if self.parallel.sequence_parallel else 1
-        return sequences.pack(batch["prompt_ids"], batch["prompt_mask"], batch["response_ids"],
-                              pad_id=self.pad_id, multiple_of=tp)
+        return model_rows.micro_batches(local, micro_batch_size, device.current_device(),
+                                        pad_id=self.pad_id, multiple_of=tp)
 
     def _token_stats(self, output: torch.Tensor, micro: dict, with_entropy: bool):
         """Response-aligned log-probs (and entropy) [mb, R] from vocab-parallel logits."""
-        targets = sequences.next_token_targets(micro["tokens"], self.pad_id)
+        targets = model_rows.next_token_targets(micro["tokens"], self.pad_id)
         logp = vocab_parallel.token_log_probs(output, targets, self.spec.vocab_size,
                                               self.loss_cfg.temperature)
         logp = torch.gather(logp, 1, micro["positions"])
@@ -200,16 +133,15 @@ class MegatronEngine:
                           with_entropy: bool = False) -> Dict[str, torch.Tensor]:
         """log p(response_ids[:, t]) [B, R] for the whole batch, identical on every rank."""
         self.model.eval()
-        local = self._dp_slice(_to_device(batch))
-        packed = self._pack(local)
-        micro = self._micro_batches(local, packed, micro_batch_size or self.micro_batch_size)
+        local = self._dp_slice(batch)
+        micro, seq_length = self._micro_batches(local, micro_batch_size or self.micro_batch_size)
 
         def collect(output, m):
             logp, ent = self._token_stats(output, m, with_entropy)
             return {"log_probs": logp, **({"entropy": ent} if ent is not None else {})}
 
         with torch.no_grad():
-            outputs = self._run_schedule(micro, packed.tokens.shape[1], True, collect)
+            outputs = self._run_schedule(micro, seq_length, True, collect)
         shape = tuple(local["response_ids"].shape)
         keys = ["log_probs"] + (["entropy"] if with_entropy else [])
         result = self._from_last_stage(outputs, {k: shape for k in keys})
@@ -229,24 +161,18 @@ class MegatronEngine:
                                f"{self.spec.name} has head {self.spec.head!r}")
         self.model.eval()
         mbs = micro_batch_size or self.micro_batch_size
-        keys = ("prompt_ids", "prompt_mask", "response_ids", "response_mask")
-        batch = {k: batch[k] for k in keys}
-        n = batch["response_ids"].shape[0]
+        n = len(batch)
         extra = -n % (mbs * self.ps.get_data_parallel_world_size())
-        if extra:
-            batch = {k: torch.cat([v, v[:1].expand(extra, *v.shape[1:])])
-                     for k, v in batch.items()}
-        local = self._dp_slice(_to_device(batch))
-        packed = self._pack(local)
-        micro = self._micro_batches(local, packed, mbs)
+        local = self._dp_slice(batch.select(list(range(n)) + [0] * extra))
+        micro, seq_length = self._micro_batches(local, mbs)
 
         def collect(output, m):   # output [mb, L, 1]: one score per position
             last = m["prompt_mask"].sum(-1) + m["response_mask"].sum(-1) - 1
             return {"scores": output[..., 0].float().gather(1, last.long().unsqueeze(1))[:, 0]}
 
         with torch.no_grad():
-            outputs = self._run_schedule(micro, packed.tokens.shape[1], True, collect)
-        result = self._from_last_stage(outputs, {"scores": (packed.tokens.shape[0],)})
+            outputs = self._run_schedule(micro, seq_length, True, collect)
+        result = self._from_last_stage(outputs, {"scores": (len(local),)})
         return self._gather_dp(result)["scores"][:n]
 
     def _from_last_stage(self, outputs, shapes: Dict[str, tuple]) -> Dict[str, torch.Tensor]:
@@ -285,10 +211,10 @@ class MegatronEngine:
         with torch.set_grad_enabled(torch.is_grad_enabled() and cfg.entropy_coeff > 0):
             ent = self._entropy(output, micro)
         old = micro.get("old_log_probs", logp.detach())
-        pg, stats = ppo_clip_loss(logp, old, micro["advantages"], mask, clip_ratio=cfg.clip_ratio,
-                                  clip_ratio_low=cfg.clip_ratio_low,
-                                  clip_ratio_high=cfg.clip_ratio_high,
-                                  clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode)
+        pg, stats = get_policy_loss(cfg.policy_loss)(
+            logp, old, micro["advantages"], mask, clip_ratio=cfg.clip_ratio,
+            clip_ratio_low=cfg.clip_ratio_low, clip_ratio_high=cfg.clip_ratio_high,
+            clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode)
         loss = pg
         kl = torch.zeros((), device=logp.device)
         if cfg.use_kl_loss and cfg.kl_coef > 0:
@@ -324,19 +250,17 @@ class MegatronEngine:
         """
         if self.optimizer is None:
             raise RuntimeError("this engine was built without an optimizer (reference role)")
-        batch = _to_device(batch)
-        n = batch["response_ids"].shape[0]
+        n = len(batch)
         if n % mini_batch_size:
             raise ValueError(f"batch of {n} samples does not split into mini batches of "
                              f"{mini_batch_size}")
         order = torch.arange(n)
         if shuffle:
             order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
-        order = order.to(batch["response_ids"].device)
         history: List[Dict[str, float]] = []
         for start in range(0, n, mini_batch_size):
-            idx = order[start:start + mini_batch_size]
-            history.append(self._train_mini_batch(_select(batch, idx), entropy_coeff))
+            mini = batch.select(order[start:start + mini_batch_size])
+            history.append(self._train_mini_batch(mini, entropy_coeff))
         out = {k: sum(h[k] for h in history) / len(history) for k in history[0]
                if not k.startswith("rollout/")}
         out.update({k: v for k, v in history[0].items() if k.startswith("rollout/")})
@@ -348,14 +272,14 @@ class MegatronEngine:
         self.model.train()
         cfg = (self.loss_cfg if entropy_coeff is None
                else dataclasses.replace(self.loss_cfg, entropy_coeff=entropy_coeff))
-        mb_weight = _minibatch_weight(mini["response_mask"].float(), cfg.loss_agg_mode)
+        mb_weight = _minibatch_weight(mini["response_mask"].float(), cfg.loss_agg_mode
+                                      ).to(device.current_device())
         local = self._dp_slice(mini)
-        packed = self._pack(local)
-        micro = self._micro_batches(local, packed, self.micro_batch_size)
+        micro, seq_length = self._micro_batches(local, self.micro_batch_size)
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
         return self._run_schedule(
-            micro, packed.tokens.shape[1], False,
+            micro, seq_length, False,
             lambda out, m: self._policy_loss(out, m, cfg, mb_weight, len(micro)))
 
     def _train_mini_batch(self, mini: Batch, entropy_coeff: Optional[float]) -> Dict[str, float]:

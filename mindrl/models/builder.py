@@ -6,7 +6,6 @@ CPU (gloo), CUDA and Ascend; fusions are switched off where the device has no ke
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -14,16 +13,10 @@ import torch.nn.functional as F
 
 from mindrl import device
 from mindrl.config.model_spec import ModelSpec
+from mindrl.config.roles import Parallelism  # noqa: F401  (builders take it; callers import it here)
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
           "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
-
-
-@dataclass(frozen=True)
-class Parallelism:
-    tensor_model_parallel_size: int = 1
-    pipeline_model_parallel_size: int = 1
-    sequence_parallel: bool = False
 
 
 def torch_dtype(name: str) -> torch.dtype:

@@ -8,7 +8,9 @@ is topped up with uninformative groups, which only contribute their KL/entropy t
 
 from __future__ import annotations
 
-from typing import Dict, List, Sequence
+from typing import Callable, Dict, List, Sequence, Tuple
+
+from mindrl.data.batch import Batch
 
 
 def informative_groups(scores: Sequence[float], prompt_index: Sequence[int]) -> List[int]:
@@ -25,3 +27,27 @@ def select_groups(informative: Sequence[int], uninformative: Sequence[int],
     chosen = list(informative[:wanted])
     chosen += list(uninformative[:wanted - len(chosen)])
     return chosen
+
+
+def sample_informative(batch: Batch, metrics: Dict[str, float], wanted: int, max_rounds: int,
+                       more: Callable[[int], Tuple[Batch, Dict[str, float]]]
+                       ) -> Tuple[Batch, Dict[str, float]]:
+    """`wanted` prompt groups, informative ones first: `batch` (scored), then `more(round)`
+    (a fresh scored batch) until enough groups disagree or `max_rounds` batches were drawn.
+    Group ids are renumbered 0.. in the result."""
+    pools: Tuple[list, list] = ([], [])   # (batch, group id): informative, not
+    rounds, generated = 0, []
+    while True:
+        rounds += 1
+        generated += batch["scores"].tolist()
+        keep = set(informative_groups(batch["scores"].tolist(), batch["group_id"].tolist()))
+        for g in batch.group_ids:
+            pools[0 if g in keep else 1].append((batch, g))
+        if len(pools[0]) >= wanted or rounds >= max_rounds:
+            break
+        batch, _ = more(rounds)
+    chosen = select_groups(pools[0], pools[1], wanted)
+    metrics = {**metrics, "dynamic_sampling/rounds": float(rounds),
+               "dynamic_sampling/informative_groups": float(len(pools[0])),
+               "dynamic_sampling/raw_score_mean": sum(generated) / len(generated)}
+    return Batch.concat([b.select_groups([g]) for b, g in chosen], renumber_groups=True), metrics

@@ -20,16 +20,34 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Dict, List, Tuple
 
+import ray
 import torch
+from transformers import AutoTokenizer
 
-from mindrl.algorithms import (apply_kl_penalty, compute_advantages, entropy_coeff_at,
-                               scores_to_token_rewards)
+from mindrl import device
+from mindrl.algorithms import entropy_coeff_at
+from mindrl.config.roles import role_setup
 from mindrl.config.schema import RunConfig
-from mindrl.data.batch import PROMPT_KEYS, RESPONSE_KEYS, Batch
+from mindrl.data.batch import Batch
+from mindrl.data.prompt_loader import PromptLoader
+from mindrl.data.prompt_rows import extra_keys, load_prompt_source, per_prompt_fields
+from mindrl.engines.checkpoint_recipe import trainer_recipe
+from mindrl.engines.megatron_checkpoint import iteration_dir
+from mindrl.errors import PhaseTimeout, WorkerDied
+from mindrl.rewards import RuleReward
+from mindrl.rollout.engine_group import RolloutGroup
+from mindrl.trainer.advantage_step import advantage_fields
+from mindrl.trainer.dynamic_sampling import sample_informative
+from mindrl.trainer.failure_report import report_failure
 from mindrl.trainer.first_sync import check_first_sync, checkpoint_reference
-from mindrl.trainer.metrics import (batch_metrics, console_line, perf_metrics,
-                                    reward_model_metrics)
+from mindrl.trainer.metrics import batch_metrics, perf_metrics, reward_model_metrics
+from mindrl.trainer.progress import StepProgress
 from mindrl.trainer.resume import plan_resume
+from mindrl.trainer.tracking import Tracker
+from mindrl.weight_sync.manager import WeightSync
+from mindrl.workers.megatron_worker import MegatronWorker
+from mindrl.workers.placement import create_placement
+from mindrl.workers.worker_group import ROLE_GROUPS, ActorGroup, RoleGroup, worker_env
 
 
 @contextmanager
@@ -53,57 +71,17 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ setup
 
-    def _role_setup(self, role: str, with_optim: bool):
-        from mindrl.engines.megatron_engine import LossConfig, OptimConfig
-        from mindrl.models.builder import Parallelism
-        from mindrl.workers.megatron_worker import RoleSetup
-
-        cfg, rl = self.run.role(role), self.rl
-        sampling = self.gen.sampling_config
-        loss = LossConfig(clip_ratio=rl.clip_ratio, clip_ratio_low=rl.clip_ratio_low,
-                          clip_ratio_high=rl.clip_ratio_high, loss_agg_mode=rl.loss_agg_mode,
-                          entropy_coeff=rl.entropy_coeff,
-                          use_kl_loss=rl.use_kl_loss and rl.kl_coef > 0, kl_coef=rl.kl_coef,
-                          kl_penalty=rl.kl_penalty, temperature=sampling.temperature)
-        optim = None
-        if with_optim:
-            updates_per_step = (self.run.megatron_training.global_batch_size
-                                // rl.mini_batch_size) * rl.epochs
-            optim = OptimConfig(lr=cfg.lr, min_lr=cfg.min_lr, lr_decay_style=cfg.lr_decay_style,
-                                lr_warmup_fraction=cfg.lr_warmup_fraction,
-                                weight_decay=cfg.weight_decay, clip_grad=cfg.clip_grad,
-                                adam_beta1=cfg.adam_beta1, adam_beta2=cfg.adam_beta2,
-                                adam_eps=cfg.adam_eps,
-                                train_iters=cfg.train_iters * updates_per_step,
-                                use_distributed_optimizer=cfg.use_distributed_optimizer)
-        return RoleSetup(
-            role=role, spec=self.run.models[role],
-            parallel=Parallelism(cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size,
-                                 cfg.sequence_parallel),
-            params_dtype=cfg.params_dtype, micro_batch_size=cfg.micro_batch_size, seed=cfg.seed,
-            load=cfg.load, optim=optim, loss=loss, pad_id=self.pad_id,
-            cpu_threads=cfg.cpu_threads)
-
     def _start(self) -> None:
-        from transformers import AutoTokenizer
-
-        from mindrl import device
-        from mindrl.data.prompt_loader import PromptLoader
-        from mindrl.data.prompt_rows import extra_keys
-        from mindrl.rewards import RuleReward
-        from mindrl.rollout.engine_group import RolloutGroup
-        from mindrl.trainer.tracking import Tracker
-        from mindrl.weight_sync.manager import WeightSync
-        from mindrl.workers.placement import create_placement
-        from mindrl.workers.worker_group import WorkerGroup, worker_env
-
         shared = self.run.megatron_training
         self.tokenizer = AutoTokenizer.from_pretrained(shared.tokenizer_name_or_path)
         self.pad_id = self.tokenizer.pad_token_id or 0
         self.extra_keys = extra_keys(shared.dataset_additional_keys)
-        self.loader = PromptLoader(self._prompt_rows(shared.data_path, "prompt_rejects.jsonl"),
-                                   shared.global_batch_size, seed=shared.seed)
-        self.val_rows = (self._prompt_rows(self.rl.val_data_path, "val_prompt_rejects.jsonl")
+        self.loader = PromptLoader(
+            self._prompt_rows(shared.data_path, "prompt_rejects.jsonl",
+                              "data/prompts_over_max_length"),
+            shared.global_batch_size, seed=shared.seed)
+        self.val_rows = (self._prompt_rows(self.rl.val_data_path, "val_prompt_rejects.jsonl",
+                                           "data/val_prompts_over_max_length")
                          [:self.rl.val_max_prompts] if self.rl.val_data_path else [])
         self.reward = (RuleReward(self.rl.verifier_function, self.rl.verifier_weight,
                                   verifier_timeout=self.rl.verifier_timeout,
@@ -111,15 +89,12 @@ class GRPOTrainer:
                        if self.rl.rule_reward else None)
         self.resume_plan = plan_resume(self.run, self.save_dir)
         slots, engine_slots = create_placement(self.run)
-        self.groups: Dict[str, WorkerGroup] = {}
-        setups = {"actor": self._role_setup("actor", with_optim=True)}
-        for role in self.run.active_roles[1:]:   # ref, reward: forward only
-            setups[role] = self._role_setup(role, with_optim=False)
-        for role, setup in setups.items():
-            slot = slots[role]
-            world = self.run.resource(role).count
-            self.groups[role] = WorkerGroup(role, world, slot.placement_group, slot.first_bundle,
-                                            slot.resources_per_rank, self.rl.phase_timeout_s)
+        setups = {role: role_setup(self.run, role, self.pad_id) for role in self.run.active_roles}
+        self.groups: Dict[str, RoleGroup] = {
+            role: ROLE_GROUPS[role](role, self.run.resource(role).count,
+                                    slots[role].placement_group, slots[role].first_bundle,
+                                    slots[role].resources_per_rank, self.rl.phase_timeout_s)
+            for role in setups}
         actor_cfg = self.run.actor_config
         shared = device.weights_in_host_memory() and self.gen.cpu_weights == "shared"
         self.rollout = RolloutGroup(actor_cfg.tokenizer_name_or_path, self.gen, actor_cfg.seed,
@@ -130,10 +105,10 @@ class GRPOTrainer:
         pids = {role: group.wait_setup(refs[role]) for role, group in self.groups.items()}
         pids["rollout"] = self.rollout.start()
         (self.run_dir / "workers.json").write_text(json.dumps(pids))   # role -> pid per rank
-        self.groups["actor"].call("attach_engines", self.rollout.engines, self.rollout.nodes,
+        self.actor: ActorGroup = self.groups["actor"]
+        self.actor.attach_engines(self.rollout.engines, self.rollout.nodes,
                                   self.gen.reshard_bucket_mb)
-        self.weights = WeightSync(self.groups["actor"], self.gen.verify_sync)
-        self.actor = self.groups["actor"]
+        self.weights = WeightSync(self.actor, self.gen.verify_sync)
         self.reward_model = self.groups.get("reward")
         self.tracker = Tracker(self.run_dir, self.rl.use_tensorboard, self.rl.use_wandb,
                                self.rl.wandb_project, self.rl.wandb_exp_name, self.rl.wandb_mode,
@@ -145,8 +120,8 @@ class GRPOTrainer:
         if self.resume_plan is None:
             return 0
         plan = self.resume_plan
-        meta = self.actor.call_rank0("load_checkpoint", str(plan.ckpt_dir), plan.parts.optimizer,
-                                     plan.parts.rng)
+        meta = self.actor.load_checkpoint(str(plan.ckpt_dir), plan.parts.optimizer,
+                                          plan.parts.rng)
         self.loader.load_state_dict(meta["extra"]["loader"])
         self.log(f"resumed from {plan.ckpt_dir} (step {plan.iteration}): "
                  f"{plan.parts.describe()}")
@@ -155,14 +130,11 @@ class GRPOTrainer:
         return plan.iteration
 
     def _save(self, step: int) -> None:
-        from mindrl.engines.checkpoint_recipe import trainer_recipe
-        from mindrl.engines.megatron_checkpoint import iteration_dir
-
         cfg = self.run.actor_config
-        self.actor.call("save_checkpoint", str(self.save_dir), step,
-                        {"loader": self.loader.state_dict(), "step": step,
-                         "recipe": trainer_recipe(self.run)},
-                        not cfg.no_save_optim, not cfg.no_save_rng)
+        self.actor.save_checkpoint(str(self.save_dir), step,
+                                   {"loader": self.loader.state_dict(), "step": step,
+                                    "recipe": trainer_recipe(self.run)},
+                                   not cfg.no_save_optim, not cfg.no_save_rng)
         limit = self.rl.save_limit
         if limit:
             kept = sorted(self.save_dir.glob("iter_*"))
@@ -172,29 +144,15 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ one step
 
-    def _prompt_rows(self, path: str, rejects_name: str) -> List[dict]:
-        """The source's rows with token ids and extra keys; prompts over max_prompt_length are
-        skipped, counted and written to the run directory (mindrl/data/prompt_rows.py)."""
-        from mindrl.data.indexed import load_prompt_rows
-        from mindrl.data.prompt_rows import prepare_rows, write_rejects
-
-        limit = self.rl.max_prompt_length
-        ready = prepare_rows(load_prompt_rows(path), str(path), self.extra_keys, limit,
-                             lambda text: self.tokenizer(text)["input_ids"])
-        if ready.rejected:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            write_rejects(ready.rejected, str(path), limit, self.run_dir / rejects_name)
-            self.log(f"{path}: {len(ready.rejected)} of {len(ready.rows) + len(ready.rejected)} "
-                     f"prompts are longer than rl_config.max_prompt_length={limit} tokens and "
-                     f"are skipped (rows listed in {self.run_dir / rejects_name})")
-        key = "data/val_prompts_over_max_length" if "val" in rejects_name else \
-            "data/prompts_over_max_length"
-        self.data_metrics[key] = float(len(ready.rejected))
-        return ready.rows
+    def _prompt_rows(self, path: str, rejects_name: str, metric: str) -> List[dict]:
+        """Token ids and extra keys; overlong prompts skipped, counted and listed in the run
+        directory (mindrl/data/prompt_rows.py)."""
+        rows, self.data_metrics[metric] = load_prompt_source(
+            path, self.extra_keys, self.rl.max_prompt_length,
+            lambda text: self.tokenizer(text)["input_ids"], self.run_dir / rejects_name, self.log)
+        return rows
 
     def _prompt_batch(self, rows: List[dict], n: int) -> Batch:
-        from mindrl.data.prompt_rows import per_prompt_fields
-
         return Batch.from_prompts([r["prompt_ids"] for r in rows], n, self.pad_id,
                                   **per_prompt_fields(rows, self.extra_keys))
 
@@ -216,9 +174,8 @@ class GRPOTrainer:
             extras = [{k: batch[k][i] for k in self.extra_keys} for i in range(len(batch))]
             scores, metrics = self.reward.score(texts, batch["label"], extras)
         if self.reward_model is not None:
-            model_scores = self.reward_model.call_rank0(
-                "compute_scores", batch.tensor_fields(PROMPT_KEYS + RESPONSE_KEYS),
-                self.run.reward_config.micro_batch_size)
+            model_scores = self.reward_model.compute_scores(
+                ray.put(batch), self.run.reward_config.micro_batch_size)
             metrics = {**metrics, **reward_model_metrics(model_scores)}
             weight = self.rl.reward_model_weight
             scores = [s + weight * m for s, m in zip(scores, model_scores.tolist())]
@@ -232,27 +189,10 @@ class GRPOTrainer:
         batch, metrics = self._generate_and_score(rows, seed, timings)
         if not self.rl.dynamic_sampling:
             return batch, metrics
-        from mindrl.trainer.dynamic_sampling import informative_groups, select_groups
-
-        pools = ([], [])   # (batch, group id): informative, not
-        rounds, generated = 0, []
-        while True:
-            rounds += 1
-            generated += batch["scores"].tolist()
-            keep = set(informative_groups(batch["scores"].tolist(),
-                                          batch["group_id"].tolist()))
-            for g in batch.group_ids:
-                pools[0 if g in keep else 1].append((batch, g))
-            if len(pools[0]) >= len(rows) or rounds >= self.rl.max_gen_rounds:
-                break
-            batch, _ = self._generate_and_score(self.loader.next_batch(),
-                                                seed + rounds * 1_000_003, timings)
-        chosen = select_groups(pools[0], pools[1], len(rows))
-        metrics = {**metrics, "dynamic_sampling/rounds": float(rounds),
-                   "dynamic_sampling/informative_groups": float(len(pools[0])),
-                   "dynamic_sampling/raw_score_mean": sum(generated) / len(generated)}
-        return Batch.concat([b.select_groups([g]) for b, g in chosen],
-                            renumber_groups=True), metrics
+        return sample_informative(
+            batch, metrics, len(rows), self.rl.max_gen_rounds,
+            lambda r: self._generate_and_score(self.loader.next_batch(), seed + r * 1_000_003,
+                                               timings))
 
     def _log_prob_passes(self, batch_ref, timings: Dict[str, float]) -> Dict[str, torch.Tensor]:
         """Old (actor) and reference log-probs. They read the same batch and run on different
@@ -271,15 +211,14 @@ class GRPOTrainer:
         if rl.blocking:
             for key, field_name, group, mbs in passes:
                 with timed(timings, key):
-                    out[field_name] = group.call_rank0("compute_log_probs", batch_ref,
-                                                       mbs)["log_probs"]
+                    out[field_name] = group.compute_log_probs(batch_ref, mbs)["log_probs"]
             return out
         start = time.perf_counter()
-        pending = [(key, field_name, group, group.submit("compute_log_probs", batch_ref, mbs))
+        pending = [(key, field_name, group, group.submit_log_probs(batch_ref, mbs))
                    for key, field_name, group, mbs in passes]
         spans = []
         for key, field_name, group, refs in pending:
-            result = group.wait(refs, "compute_log_probs")[0]
+            result = group.wait(refs, MegatronWorker.compute_log_probs)[0]
             out[field_name] = result["log_probs"]
             spans.append(result["span"])
             timings[f"timing_s/{key}"] = time.perf_counter() - start   # until it was ready
@@ -297,11 +236,11 @@ class GRPOTrainer:
         if not any(flags):
             yield
             return
-        self.actor.call("offload", *flags)
+        self.actor.offload(*flags)
         try:
             yield
         finally:
-            self.actor.call("onload")
+            self.actor.onload()
 
     def _needs_old_log_probs(self) -> bool:
         """An old-logprob pass is redundant when each batch feeds exactly one update."""
@@ -309,8 +248,6 @@ class GRPOTrainer:
                     and self.rl.epochs == 1)
 
     def step(self, step: int) -> Dict[str, float]:
-        import ray
-
         rl = self.rl
         # Every phase's key is logged each step; a phase the step skips (old log-probs when
         # each batch feeds one update, ref without KL) costs 0 s.
@@ -319,27 +256,14 @@ class GRPOTrainer:
         batch, reward_metrics = self._sample(step, timings)
         slept = self.rollout.sleep()          # device memory to the actor until the sync
         scores = batch["scores"]
-        batch.add(**self._log_prob_passes(ray.put(batch.tensor_fields()), timings))
+        batch.add(**self._log_prob_passes(ray.put(batch), timings))
         with timed(timings, "adv"):
-            mask = batch["response_mask"]
-            token_rewards = scores_to_token_rewards(scores, mask)
-            if rl.uses_reference and not rl.use_kl_loss:
-                token_rewards = apply_kl_penalty(token_rewards, batch["old_log_probs"]
-                                                 if "old_log_probs" in batch
-                                                 else batch["rollout_log_probs"],
-                                                 batch["ref_log_probs"], rl.kl_coef,
-                                                 rl.kl_penalty, mask)
-            advantages, _ = compute_advantages(rl.adv_estimator, scores=scores,
-                                               token_rewards=token_rewards, response_mask=mask,
-                                               group_id=batch["group_id"], gamma=rl.gamma,
-                                               lam=rl.lam)
-            batch.add(token_rewards=token_rewards, advantages=advantages)
+            batch.add(**advantage_fields(batch, rl))
         entropy_coeff = entropy_coeff_at(step, rl.entropy_coeff, rl.entropy_coeff_final,
                                          rl.entropy_decay_steps)
         with timed(timings, "update_actor"):
-            update = self.actor.call_rank0("update", ray.put(batch.tensor_fields()),
-                                           rl.mini_batch_size * self.n,
-                                           rl.shuffle_mini_batch, step, entropy_coeff)
+            update = self.actor.update(ray.put(batch), rl.mini_batch_size * self.n,
+                                       rl.shuffle_mini_batch, step, entropy_coeff)
         update["actor/entropy_coeff"] = entropy_coeff
         with timed(timings, "reshard"):
             self.rollout.wake(["weights"])
@@ -376,11 +300,6 @@ class GRPOTrainer:
     # ------------------------------------------------------------------ loop
 
     def fit(self) -> List[Dict[str, float]]:
-        from tqdm import tqdm
-
-        from mindrl.errors import PhaseTimeout, WorkerDied
-        from mindrl.trainer.failure_report import report_failure
-
         self._start()
         self.at_step, failed = 0, False
         try:
@@ -394,24 +313,19 @@ class GRPOTrainer:
                                  self.run.actor_config.tokenizer_name_or_path)
             total = self.run.megatron_training.train_iters
             save_freq = self.rl.save_freq or self.run.megatron_training.save_interval
-            log_interval = self.run.actor_config.log_interval
-            bar = tqdm(range(start + 1, total + 1), initial=start, total=total, desc="GRPO",
-                       dynamic_ncols=True)
+            progress = StepProgress(start, total, self.run.actor_config.log_interval, self.log)
             if self._validation_due(start, start):
                 self.tracker.log(start, self.validate(start))
-            for step in bar:
+            for step in range(start + 1, total + 1):
                 self.at_step = step
                 metrics = self.step(step)
                 if self._validation_due(step, start):
                     metrics.update(self.validate(step))
                 self.tracker.log(step, metrics)
-                if step % log_interval == 0 or step == total:
-                    bar.write(console_line(step, total, metrics))
-                bar.set_postfix(score=f"{metrics['critic/score/mean']:.3f}",
-                                len=f"{metrics['response_length/mean']:.1f}",
-                                s=f"{metrics['timing_s/step']:.2f}")
+                progress.step_done(step, metrics)
                 if save_freq and (step % save_freq == 0 or step == total):
                     self._save(step)
+            progress.close()
             return self.tracker.history
         except (WorkerDied, PhaseTimeout) as e:   # a stuck member is killed, never awaited
             failed = True

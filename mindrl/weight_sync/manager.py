@@ -30,7 +30,7 @@ class WeightSync:
         dropped their weights (level 2): verified whatever the policy, since peers have
         shipped engines that silently generated from garbage there."""
         verify = after_discarded_weights or verify_due(self.verify, self.count)
-        stats = self.actor.call("sync_weights", verify)[0]
+        stats = self.actor.sync_weights(verify)
         self.count += 1
         return {"weight_sync/verified": float(verify),
                 "weight_sync/relayed_bytes": float(getattr(stats, "relayed_bytes", 0)),

@@ -10,27 +10,12 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
-
-@dataclass(frozen=True)
-class RoleSetup:
-    """Everything a rank needs to build its engine (picklable, sent once)."""
-
-    role: str
-    spec: Any                      # ModelSpec
-    parallel: Any                  # Parallelism
-    params_dtype: str
-    micro_batch_size: int
-    seed: int
-    load: Optional[str]            # mcore checkpoint root (the converter's output) or None
-    optim: Any = None              # OptimConfig (actor) or None (reference)
-    loss: Any = None               # LossConfig
-    pad_id: int = 0
-    cpu_threads: int = 1           # torch threads of this rank (CPU device only)
+from mindrl.config.roles import RoleSetup
+from mindrl.data.batch import Batch
 
 
 class MegatronWorker:
@@ -70,7 +55,7 @@ class MegatronWorker:
 
     # ---------------------------------------------------------------- training role
 
-    def compute_log_probs(self, batch: Dict[str, torch.Tensor], micro_batch_size: int,
+    def compute_log_probs(self, batch: Batch, micro_batch_size: int,
                           with_entropy: bool = False):
         """{"log_probs" [B, R], ("entropy"), "span": (start, end) wall-clock seconds of this
         pass, so the driver can show two roles' passes overlapping} on rank 0."""
@@ -80,12 +65,12 @@ class MegatronWorker:
             return None
         return {**{k: v.cpu() for k, v in out.items()}, "span": (start, time.time())}
 
-    def compute_scores(self, batch: Dict[str, torch.Tensor], micro_batch_size: int):
+    def compute_scores(self, batch: Batch, micro_batch_size: int):
         """Reward role: one float per sample (rank 0; None elsewhere)."""
         scores = self.engine.compute_scores(batch, micro_batch_size)
         return scores.cpu() if self.rank == 0 else None
 
-    def update(self, batch: Dict[str, torch.Tensor], mini_batch_size: int, shuffle: bool,
+    def update(self, batch: Batch, mini_batch_size: int, shuffle: bool,
                seed: int, entropy_coeff: Optional[float] = None):
         metrics = self.engine.update(batch, mini_batch_size, shuffle=shuffle, seed=seed,
                                      entropy_coeff=entropy_coeff)

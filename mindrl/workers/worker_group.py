@@ -1,23 +1,31 @@
 """A role as a group of Ray actors, one per rank, placed on a placement group's bundles.
 
-Calls fan out to every rank and are gathered under the phase deadline
-(rl_config.phase_timeout_s; workers/deadline.py): a dead rank surfaces as a WorkerDied, a rank
-that does not answer in time as a PhaseTimeout, each naming the role and rank instead of a hang
-or a bare Ray traceback. Setup waits without the deadline (it is not a phase of the step).
+The trainer talks to a role through a typed handle (`RoleGroup`, `ActorGroup`,
+`RewardModelGroup`): one method per worker verb, each naming the `MegatronWorker` method it
+runs, so a reader (or a tool) can follow a call from the driver to the rank. Calls fan out to
+every rank and are gathered under the phase deadline (rl_config.phase_timeout_s;
+workers/deadline.py): a dead rank surfaces as a WorkerDied, a rank that does not answer in
+time as a PhaseTimeout, each naming the role and rank instead of a hang or a bare Ray
+traceback (errors.ray_result). Setup waits without the deadline (it is not a phase of the
+step).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import ray
 from ray.util.placement_group import PlacementGroup
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from mindrl.errors import WorkerDied
+from mindrl.config.roles import RoleSetup
+from mindrl.data.batch import Batch
+from mindrl.errors import WorkerDied, ray_result
 from mindrl.workers.deadline import answers, bundle_nodes, member
-from mindrl.workers.megatron_worker import MegatronWorker, RoleSetup
+from mindrl.workers.megatron_worker import MegatronWorker
+
+Verb = Callable[..., Any]   # a MegatronWorker method, e.g. MegatronWorker.update
 
 WORKER_ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0",
@@ -33,7 +41,9 @@ def worker_env() -> dict:
     return env
 
 
-class WorkerGroup:
+class RoleGroup:
+    """A role's ranks; the verbs every role answers (reference: log-probs only)."""
+
     def __init__(self, role: str, world_size: int, placement_group: PlacementGroup,
                  first_bundle: int, resources_per_rank: dict,
                  phase_timeout_s: Optional[float] = None):
@@ -65,20 +75,13 @@ class WorkerGroup:
         be stuck in a collective waiting for the dead rank, so waiting for all would hang)."""
         rank_of = {ref: rank for rank, ref in enumerate(refs)}
         for ref in answers({ref: self.who(r) for ref, r in rank_of.items()}, what, timeout):
-            rank = rank_of[ref]
             try:
-                ray.get(ref)
-            except ray.exceptions.RayActorError as e:
-                raise WorkerDied(f"role {self.role!r} rank {rank} died during {what}: "
-                                 f"{str(e).splitlines()[0]}", what, [self.who(rank)]) from None
-            except ray.exceptions.RayTaskError as e:
-                cause = getattr(e, "cause", None)
-                if isinstance(cause, WorkerDied):   # e.g. an engine it fed
-                    raise WorkerDied(f"{cause} (seen by role {self.role!r} rank {rank} during "
-                                     f"{what})", cause.what or what, cause.who) from None
+                ray_result(ref, self.who(rank_of[ref]), what)
+            except WorkerDied:
+                raise
+            except RuntimeError:
                 self._raise_if_a_peer_died(rank_of, ref, what)
-                raise RuntimeError(f"role {self.role!r} rank {rank} failed in {what}:\n{e}") \
-                    from None
+                raise
         return ray.get(refs)
 
     def _raise_if_a_peer_died(self, rank_of: dict, failed: Any, what: str,
@@ -90,24 +93,33 @@ class WorkerGroup:
             else ([], [])
         for ref in ready:
             try:
-                ray.get(ref, timeout=0)
-            except ray.exceptions.RayActorError as e:
-                rank = rank_of[ref]
-                raise WorkerDied(f"role {self.role!r} rank {rank} died during {what}: "
-                                 f"{str(e).splitlines()[0]}", what, [self.who(rank)]) from None
+                ray_result(ref, self.who(rank_of[ref]), what)
+            except WorkerDied:
+                raise
             except Exception:
                 continue
 
-    def submit(self, method: str, *args, **kwargs) -> List[Any]:
-        """Start a method on every rank without waiting; `wait(refs, method)` collects."""
-        return [getattr(w, method).remote(*args, **kwargs) for w in self.workers]
+    def submit(self, verb: Verb, *args, **kwargs) -> List[Any]:
+        """Start a worker method on every rank without waiting; `wait(refs, verb)` collects."""
+        return [getattr(w, verb.__name__).remote(*args, **kwargs) for w in self.workers]
 
-    def call(self, method: str, *args, **kwargs) -> List[Any]:
-        return self._get(self.submit(method, *args, **kwargs), method, self.phase_timeout_s)
+    def call(self, verb: Verb, *args, **kwargs) -> List[Any]:
+        """Every rank's answer to a collective worker method, under the phase deadline."""
+        return self.wait(self.submit(verb, *args, **kwargs), verb)
 
-    def call_rank0(self, method: str, *args, **kwargs) -> Any:
-        """Collective methods: every rank runs it, rank 0's answer is returned."""
-        return self.call(method, *args, **kwargs)[0]
+    def wait(self, refs: List[Any], verb: Verb) -> List[Any]:
+        return self._get(refs, verb.__name__, self.phase_timeout_s)
+
+    # ---------------------------------------------------------------- verbs
+
+    def submit_log_probs(self, batch: Batch, micro_batch_size: int) -> List[Any]:
+        """`compute_log_probs` started on every rank (`wait(refs, MegatronWorker.
+        compute_log_probs)[0]` is rank 0's {"log_probs", "span"}): two roles' passes can run
+        at once."""
+        return self.submit(MegatronWorker.compute_log_probs, batch, micro_batch_size)
+
+    def compute_log_probs(self, batch: Batch, micro_batch_size: int) -> Dict[str, Any]:
+        return self.call(MegatronWorker.compute_log_probs, batch, micro_batch_size)[0]
 
     def start_setup(self, setup: RoleSetup) -> List[Any]:
         """Begin building every rank's engine (returns at once, so roles set up in parallel);
@@ -119,9 +131,6 @@ class WorkerGroup:
         """Each rank's pid once its engine is built (no deadline: not a phase of the step)."""
         self.pids = self._get(refs, "setup")
         return self.pids
-
-    def wait(self, refs: List[Any], what: str) -> List[Any]:
-        return self._get(refs, what, self.phase_timeout_s)
 
     def shutdown(self, graceful: bool = True) -> None:
         """Let every rank let go of its state, then end the actors; after a failure
@@ -136,3 +145,44 @@ class WorkerGroup:
                 ray.kill(w)
             except Exception:
                 pass
+
+
+class RewardModelGroup(RoleGroup):
+    """The reward model's ranks: a score per sample."""
+
+    def compute_scores(self, batch: Batch, micro_batch_size: int):
+        return self.call(MegatronWorker.compute_scores, batch, micro_batch_size)[0]
+
+
+class ActorGroup(RoleGroup):
+    """The actor's ranks: updates, checkpoints, offload, and the weight sync to the engines."""
+
+    def update(self, batch: Batch, mini_batch_size: int, shuffle: bool, seed: int,
+               entropy_coeff: Optional[float]) -> Dict[str, float]:
+        return self.call(MegatronWorker.update, batch, mini_batch_size, shuffle, seed,
+                         entropy_coeff)[0]
+
+    def save_checkpoint(self, save_dir: str, iteration: int, extra: dict, save_optim: bool,
+                        save_rng: bool) -> None:
+        self.call(MegatronWorker.save_checkpoint, save_dir, iteration, extra, save_optim,
+                  save_rng)
+
+    def load_checkpoint(self, ckpt_dir: str, load_optim: bool, load_rng: bool) -> dict:
+        return self.call(MegatronWorker.load_checkpoint, ckpt_dir, load_optim, load_rng)[0]
+
+    def offload(self, param: bool, grad: bool, optimizer: bool) -> None:
+        self.call(MegatronWorker.offload, param, grad, optimizer)
+
+    def onload(self) -> None:
+        self.call(MegatronWorker.onload)
+
+    def attach_engines(self, engines: Sequence[Any], engine_nodes: Sequence[str],
+                       bucket_mb: float) -> None:
+        self.call(MegatronWorker.attach_engines, engines, engine_nodes, bucket_mb)
+
+    def sync_weights(self, verify: bool) -> Dict[str, float]:
+        """One weight sync; the resharding host's stats."""
+        return self.call(MegatronWorker.sync_weights, verify)[0]
+
+
+ROLE_GROUPS = {"actor": ActorGroup, "ref": RoleGroup, "reward": RewardModelGroup}

@@ -3,6 +3,7 @@
 import torch
 
 from mindrl.ckpt import mapping
+from mindrl.data.batch import Batch
 from mindrl.engines.megatron_engine import LossConfig, MegatronEngine, OptimConfig
 from mindrl.models.builder import Parallelism, initialize_parallel
 
@@ -32,7 +33,7 @@ def log_probs_at_layouts(rank, world, spec, full_by_tp, batch, layouts, temperat
     out = {}
     for tp, pp in layouts:
         engine = _engine(spec, full_by_tp, tp, pp, False, LossConfig(temperature=temperature))
-        res = engine.compute_log_probs(batch, with_entropy=True)
+        res = engine.compute_log_probs(Batch.of(**batch), with_entropy=True)
         if rank == 0:
             out[(tp, pp)] = res
         ps.destroy_model_parallel()
@@ -48,7 +49,7 @@ def full_gradients(rank, world, spec, full_by_tp, batch, tp, pp, loss_cfg, entro
     # The distributed optimizer reduce-scatters: each DP rank's buffer holds only its shard.
     engine = _engine(spec, full_by_tp, tp, pp, True, loss_cfg, distributed_optimizer=False,
                      sequence_parallel=sequence_parallel)
-    engine.forward_backward(batch, entropy_coeff)
+    engine.forward_backward(Batch.of(**batch), entropy_coeff)
     pp_rank, tp_size = ps.get_pipeline_model_parallel_rank(), tp
     layers = mapping.stage_layers(spec.num_layers, pp_rank, pp)
     local = {}
@@ -71,7 +72,8 @@ def full_gradients(rank, world, spec, full_by_tp, batch, tp, pp, loss_cfg, entro
 
 
 def _step_losses(engine, batches):
-    return [engine.update(b, mini_batch_size=b["response_ids"].shape[0]) for b in batches]
+    return [engine.update(Batch.of(**b), mini_batch_size=b["response_ids"].shape[0])
+            for b in batches]
 
 
 def _snapshot(engine):

@@ -18,6 +18,7 @@ def scores_at_layouts(rank, world, ckpt, batch, layouts):
     from megatron.core import parallel_state as ps
 
     from mindrl.ckpt import mcore_io
+    from mindrl.data.batch import Batch
     from mindrl.engines.megatron_engine import MegatronEngine
     from mindrl.models.builder import Parallelism, initialize_parallel
     from mcore_load import load_error
@@ -29,7 +30,7 @@ def scores_at_layouts(rank, world, ckpt, batch, layouts):
         initialize_parallel(parallel, seed=1000 + tp * 10 + pp)   # random, not the weights
         engine = MegatronEngine(spec, parallel, micro_batch_size=3)   # 4 samples: padded
         mcore_io.load_mcore_checkpoint(engine.module, ckpt)
-        scores = engine.compute_scores(batch)
+        scores = engine.compute_scores(Batch.of(**batch))
         if rank == 0:
             out[(tp, pp, sp)] = scores
         ps.destroy_model_parallel()

@@ -29,6 +29,7 @@ def run_engine(rank, world_size, hf_config, hf_state, batch, layouts):
     and how far the vision tower moved (first stage)."""
     from megatron.core import parallel_state as ps
 
+    from mindrl.data.batch import Batch
     from mindrl.engines.megatron_engine import LossConfig, MegatronEngine, OptimConfig
     from mindrl.models.builder import Parallelism, initialize_parallel
     from mindrl.models.families.qwen25_vl import (build_qwen25_vl_model, load_hf_state_dict,
@@ -46,11 +47,11 @@ def run_engine(rank, world_size, hf_config, hf_state, batch, layouts):
         load_hf_state_dict(engine.module, hf_state)
         vision = {n: p.detach().clone() for n, p in engine.module.named_parameters()
                   if n.startswith("visual.")}
-        before = engine.compute_log_probs(batch)["log_probs"]
+        before = engine.compute_log_probs(Batch.of(**batch))["log_probs"]
         advantages = torch.tensor([1.0, -0.5, 2.0]).unsqueeze(1).expand(-1, RESPONSE)
-        metrics = engine.update({**batch, "advantages": advantages.contiguous()},
+        metrics = engine.update(Batch.of(**batch, advantages=advantages.contiguous()),
                                 mini_batch_size=3)
-        after = engine.compute_log_probs(batch)["log_probs"]
+        after = engine.compute_log_probs(Batch.of(**batch))["log_probs"]
         moved = max(((p.detach() - vision[n]).abs().max().item()
                      for n, p in engine.module.named_parameters() if n in vision), default=None)
         out[(tp, pp)] = {"before": before, "after": after, "metrics": metrics,

@@ -11,6 +11,7 @@ import time
 import torch
 
 from mindrl.ckpt import mapping
+from mindrl.data.batch import Batch
 from mindrl.engines.megatron_engine import LossConfig, MegatronEngine, OptimConfig
 from mindrl.engines.vllm_engine import WeightSyncError
 from mindrl.engines.vllm_process import VLLMEngineProcess
@@ -104,15 +105,15 @@ def _sync_and_train(spec, vllm, layout_dir, full, tp, pp, prompts, i):
     # (b) vLLM's sampled-token logprobs == Megatron's on the same sequences
     batch = _rollout(vllm, prompts, seed=100 + i)
     mask = batch["response_mask"].float()
-    old = engine.compute_log_probs(batch)["log_probs"]
+    old = engine.compute_log_probs(Batch.of(**batch))["log_probs"]
     res["diff_before"] = _max_diff(batch["rollout_log_probs"], old, mask)
 
     # (c) one large-lr step, sync: vLLM follows the new weights
     g = torch.Generator().manual_seed(i)
     adv = torch.randn(batch["response_ids"].shape[0], 1, generator=g).sign()
-    engine.update({**batch, "advantages": adv.expand_as(mask) * mask},
+    engine.update(Batch.of(**batch, advantages=adv.expand_as(mask) * mask),
                   mini_batch_size=batch["response_ids"].shape[0])
-    new = engine.compute_log_probs(batch)["log_probs"]
+    new = engine.compute_log_probs(Batch.of(**batch))["log_probs"]
     res["sync_after_update"] = resharder.sync(verify=True)
     if vllm is not None:
         p_len = batch["prompt_mask"].sum(1)
@@ -128,7 +129,7 @@ def _sync_and_train(spec, vllm, layout_dir, full, tp, pp, prompts, i):
         res["diff_rescored_vs_old"] = _max_diff(rescored, old, mask)
     res["diff_new_vs_old"] = _max_diff(new, old, mask)
     batch2 = _rollout(vllm, prompts, seed=200 + i)
-    new2 = engine.compute_log_probs(batch2)["log_probs"]
+    new2 = engine.compute_log_probs(Batch.of(**batch2))["log_probs"]
     res["diff_after"] = _max_diff(batch2["rollout_log_probs"], new2,
                                   batch2["response_mask"].float())
     res["tokens"] = int(mask.sum())

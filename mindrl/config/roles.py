@@ -1,0 +1,105 @@
+"""Each Megatron role's typed setup (actor, ref, reward), built from the validated RunConfig.
+
+The trainer hands a `RoleSetup` to every rank of a role; the rank builds its engine from it
+and nothing else. These are plain, torch-free dataclasses, so config can build them and the
+engines and builders below the trainer can read them without importing the trainer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from mindrl.config.model_spec import ModelSpec
+from mindrl.config.schema import RunConfig
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    tensor_model_parallel_size: int = 1
+    pipeline_model_parallel_size: int = 1
+    sequence_parallel: bool = False
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """The actor's objective (rl_config keys); `policy_loss` names a POLICY_LOSSES entry."""
+
+    clip_ratio: float = 0.2
+    clip_ratio_low: Optional[float] = None
+    clip_ratio_high: Optional[float] = None
+    clip_ratio_c: Optional[float] = None
+    loss_agg_mode: str = "token-mean"
+    entropy_coeff: float = 0.0
+    use_kl_loss: bool = False
+    kl_coef: float = 0.0
+    kl_penalty: str = "low_var_kl"
+    temperature: float = 1.0
+    policy_loss: str = "ppo_clip"
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 1e-6
+    min_lr: float = 0.0
+    lr_decay_style: str = "constant"
+    lr_warmup_fraction: float = 0.0
+    weight_decay: float = 0.0
+    clip_grad: float = 1.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.95
+    adam_eps: float = 1e-8
+    train_iters: int = 1           # updates over the run (for the lr schedule)
+    use_distributed_optimizer: bool = True
+
+
+@dataclass(frozen=True)
+class RoleSetup:
+    """Everything a rank needs to build its engine (picklable, sent once)."""
+
+    role: str
+    spec: ModelSpec
+    parallel: Parallelism
+    params_dtype: str
+    micro_batch_size: int
+    seed: int
+    load: Optional[str]            # mcore checkpoint root (the converter's output) or None
+    optim: Optional[OptimConfig] = None   # the actor's; None for forward-only roles
+    loss: LossConfig = LossConfig()
+    pad_id: int = 0
+    cpu_threads: int = 1           # torch threads of this rank (CPU device only)
+
+
+def loss_config(run: RunConfig) -> LossConfig:
+    rl = run.rl_config
+    return LossConfig(clip_ratio=rl.clip_ratio, clip_ratio_low=rl.clip_ratio_low,
+                      clip_ratio_high=rl.clip_ratio_high, loss_agg_mode=rl.loss_agg_mode,
+                      entropy_coeff=rl.entropy_coeff,
+                      use_kl_loss=rl.use_kl_loss and rl.kl_coef > 0, kl_coef=rl.kl_coef,
+                      kl_penalty=rl.kl_penalty,
+                      temperature=run.generate_config.sampling_config.temperature)
+
+
+def optim_config(run: RunConfig, role: str) -> OptimConfig:
+    """The role's optimizer; its schedule counts optimizer steps: one per mini batch, epochs
+    times per training step."""
+    cfg, rl = run.role(role), run.rl_config
+    updates_per_step = (run.megatron_training.global_batch_size // rl.mini_batch_size) * rl.epochs
+    return OptimConfig(lr=cfg.lr, min_lr=cfg.min_lr, lr_decay_style=cfg.lr_decay_style,
+                       lr_warmup_fraction=cfg.lr_warmup_fraction,
+                       weight_decay=cfg.weight_decay, clip_grad=cfg.clip_grad,
+                       adam_beta1=cfg.adam_beta1, adam_beta2=cfg.adam_beta2,
+                       adam_eps=cfg.adam_eps, train_iters=cfg.train_iters * updates_per_step,
+                       use_distributed_optimizer=cfg.use_distributed_optimizer)
+
+
+def role_setup(run: RunConfig, role: str, pad_id: int) -> RoleSetup:
+    """The actor trains (with an optimizer); ref and reward run forward passes only."""
+    cfg = run.role(role)
+    return RoleSetup(
+        role=role, spec=run.models[role],
+        parallel=Parallelism(cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size,
+                             cfg.sequence_parallel),
+        params_dtype=cfg.params_dtype, micro_batch_size=cfg.micro_batch_size, seed=cfg.seed,
+        load=cfg.load, optim=optim_config(run, role) if role == "actor" else None,
+        loss=loss_config(run), pad_id=pad_id, cpu_threads=cfg.cpu_threads)
