@@ -1,7 +1,8 @@
 """The Megatron engine's own log-prob and update passes on Qwen2.5-VL samples: per-sample
-`pixel_values` / `image_grid_thw` ride with the padded batch through the DP slice, micro
-batches, mini batches and the pipeline; the log-probs equal transformers' at TP2 and PP2, and
-an update trains the vision tower with the language model."""
+`pixel_values` / `image_grid_thw` (lists in the step's Batch) ride through the DP slice, micro
+batches, mini batches and the pipeline; the log-probs equal transformers' at TP2, PP2 and DP2
+(each DP rank holding other samples' images), and an update trains the vision tower with the
+language model."""
 
 import pytest
 import torch
@@ -11,7 +12,8 @@ from mindrl.distributed import spawn_local
 from support.tiny_vl import IMAGE_PAD, prompts, tiny_vl_model
 from vl_engine_worker import RESPONSE, run_engine, vl_batch
 
-LAYOUTS = [(2, 1), (1, 2)]
+LAYOUTS = [(2, 1), (1, 2), (1, 1)]   # on 2 ranks: TP2, PP2, DP2
+IDS = ["tp2", "pp2", "dp2"]
 
 
 @pytest.fixture(scope="module")
@@ -32,11 +34,11 @@ def run():
     return torch.stack(expected), results
 
 
-@pytest.mark.parametrize("layout", LAYOUTS, ids=["tp2", "pp2"])
+@pytest.mark.parametrize("layout", LAYOUTS, ids=IDS)
 def test_log_probs_equal_transformers(run, layout):
     expected, results = run
-    got = results[0][layout]["before"]
-    diff = (got - expected).abs()
+    got, rows = results[0][layout]["before"], results[0][layout]["rows"]
+    diff = (got - expected[rows]).abs()
     diff[0, -1] = 0                      # masked: padding after EOS
     print(f"{layout}: max |log-prob diff| {diff.max().item():.2e}")
     assert diff.max() <= 1e-5
@@ -44,11 +46,11 @@ def test_log_probs_equal_transformers(run, layout):
         assert torch.equal(rank[layout]["before"], got)
 
 
-@pytest.mark.parametrize("layout", LAYOUTS, ids=["tp2", "pp2"])
+@pytest.mark.parametrize("layout", LAYOUTS, ids=IDS)
 def test_an_update_trains_the_vision_tower_with_the_model(run, layout):
     _, results = run
     res = results[0][layout]
     assert res["metrics"]["actor/grad_norm"] > 0
     assert (res["after"] - res["before"]).abs().max() > 1e-4
-    # Rank 0 holds the first stage in both layouts: images reached the tower in the update.
+    # Rank 0 holds the first stage in every layout: images reached the tower in the update.
     assert res["vision_moved"] is not None and res["vision_moved"] > 1e-5

@@ -26,7 +26,9 @@ def vl_batch(samples, pad_id=0):
 
 def run_engine(rank, world_size, hf_config, hf_state, batch, layouts):
     """Per layout (tp, pp): log-probs before and after one GRPO update, the update's metrics,
-    and how far the vision tower moved (first stage)."""
+    how far the vision tower moved (first stage), and the samples' rows in `batch`. Where the
+    layout leaves a data-parallel group (tp * pp < world size), the batch's rows are repeated
+    up to a multiple of DP (sample 1 again), so every DP rank holds other samples' images."""
     from megatron.core import parallel_state as ps
 
     from mindrl.data.batch import Batch
@@ -47,14 +49,16 @@ def run_engine(rank, world_size, hf_config, hf_state, batch, layouts):
         load_hf_state_dict(engine.module, hf_state)
         vision = {n: p.detach().clone() for n, p in engine.module.named_parameters()
                   if n.startswith("visual.")}
-        before = engine.compute_log_probs(Batch.of(**batch))["log_probs"]
-        advantages = torch.tensor([1.0, -0.5, 2.0]).unsqueeze(1).expand(-1, RESPONSE)
-        metrics = engine.update(Batch.of(**batch, advantages=advantages.contiguous()),
-                                mini_batch_size=3)
-        after = engine.compute_log_probs(Batch.of(**batch))["log_probs"]
+        rows = [0, 1, 2] + [1] * (-3 % (world_size // (tp * pp)))
+        samples = Batch.of(**batch).select(rows)
+        before = engine.compute_log_probs(samples)["log_probs"]
+        advantages = torch.tensor([1.0, -0.5, 2.0])[rows].unsqueeze(1).expand(-1, RESPONSE)
+        trained = samples.select(range(len(rows))).add(advantages=advantages.contiguous())
+        metrics = engine.update(trained, mini_batch_size=len(rows))
+        after = engine.compute_log_probs(samples)["log_probs"]
         moved = max(((p.detach() - vision[n]).abs().max().item()
                      for n, p in engine.module.named_parameters() if n in vision), default=None)
         out[(tp, pp)] = {"before": before, "after": after, "metrics": metrics,
-                         "vision_moved": moved}
+                         "vision_moved": moved, "rows": rows}
         ps.destroy_model_parallel()
     return out
