@@ -32,8 +32,8 @@ from mindrl.ckpt.convert_checks import (HF_DTYPE_NAMES, PARAMS_DTYPES,
                                         check_saved_tensors, check_tokenizer_fits, dtype_key,
                                         model_from_config, params_dtype_name, read_hf_config,
                                         tokenizer_source, vl_hf_config)
-from mindrl.ckpt.staging import SaveDirError, check_save_dir, staged_dir
 from mindrl.models.spec import ModelSpec, VisionSpec
+from mindrl.staging import SaveDirError, check_save_dir, staged_dir
 
 
 def _steps(spec: ModelSpec, vision: Optional[VisionSpec] = None

@@ -14,11 +14,11 @@ from typing import Union
 
 import torch
 
-from mindrl.ckpt.staging import staged_dir
 from mindrl.models.hf_config import hf_config_from_spec
 from mindrl.models.spec import load_model_spec
-from mindrl.paths import model_config_path
 from mindrl.models.tokenizers import build_tokenizer
+from mindrl.paths import model_config_path
+from mindrl.staging import staged_dir
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 INITIALIZER_RANGE = 0.02

@@ -1,6 +1,7 @@
-"""Write-then-rename for checkpoint directories (DESIGN.md: bad input loses nothing).
+"""Write-then-rename for output directories (DESIGN.md: bad input loses nothing).
 
-A conversion writes into a hidden sibling of the target (same filesystem, so the final
+On the ground floor: the converter (ckpt/) and the tiny-model factory (models/) both write
+through it. A conversion writes into a hidden sibling of the target (same filesystem, so the final
 rename is atomic) and moves it into place only when everything is written. An interrupted
 or failed conversion leaves the target exactly as it was; a killed one leaves at worst a
 hidden ``.NAME.tmp-*`` sibling, never a half checkpoint under the target.
