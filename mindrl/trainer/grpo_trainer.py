@@ -155,8 +155,8 @@ class GRPOTrainer:
         return plan.iteration
 
     def _save(self, step: int) -> None:
-        from mindrl.engines.checkpoint_recipe import trainer_recipe
-        from mindrl.engines.megatron_checkpoint import iteration_dir
+        from mindrl.ckpt.training.checkpoint_recipe import trainer_recipe
+        from mindrl.ckpt.training.megatron_checkpoint import iteration_dir
 
         cfg = self.run.actor_config
         self.actor.call("save_checkpoint", str(self.save_dir), step,
