@@ -10,7 +10,7 @@ checkpoint (mcore_io) that loads at any TP/PP; --target-tensor/pipeline-parallel
 checked against the model and recorded, not baked into files. mcore -> HF streams
 safetensors shards. Either way a tensor whose bytes need no transform (all of them when the
 dtype is kept: copy_plan) is copied from file to file, never held in memory; the others go
-through one reused buffer, one tensor at a time. Names and layouts come from mapping.py only.
+through one reused buffer, one tensor at a time. Names and layouts come from mapping only.
 """
 
 from __future__ import annotations
