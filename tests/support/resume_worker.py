@@ -4,7 +4,7 @@ import torch
 
 from mindrl.ckpt import mapping
 
-from engine_worker import _engine, _step_losses
+from support.engine_worker import _engine, _step_losses
 
 
 def _gather_full(engine, local_by_param):
