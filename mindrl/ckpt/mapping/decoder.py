@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from mindrl.ckpt.mapping.rule import FUSE_GATE_UP, FUSE_QKV, TensorRule
+from mindrl.ckpt.mapping.rule import FUSE_GATE_UP, FUSE_QKV, TensorRule, family_rules
 from mindrl.models.spec import ModelSpec
 
 
@@ -53,11 +53,8 @@ ARCHITECTURE_TABLES: Dict[str, Callable[[ModelSpec], List[TensorRule]]] = {
 
 
 def layer_rules(spec: ModelSpec) -> List[TensorRule]:
-    try:
-        return ARCHITECTURE_TABLES[spec.architecture](spec)
-    except KeyError:
-        raise ValueError(f"no tensor table for architecture {spec.architecture!r}; "
-                         f"known: {sorted(ARCHITECTURE_TABLES)}") from None
+    return family_rules(ARCHITECTURE_TABLES, spec.architecture, spec,
+                        "tensor table for architecture")
 
 
 def head_rule(spec: ModelSpec) -> Optional[TensorRule]:

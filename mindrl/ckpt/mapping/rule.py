@@ -4,7 +4,7 @@ holds and every transform reads."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 # How the fused tensor is built from its HF parts.
 FUSE_NONE, FUSE_QKV, FUSE_GATE_UP = "none", "qkv", "gate_up"
@@ -28,3 +28,12 @@ class TensorRule:
 
     def hf_names(self, layer: Optional[int] = None) -> Tuple[str, ...]:
         return tuple(n.format(layer=layer) for n in self.hf)
+
+
+def family_rules(tables: Dict[str, Callable[[Any], List[TensorRule]]], family: str, spec: Any,
+                 what: str) -> List[TensorRule]:
+    """The rules of ``family``'s table for ``spec``; a family with no table is refused naming
+    ``what`` it is and the known families."""
+    if family not in tables:
+        raise ValueError(f"no {what} {family!r}; known: {sorted(tables)}")
+    return tables[family](spec)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Tuple
 
-from mindrl.ckpt.mapping.rule import TensorRule
+from mindrl.ckpt.mapping.rule import TensorRule, family_rules
 from mindrl.models.spec import VisionSpec
 
 VISION_PREFIX = "visual."
@@ -74,8 +74,4 @@ VISION_TABLES: Dict[str, Callable[[VisionSpec], List[TensorRule]]] = {
 
 
 def vision_rules(vision: VisionSpec) -> List[TensorRule]:
-    try:
-        return VISION_TABLES[vision.family](vision)
-    except KeyError:
-        raise ValueError(f"no vision tensor table for {vision.family!r}; "
-                         f"known: {sorted(VISION_TABLES)}") from None
+    return family_rules(VISION_TABLES, vision.family, vision, "vision tensor table for")
