@@ -16,6 +16,7 @@ torch.set_num_threads(1)
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-# Shared test helpers (tests/hf_reference.py) importable from every test folder and from
-# spawned ranks, which inherit sys.path.
+# Test helpers and rank bodies live in tests/support/ and are imported as `support.NAME`
+# from every test folder, from spawned ranks and from verifier-pool workers (they inherit
+# sys.path).
 sys.path.insert(0, str(Path(__file__).parent))

@@ -1,1 +1,1 @@
-"""HF <-> Megatron-core checkpoints. mapping.py is the only code that knows the names."""
+"""HF <-> Megatron-core checkpoints. mapping/ is the only code that knows the names."""

@@ -29,7 +29,7 @@ MODEL_TYPE_HF = {
     "qwen2_5_vl": ("qwen2_5_vl",),
 }
 # config.json model_types of vision-language models: a text decoder plus a vision tower
-# (mindrl/models/families/), converted with mapping.py's vision family table.
+# (mindrl/models/families/), converted with mapping's vision family table.
 VL_MODEL_TYPES = ("qwen2_5_vl",)
 # Files a VL model's HF directory must hold for its processor to load (AutoProcessor).
 # Where an image processor's settings live: the layout of hub downloads, or transformers 5's

@@ -10,7 +10,7 @@ checkpoint (mcore_io) that loads at any TP/PP; --target-tensor/pipeline-parallel
 checked against the model and recorded, not baked into files. mcore -> HF streams
 safetensors shards. Either way a tensor whose bytes need no transform (all of them when the
 dtype is kept: copy_plan) is copied from file to file, never held in memory; the others go
-through one reused buffer, one tensor at a time. Names and layouts come from mapping.py only.
+through one reused buffer, one tensor at a time. Names and layouts come from mapping only.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from mindrl.ckpt.convert_checks import (HF_DTYPE_NAMES, PARAMS_DTYPES,
                                         check_saved_tensors, check_tokenizer_fits, dtype_key,
                                         model_from_config, params_dtype_name, read_hf_config,
                                         tokenizer_source, vl_hf_config)
-from mindrl.ckpt.staging import SaveDirError, check_save_dir, staged_dir
 from mindrl.config.model_spec import ModelSpec, VisionSpec
+from mindrl.staging import SaveDirError, check_save_dir, staged_dir
 
 
 def _steps(spec: ModelSpec, vision: Optional[VisionSpec] = None

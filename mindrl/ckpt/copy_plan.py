@@ -6,7 +6,7 @@ and q/k/v differ only in the order of blocks of rows (Megatron interleaves them 
 group). So when the dtype is kept, every output tensor is a list of row ranges of input
 tensors (plus zero rows for vocab padding), which the writers copy from file to file through
 ``fastio.DirectWriter`` without holding any tensor in memory. The row order is derived from
-``mapping.mcore_part_views``, so that the layout is decided in mapping.py only. Anything
+``mapping.mcore_part_views``, so that the layout is decided in mapping only. Anything
 else (a cast, a torch pickle, a checkpoint saved split along columns) gets None here and
 goes through memory as before.
 """

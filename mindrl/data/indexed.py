@@ -49,7 +49,7 @@ def read_indexed_prompts(prefix: Union[str, Path]) -> List[dict]:
     round-trip exactly), every other additional key under its own name; "prompt" is the
     decoded template text, for logs.
     """
-    from mindrl.data.preprocess import load_tokenizer
+    from mindrl.models.tokenizers import load_tokenizer
 
     manifest = read_manifest(prefix)
     if "labels" not in manifest["keys"]:

@@ -24,7 +24,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 from mindrl.data.handlers import RowRejected, get_handler, resolve_map_keys
 from mindrl.data.indexed import INPUT_KEY, REJECTS_SUFFIX, key_prefix, manifest_path
 from mindrl.data.templates import get_template
-from mindrl.models.tokenizers import TOKENIZER_KINDS, build_tokenizer
+from mindrl.models.tokenizers import TokenizerNotFound, load_tokenizer
 from mindrl.paths import config_dir
 
 logger = logging.getLogger(__name__)
@@ -94,21 +94,6 @@ def load_config(name_or_path: Union[str, Path]) -> PreprocessConfig:
 
 
 # ---------------------------------------------------------------------------- inputs
-
-def load_tokenizer(name_or_path: Union[str, Path]):
-    """A built-in kind ("char", "qwen25") or an HF tokenizer directory, offline."""
-    name = str(name_or_path)
-    if name in TOKENIZER_KINDS:
-        return build_tokenizer(name)
-    if not Path(name).is_dir():
-        raise PreprocessError(
-            f"tokenizer {name!r}: not a directory nor one of {list(TOKENIZER_KINDS)}; point "
-            f"tokenizer_name_or_path at an HF model directory (a tiny one: `python "
-            f"cli/make_tiny_model.py --model tiny-qwen2 --tokenizer char --out {name}`)")
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(name, local_files_only=True)
-
 
 def _read_jsonl(path: Path) -> Iterator[Tuple[int, Any]]:
     """(line number, row or RowRejected): bad bytes or JSON reject one line, not the file."""
@@ -300,7 +285,10 @@ def preprocess(cfg: PreprocessConfig, progress: bool = True) -> Dict:
     from tqdm import tqdm
 
     start = time.time()
-    tokenizer = load_tokenizer(cfg.tokenizer_name_or_path)
+    try:
+        tokenizer = load_tokenizer(cfg.tokenizer_name_or_path)
+    except TokenizerNotFound as e:
+        raise PreprocessError(str(e)) from None
     template = get_template(cfg.prompt_type)
     map_keys = resolve_map_keys(cfg.handler_name, cfg.map_keys)
     items = read_rows(cfg.input)

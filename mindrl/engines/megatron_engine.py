@@ -332,7 +332,7 @@ class MegatronEngine:
         """Collective over the role's ranks; atomic (see megatron_checkpoint). The recipe file
         records the model shape, micro batch and dtype, plus extra["recipe"] (the trainer's
         batch arithmetic), so a resume can name what changed (checkpoint_recipe)."""
-        from mindrl.engines import checkpoint_recipe, megatron_checkpoint
+        from mindrl.ckpt.training import checkpoint_recipe, megatron_checkpoint
 
         extra = extra or {}
         recipe = {**extra.get("recipe", {}), "model": checkpoint_recipe.model_recipe(self.spec),
@@ -344,7 +344,7 @@ class MegatronEngine:
     def load_checkpoint(self, ckpt_dir, load_optim: bool = True, load_rng: bool = True) -> dict:
         """At any TP/PP/DP (layout_change); meta["notes"] says what a layout change left
         fresh (the RNG state)."""
-        from mindrl.engines import megatron_checkpoint
+        from mindrl.ckpt.training import megatron_checkpoint
 
         meta = megatron_checkpoint.load(self.module, self.optimizer, self.scheduler, ckpt_dir,
                                         load_optim=load_optim, load_rng=load_rng)

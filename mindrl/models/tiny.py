@@ -14,11 +14,11 @@ from typing import Union
 
 import torch
 
-from mindrl.ckpt.staging import staged_dir
 from mindrl.models.hf_config import hf_config_from_spec
 from mindrl.config.model_spec import load_model_spec
-from mindrl.paths import model_config_path
 from mindrl.models.tokenizers import build_tokenizer
+from mindrl.paths import model_config_path
+from mindrl.staging import refuse_occupied, staged_dir
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 INITIALIZER_RANGE = 0.02
@@ -41,12 +41,8 @@ def init_weights_(model: torch.nn.Module, seed: int, std: float = INITIALIZER_RA
 
 
 def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
-    if out_dir.exists():
-        if not out_dir.is_dir():
-            raise FileExistsError(f"{out_dir} exists and is not a directory")
-        if any(out_dir.iterdir()) and not overwrite:
-            raise FileExistsError(f"{out_dir} is not empty; pass overwrite=True (--overwrite) "
-                                  f"to replace it")
+    refuse_occupied(out_dir, overwrite, FileExistsError, str(out_dir),
+                    "pass overwrite=True (--overwrite) to replace it")
 
 
 def make_tiny_model(model: str, tokenizer: str, out_dir: Union[str, Path], seed: int = 0,

@@ -231,3 +231,24 @@ def build_tokenizer(kind: str,
     if kind == "qwen25":
         return build_qwen25_tokenizer(cache_dir=cache_dir)
     raise ValueError(f"unknown tokenizer kind {kind!r}; choose one of {', '.join(TOKENIZER_KINDS)}")
+
+
+class TokenizerNotFound(ValueError):
+    """A tokenizer name that is neither a built-in kind nor a directory."""
+
+
+def load_tokenizer(name_or_path: Union[str, Path]):
+    """The project's one tokenizer loader (preprocessing, the indexed-dataset reader, the
+    trainer's checks): a built-in kind ("char", "qwen25") or an HF tokenizer directory,
+    offline; anything else is refused with the command that makes a directory."""
+    name = str(name_or_path)
+    if name in TOKENIZER_KINDS:
+        return build_tokenizer(name)
+    if not Path(name).is_dir():
+        raise TokenizerNotFound(
+            f"tokenizer {name!r}: not a directory nor one of {list(TOKENIZER_KINDS)}; point "
+            f"tokenizer_name_or_path at an HF model directory (a tiny one: `python "
+            f"cli/make_tiny_model.py --model tiny-qwen2 --tokenizer char --out {name}`)")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(name, local_files_only=True)

@@ -22,18 +22,18 @@ from typing import Dict, List, Tuple
 
 import ray
 import torch
-from transformers import AutoTokenizer
 
 from mindrl import device
 from mindrl.algorithms import entropy_coeff_at
+from mindrl.ckpt.training.checkpoint_recipe import trainer_recipe
+from mindrl.ckpt.training.megatron_checkpoint import iteration_dir
 from mindrl.config.roles import role_setup
 from mindrl.config.schema import RunConfig
 from mindrl.data.batch import Batch
 from mindrl.data.prompt_loader import PromptLoader
 from mindrl.data.prompt_rows import extra_keys, load_prompt_source, per_prompt_fields
-from mindrl.engines.checkpoint_recipe import trainer_recipe
-from mindrl.engines.megatron_checkpoint import iteration_dir
 from mindrl.errors import PhaseTimeout, WorkerDied
+from mindrl.models.tokenizers import load_tokenizer
 from mindrl.rewards import RuleReward
 from mindrl.rollout.engine_group import RolloutGroup
 from mindrl.trainer.advantage_step import advantage_fields
@@ -73,7 +73,7 @@ class GRPOTrainer:
 
     def _start(self) -> None:
         shared = self.run.megatron_training
-        self.tokenizer = AutoTokenizer.from_pretrained(shared.tokenizer_name_or_path)
+        self.tokenizer = load_tokenizer(shared.tokenizer_name_or_path)
         self.pad_id = self.tokenizer.pad_token_id or 0
         self.extra_keys = extra_keys(shared.dataset_additional_keys)
         self.loader = PromptLoader(

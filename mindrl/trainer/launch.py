@@ -58,10 +58,9 @@ def check_reward_tokenizer(run: RunConfig) -> None:
                      run.reward_config.tokenizer_name_or_path)
     if reward == actor:
         return
-    from transformers import AutoTokenizer
+    from mindrl.models.tokenizers import load_tokenizer
 
-    if AutoTokenizer.from_pretrained(reward).get_vocab() != \
-            AutoTokenizer.from_pretrained(actor).get_vocab():
+    if load_tokenizer(reward).get_vocab() != load_tokenizer(actor).get_vocab():
         raise ValueError(f"reward_config.tokenizer_name_or_path={reward} is not the actor's "
                          f"tokenizer ({actor}): the reward model scores the actor's token ids, "
                          f"so it needs the same vocabulary; use a reward model trained on it")

@@ -63,7 +63,7 @@ def prepare_artifacts(run: RunConfig) -> List[str]:
 def _prepare_arith(p, train_path, val_path) -> List[str]:
     """Training prompts drawn from the pairs not held out; validation = each held-out pair
     once (with no pairs held out: every problem once, i.e. the training table)."""
-    from mindrl.data.arith import arith_problems, arith_split, problem
+    from mindrl.data.arith_task import arith_problems, arith_split, problem
     from mindrl.data.prompt_file import write_prompt_file
 
     made = []

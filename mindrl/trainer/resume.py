@@ -71,8 +71,8 @@ class ResumePlan:
 def plan_resume(run, save_dir) -> Optional[ResumePlan]:
     """The latest complete checkpoint in `save_dir` (None: a fresh run), decided before any
     worker starts, so a part the checkpoint lacks or a layout it cannot load fails fast."""
-    from mindrl.engines.megatron_checkpoint import iteration_dir, latest_iteration
-    from mindrl.engines.resume_check import check_resume
+    from mindrl.ckpt.training.megatron_checkpoint import iteration_dir, latest_iteration
+    from mindrl.ckpt.training.resume_check import check_resume
 
     iteration = latest_iteration(save_dir)
     if iteration is None or iteration == 0:

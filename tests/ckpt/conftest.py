@@ -7,7 +7,7 @@ import torch
 
 from mindrl.ckpt import mcore_io
 
-from ckpt_hf_models import make_hf_model
+from support.ckpt_hf_models import make_hf_model
 
 
 @pytest.fixture

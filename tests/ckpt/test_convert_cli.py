@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ckpt_hf_models import read_hf_tensors
+from support.ckpt_hf_models import read_hf_tensors
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,9 +13,9 @@ from safetensors.torch import load_file, save_file
 
 from mindrl.ckpt import converter, hf_io, mcore_io
 from mindrl.ckpt.converter import ConversionError
-from mindrl.ckpt.staging import staged_dir
+from mindrl.staging import staged_dir
 
-from ckpt_hf_models import make_hf_model, save_hf
+from support.ckpt_hf_models import make_hf_model, save_hf
 
 
 @pytest.fixture(scope="module")

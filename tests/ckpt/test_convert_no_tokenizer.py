@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from ckpt_hf_models import read_hf_tensors
+from support.ckpt_hf_models import read_hf_tensors
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMON = ["--use-mcore-models", "--model-type", "GPT", "--add-qkv-bias",

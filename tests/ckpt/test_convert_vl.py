@@ -22,10 +22,10 @@ from mindrl.ckpt import converter, mcore_io
 from mindrl.ckpt.convert_checks import ConversionError
 from mindrl.distributed import spawn_local
 
-from ckpt_convert_worker import run_conversions
-from ckpt_hf_models import make_hf_model, read_hf_tensors, save_hf
-from ckpt_vl_models import ASSET_FILES, save_vl_hf
-from ckpt_vl_worker import vl_logits_from_checkpoint
+from support.ckpt_convert_worker import run_conversions
+from support.ckpt_hf_models import make_hf_model, read_hf_tensors, save_hf
+from support.ckpt_vl_models import ASSET_FILES, save_vl_hf
+from support.ckpt_vl_worker import vl_logits_from_checkpoint
 from support.tiny_vl import IMAGE_PAD, prompts, tiny_vl_model
 
 LOGITS_ATOL = 1e-5

@@ -116,7 +116,7 @@ def test_crafted_metadata_is_refused_and_never_runs(fake_mcore, tmp_path):
 def resume_error(rank, world_size, ckpt):
     """Resume from ckpt in a process of its own: importing Megatron registers its safe
     globals with torch.load, which would widen weights_only for the tests that follow."""
-    from mindrl.engines import megatron_checkpoint
+    from mindrl.ckpt.training import megatron_checkpoint
 
     try:
         megatron_checkpoint.load(None, None, None, ckpt)

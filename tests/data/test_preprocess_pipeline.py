@@ -29,7 +29,7 @@ def _config(tmp_path, tokenizer, **kw):
 
 
 def test_jsonl_end_to_end(tmp_path, tokenizer_dir):
-    from mindrl.data.preprocess import load_tokenizer
+    from mindrl.models.tokenizers import load_tokenizer
 
     cfg = _config(tmp_path, tokenizer_dir)
     manifest = preprocess(cfg, progress=False)
@@ -126,8 +126,9 @@ def test_shipped_recipes_load_and_make_prompts_and_labels():
     trainer reads: input_ids (the rendered template around the question, within
     max_prompt_length) and labels (the verifier's label), nothing else."""
     from mindrl.data.handlers import resolve_map_keys
-    from mindrl.data.preprocess import load_config, load_tokenizer, process_row
+    from mindrl.data.preprocess import load_config, process_row
     from mindrl.data.templates import get_template
+    from mindrl.models.tokenizers import load_tokenizer
     from mindrl.paths import REPO_ROOT, config_dir
 
     shipped = sorted(p.stem for p in (config_dir() / "datasets").glob("*.yaml"))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from mindrl.data.arith import arith_problems, arith_split
+from mindrl.data.arith_task import arith_problems, arith_split
 from mindrl.data.prompt_loader import PromptLoader
 
 

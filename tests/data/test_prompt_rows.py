@@ -45,7 +45,7 @@ def test_extra_keys_reach_a_users_verifier_from_both_readers(tmp_path, tokenizer
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     keys = extra_keys(KEYS)
     assert keys == ["numbers", "target"]
-    reward = RuleReward(["test_sum_of_numbers"], [1.0], worker_imports=["extra_key_verifiers"])
+    reward = RuleReward(["test_sum_of_numbers"], [1.0], worker_imports=["support.extra_key_verifiers"])
     try:
         for reader, source in _sources(tmp_path, tokenizer_dir).items():
             ready = prepare_rows(load_prompt_rows(source), source, keys, 64,

@@ -5,10 +5,10 @@ import json
 
 import pytest
 
+from mindrl.ckpt.training.checkpoint_recipe import (RECIPE_FILE, read_recipe, recipe_changes,
+                                                    resume_messages, run_recipe, write_recipe)
+from mindrl.ckpt.training.layout_change import plan_load
 from mindrl.config import ClusterResources, load_recipe
-from mindrl.engines.checkpoint_recipe import (RECIPE_FILE, read_recipe, recipe_changes,
-                                              resume_messages, run_recipe, write_recipe)
-from mindrl.engines.layout_change import plan_load
 
 SAVED = {"global_batch_size": 16, "mini_batch_size": 16, "n_samples_per_prompt": 8,
          "micro_batch_size": 2, "params_dtype": "float32",
@@ -96,7 +96,7 @@ def test_an_old_dp_reshardable_optimizer_at_another_layout_is_refused_up_front()
 
 
 def test_check_resume_warns_and_refuses_before_any_worker_starts(tmp_path):
-    from mindrl.engines.resume_check import check_resume
+    from mindrl.ckpt.training.resume_check import check_resume
 
     run = load_recipe("grpo_tiny_cpu", cluster=ClusterResources("cpu", 2))
     current = run_recipe(run)

@@ -12,8 +12,8 @@ from mindrl.distributed import spawn_local
 from mindrl.engines.megatron_engine import LossConfig
 from mindrl.config.model_spec import load_model_spec
 
-from engine_worker import full_gradients, log_probs_at_layouts
-from hf_reference import reference_hf_model
+from support.engine_worker import full_gradients, log_probs_at_layouts
+from support.hf_reference import reference_hf_model
 
 B, P, R = 4, 5, 6
 
@@ -115,7 +115,7 @@ def _batches(vocab, n=3):
 
 
 def test_checkpoint_resume_is_exact(setup, tmp_path):
-    from engine_worker import checkpoint_resume
+    from support.engine_worker import checkpoint_resume
 
     spec, _, full_by_tp, _ = setup
     # TP2 in a world of 2, distributed optimizer: model, Adam moments and RNG round-trip.
@@ -128,7 +128,7 @@ def test_checkpoint_resume_is_exact(setup, tmp_path):
 
 
 def test_offload_onload_leaves_training_unchanged(setup):
-    from engine_worker import offload_roundtrip
+    from support.engine_worker import offload_roundtrip
 
     spec, _, full_by_tp, _ = setup
     res = spawn_local(offload_roundtrip, 2, spec, full_by_tp, _batches(spec.vocab_size), 1, 2)[0]

@@ -10,8 +10,8 @@ from mindrl.ckpt import mapping
 from mindrl.distributed import spawn_local
 from mindrl.config.model_spec import load_model_spec
 
-from hf_reference import reference_hf_model
-from resume_worker import resume_checks
+from support.hf_reference import reference_hf_model
+from support.resume_worker import resume_checks
 from test_megatron_engine import make_batch
 
 # (distributed optimizer, saved (TP, PP), loaded (TP, PP)) in a world of 2: DP fills the rest.

@@ -12,7 +12,7 @@ import transformers
 
 from mindrl.distributed import spawn_local
 
-from reward_worker import convert, scores_at_layouts
+from support.reward_worker import convert, scores_at_layouts
 
 PAD = 0
 B, P, R = 4, 5, 6

@@ -9,8 +9,8 @@ from mindrl.ckpt import mapping
 from mindrl.distributed import spawn_local
 from mindrl.config.model_spec import load_model_spec
 
-from hf_reference import reference_hf_model
-from parallel_logits_worker import logits_at_layouts
+from support.hf_reference import reference_hf_model
+from support.parallel_logits_worker import logits_at_layouts
 
 
 @pytest.mark.parametrize("model_name,vocab,divisible", [

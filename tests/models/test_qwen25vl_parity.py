@@ -14,7 +14,7 @@ import torch
 from mindrl.ckpt import mapping
 from mindrl.distributed import spawn_local
 
-from qwen25vl_parity_worker import IMAGE_PAD, grpo_loss, prompts, run_layouts, tiny_vl_model
+from support.qwen25vl_parity_worker import IMAGE_PAD, grpo_loss, prompts, run_layouts, tiny_vl_model
 
 LOGITS_ATOL = 1e-5
 GRAD_RTOL = 1e-5

@@ -126,3 +126,14 @@ def test_build_tokenizer_dispatch(char_tok):
     assert len(T.build_tokenizer("char")) == len(char_tok)
     with pytest.raises(ValueError, match="char.*qwen25"):
         T.build_tokenizer("gpt2")
+
+
+def test_load_tokenizer_takes_a_kind_or_a_directory_and_names_the_fix(char_tok, tmp_path):
+    text = "<|im_start|>user\n12+7=<|im_end|>"
+    assert T.load_tokenizer("char").encode(text) == char_tok.encode(text)
+    char_tok.save_pretrained(tmp_path / "tok")
+    loaded = T.load_tokenizer(tmp_path / "tok")
+    assert loaded.get_vocab() == char_tok.get_vocab()
+    assert loaded.encode(text) == char_tok.encode(text)
+    with pytest.raises(T.TokenizerNotFound, match=r"'gpt2'.*make_tiny_model.py"):
+        T.load_tokenizer("gpt2")   # a hub name: nothing is downloaded

@@ -81,7 +81,7 @@ def test_a_recipe_on_a_vl_model_is_refused_until_the_trainer_feeds_images():
 
 
 def test_the_spec_vision_part_drives_the_tables_and_the_weight_sync_plan():
-    """mapping.py's vision table and the weight sync's units come from the spec alone: the
+    """mapping's vision table and the weight sync's units come from the spec alone: the
     tower's 54 tensors (depth 4), replicated, on the first pipeline stage."""
     from mindrl.ckpt import mapping
     from mindrl.weight_sync.plan import plan_units

@@ -4,17 +4,14 @@ Pools are module-scoped (worker start-up is the expensive part) and use short ti
 """
 
 import os
-import sys
 import time
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))  # workers import "hang_verifiers" by name
-
-from mindrl.rewards import ERROR, OK, TIMEOUT, RuleReward, VerifierPool  # noqa: E402
+from mindrl.rewards import ERROR, OK, TIMEOUT, RuleReward, VerifierPool
 
 TIMEOUT_S = 2.0
-HELPERS = ["hang_verifiers"]
+HELPERS = ["support.hang_verifiers"]  # workers import it by name (tests/ is on sys.path)
 
 
 def r1(answer, think="ok"):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_runs import REQUIRED_KEYS, finite, metrics, start, train
+from support.grpo_runs import REQUIRED_KEYS, finite, metrics, start, train
 
 NON_DETERMINISTIC = ("timing_s/", "perf/", "val/")
 
@@ -223,7 +223,7 @@ def test_trains_from_a_preprocessed_indexed_dataset_with_a_reward_model(work):
     rollouts alongside the arith verifier: score = arith + 0.5 x reward model."""
     import sys
 
-    from grpo_runs import REPO
+    from support.grpo_runs import REPO
 
     prefix = work / "data" / "tiny_arith" / "data"
     subprocess.run([sys.executable, str(REPO / "cli" / "preprocess_data.py"), "--config",

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from grpo_runs import start
+from support.grpo_runs import start
 
 
 @pytest.mark.parametrize("victim, named, label", [

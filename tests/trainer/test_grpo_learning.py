@@ -9,7 +9,7 @@ leaves every seed flat. The message carries each seed's figures. Measured on AMD
 (2026-11): gains 0.72 / 0.71 / 0.62, largest falls 0.03 / 0.11 / 0.04.
 """
 
-from grpo_runs import metrics, train
+from support.grpo_runs import metrics, train
 
 from mindrl.trainer.learning_curve import policy_scores, summarize_curve
 

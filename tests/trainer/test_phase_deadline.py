@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_runs import start
+from support.grpo_runs import start
 
 from mindrl.processes import pid_alive
 

@@ -10,7 +10,7 @@ import pytest
 from mindrl.config import load_recipe, local_cluster, make_plan
 from mindrl.config.scale_down import with_cpu_slots
 
-from grpo_runs import finite, metrics, train
+from support.grpo_runs import finite, metrics, train
 
 # recipe, divisor: the 7B R1-Zero keeps TP2 (sequence parallel) and inference TP2; the 32B one
 # goes to TP1 so that its 2 stages x 2 replicas and 4 engines fit beside the others in time.

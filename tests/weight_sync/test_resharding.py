@@ -18,7 +18,7 @@ from mindrl.config.model_spec import load_model_spec
 from mindrl.models.tiny import make_tiny_model
 from mindrl.weight_sync.plan import plan_buckets, plan_units
 
-from reshard_worker import sync_layouts
+from support.reshard_worker import sync_layouts
 
 LAYOUTS = [(2, 1), (1, 2), (2, 2)]
 PROMPTS = [[40, 41, 42, 43, 44, 45], [50, 60, 70], [7, 8, 9, 10, 11, 12, 13, 14]]

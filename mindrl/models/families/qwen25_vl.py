@@ -26,7 +26,6 @@ from transformers.initialization import no_init_weights
 from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import (
     Qwen2_5_VisionTransformerPretrainedModel, Qwen2_5_VLModel)
 
-from mindrl.ckpt import mapping
 from mindrl.models.builder import Parallelism, build_gpt_model
 from mindrl.config.model_spec import ModelSpec
 
@@ -41,7 +40,7 @@ Images = Union[None, torch.Tensor, Sequence[Optional[torch.Tensor]]]
 def text_spec(hf_config, name: str = "qwen25-vl",
               make_vocab_size_divisible_by: int = 1) -> ModelSpec:
     """The ModelSpec of a Qwen2_5_VLConfig's language model: a Qwen2 decoder (qkv bias, SwiGLU,
-    RMSNorm), so mapping.py's qwen2 table names and lays out its tensors."""
+    RMSNorm), so ckpt/mapping's qwen2 table names and lays out its tensors."""
     text = hf_config.text_config
     if getattr(text, "use_sliding_window", False):
         raise ValueError(f"{name}: sliding-window attention is not supported")
@@ -199,29 +198,3 @@ def build_qwen25_vl_model(hf_config, parallel: Parallelism, params_dtype: str = 
                           # embed() scatters over sequence parallel once the images are in.
                           scatter_embedding_sequence_parallel=False),
         mrope_section=mrope_section(hf_config), perform_initialization=perform_initialization)
-
-
-def load_hf_state_dict(model: Qwen25VLModel, hf_state: dict, tp_rank: Optional[int] = None,
-                       tp_size: Optional[int] = None, pp_rank: Optional[int] = None,
-                       pp_size: Optional[int] = None) -> None:
-    """Load a transformers Qwen2_5_VLForConditionalGeneration state dict (loaded-model names
-    `model.language_model.*` / `model.visual.*` or on-disk names `model.*` / `visual.*`) into
-    this rank's stage; ranks default to parallel_state's. The language model goes through
-    mapping.py's table; the vision tower is a plain copy. Builds the full language model once
-    per rank: for models that fit in host memory (the converter streams the big ones)."""
-    from megatron.core import parallel_state as ps
-
-    tp_rank = ps.get_tensor_model_parallel_rank() if tp_rank is None else tp_rank
-    tp_size = ps.get_tensor_model_parallel_world_size() if tp_size is None else tp_size
-    pp_rank = ps.get_pipeline_model_parallel_rank() if pp_rank is None else pp_rank
-    pp_size = ps.get_pipeline_model_parallel_world_size() if pp_size is None else pp_size
-    hf = {mapping.hf_disk_name(k): v for k, v in hf_state.items()}
-    full = mapping.full_mcore_from_hf(hf, model.spec, tp_size)
-    local = mapping.stage_state_dict(full, model.spec, tp_rank, tp_size, pp_rank, pp_size)
-    if model.pre_process:
-        local.update({k: v for k, v in hf.items() if mapping.is_vision_tensor(k)})
-    missing, unexpected = model.load_state_dict(local, strict=False)
-    missing = [k for k in missing if not k.endswith("_extra_state")]
-    if missing or unexpected:
-        raise KeyError(f"Qwen2.5-VL weights do not fit this stage: missing {missing}, "
-                       f"unexpected {unexpected}")

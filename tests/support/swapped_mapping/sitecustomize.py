@@ -1,6 +1,6 @@
 """Test hook: in Ray worker processes only (the actor ranks that send weights, never the
 driver that converts checkpoints), the qwen2 mapping lists gate_proj / up_proj the wrong way
-round, as a bad edit of mindrl/ckpt/mapping.py would. Put this directory on PYTHONPATH."""
+round, as a bad edit of mindrl/ckpt/mapping/ would. Put this directory on PYTHONPATH."""
 
 import sys
 

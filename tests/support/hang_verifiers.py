@@ -1,7 +1,8 @@
 """Misbehaving verifiers for the pool tests, imported by module name in the workers.
 
-Pool workers are fresh processes: they find these only through `worker_imports=["hang_verifiers"]`
-(this directory is on sys.path under pytest, and workers inherit the parent's sys.path).
+Pool workers are fresh processes: they find these only through
+`worker_imports=["support.hang_verifiers"]` (tests/conftest.py puts tests/ on sys.path, and
+workers inherit the parent's sys.path).
 """
 
 import os

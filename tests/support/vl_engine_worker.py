@@ -34,8 +34,8 @@ def run_engine(rank, world_size, hf_config, hf_state, batch, layouts):
     from mindrl.data.batch import Batch
     from mindrl.engines.megatron_engine import LossConfig, MegatronEngine, OptimConfig
     from mindrl.models.builder import Parallelism, initialize_parallel
-    from mindrl.models.families.qwen25_vl import (build_qwen25_vl_model, load_hf_state_dict,
-                                                  text_spec)
+    from mindrl.models.families.qwen25_vl import build_qwen25_vl_model, text_spec
+    from support.mcore_load import load_hf_state_dict
 
     out = {}
     for tp, pp in layouts:

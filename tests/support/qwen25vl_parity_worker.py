@@ -31,7 +31,8 @@ def grpo_loss(logits_fn, samples):
 
 def _build(hf_config, hf_state, tp, pp, sp=False, freeze=False):
     from mindrl.models.builder import Parallelism, initialize_parallel
-    from mindrl.models.families.qwen25_vl import build_qwen25_vl_model, load_hf_state_dict
+    from mindrl.models.families.qwen25_vl import build_qwen25_vl_model
+    from support.mcore_load import load_hf_state_dict
 
     parallel = Parallelism(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
                            sequence_parallel=sp)

@@ -29,7 +29,7 @@ def logits_from_checkpoints(rank, world_size, cases, tokens, wrong_shape_ckpt=No
     from mindrl.ckpt import mcore_io
     from mindrl.models.builder import Parallelism, build_gpt_model, initialize_parallel
     from mindrl.models.forward import gather_vocab_parallel, pipeline_forward
-    from mcore_load import load_error
+    from support.mcore_load import load_error
 
     out = {}
     for name, ckpt, divisible, layouts in cases:

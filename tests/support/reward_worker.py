@@ -21,7 +21,7 @@ def scores_at_layouts(rank, world, ckpt, batch, layouts):
     from mindrl.data.batch import Batch
     from mindrl.engines.megatron_engine import MegatronEngine
     from mindrl.models.builder import Parallelism, initialize_parallel
-    from mcore_load import load_error
+    from support.mcore_load import load_error
 
     spec = mcore_io.read_model_info(mcore_io.resolve_checkpoint_dir(ckpt)).spec
     out = {}

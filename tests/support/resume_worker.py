@@ -4,7 +4,7 @@ import torch
 
 from mindrl.ckpt import mapping
 
-from engine_worker import _engine, _step_losses
+from support.engine_worker import _engine, _step_losses
 
 
 def _gather_full(engine, local_by_param):
@@ -76,7 +76,7 @@ def resume_at_other_layouts(rank, world, spec, full_by_tp, batches, changes, sav
     and the load's notes."""
     from megatron.core import parallel_state as ps
 
-    from mindrl.engines.megatron_checkpoint import iteration_dir
+    from mindrl.ckpt.training.megatron_checkpoint import iteration_dir
 
     def diff(a, b):
         params = max((a[0][n] - b[0][n]).abs().max().item() for n in a[0])
@@ -115,7 +115,7 @@ def old_checkpoint_at_another_layout(rank, world, spec, full_by_tp, batch, save_
 
     from megatron.core import parallel_state as ps
 
-    from mindrl.engines import checkpoint_recipe, megatron_checkpoint
+    from mindrl.ckpt.training import checkpoint_recipe, megatron_checkpoint
 
     engine = _engine(spec, full_by_tp, 2, 1, True)
     _step_losses(engine, [batch])

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import List, NamedTuple
 
-from mindrl.engines import checkpoint_recipe, layout_change
-from mindrl.engines.megatron_checkpoint import saved_layout_and_format
+from mindrl.ckpt.training import checkpoint_recipe, layout_change
+from mindrl.ckpt.training.megatron_checkpoint import saved_layout_and_format
 
 
 class ResumeCheck(NamedTuple):

@@ -1,5 +1,5 @@
 """A user's verifier that reads a dataset's additional keys (imported by module name in the
-verifier pool's workers, as `worker_imports=["extra_key_verifiers"]`)."""
+verifier pool's workers, as `worker_imports=["support.extra_key_verifiers"]`)."""
 
 from mindrl.rewards import register_verifier
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Tuple
 
-from mindrl.engines.checkpoint_recipe import describe_layout
+from mindrl.ckpt.training.checkpoint_recipe import describe_layout
 
 RESHARDABLE_OPTIM_FORMATS = ("fully_reshardable", "model_space")
 LEGACY_OPTIM_FORMAT = "dp_reshardable"

@@ -1,6 +1,7 @@
-"""Write-then-rename for checkpoint directories (DESIGN.md: bad input loses nothing).
+"""Write-then-rename for output directories (DESIGN.md: bad input loses nothing).
 
-A conversion writes into a hidden sibling of the target (same filesystem, so the final
+On the ground floor: the converter (ckpt/) and the tiny-model factory (models/) both write
+through it. A conversion writes into a hidden sibling of the target (same filesystem, so the final
 rename is atomic) and moves it into place only when everything is written. An interrupted
 or failed conversion leaves the target exactly as it was; a killed one leaves at worst a
 hidden ``.NAME.tmp-*`` sibling, never a half checkpoint under the target.
@@ -13,7 +14,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Type
 
 
 class SaveDirError(ValueError):
@@ -28,12 +29,19 @@ def check_save_dir(save_dir: Path, overwrite: bool, load_dir: Path | None = None
         if save_dir == load_dir or load_dir in save_dir.parents or save_dir in load_dir.parents:
             raise SaveDirError(f"--save-dir {save_dir} overlaps --load-dir {load_dir}; "
                                f"write the converted checkpoint to a separate directory")
-    if save_dir.exists():
-        if not save_dir.is_dir():
-            raise SaveDirError(f"--save-dir {save_dir} exists and is not a directory")
-        if any(save_dir.iterdir()) and not overwrite:
-            raise SaveDirError(f"--save-dir {save_dir} is not empty; pass --overwrite to "
-                               f"replace it (nothing was written)")
+    refuse_occupied(save_dir, overwrite, SaveDirError, f"--save-dir {save_dir}",
+                    "pass --overwrite to replace it (nothing was written)")
+
+
+def refuse_occupied(target: Path, overwrite: bool, error: Type[Exception], label: str,
+                    fix: str) -> None:
+    """Refuse a target that is a file, or a non-empty directory unless overwriting: raises
+    ``error`` naming ``label`` (and ``fix`` for the non-empty case)."""
+    if target.exists():
+        if not target.is_dir():
+            raise error(f"{label} exists and is not a directory")
+        if any(target.iterdir()) and not overwrite:
+            raise error(f"{label} is not empty; {fix}")
 
 
 def _move_into_place(tmp: Path, target: Path) -> None:

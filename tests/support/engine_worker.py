@@ -98,7 +98,7 @@ def checkpoint_resume(rank, world, spec, full_by_tp, batches, tp, pp, save_dir):
     saved_params, saved_optim = _snapshot(engine)
     ps.destroy_model_parallel()
 
-    from mindrl.engines.megatron_checkpoint import iteration_dir, latest_iteration
+    from mindrl.ckpt.training.megatron_checkpoint import iteration_dir, latest_iteration
 
     fresh = _engine(spec, full_by_tp, tp, pp, True)
     _step_losses(fresh, batches[2:3])  # disturb: different weights and optimizer state

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from mindrl import device
-from mindrl.engines import checkpoint_recipe, checkpoint_vocab, layout_change
+from mindrl.ckpt.training import checkpoint_recipe, checkpoint_vocab, layout_change
 
 LATEST = "latest_checkpointed_iteration.txt"
 # The distributed optimizer's checkpoint format. fully_reshardable stores Adam's moments in

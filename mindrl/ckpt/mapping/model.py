@@ -1,0 +1,122 @@
+"""The whole model's tensors, both families in checkpoint order, and its parallel views.
+
+A "full" Megatron state dict uses global layer numbers and unsplit tensors; pipeline stages
+and TP ranks are views of it (`stage_layers`, `layout.shard`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, Iterator, List, Optional, Tuple
+
+import torch
+
+from mindrl.ckpt.mapping.decoder import (EMBEDDING, FINAL_NORM, OUTPUT, decoder_hf_shapes,
+                                         head_rule, layer_rules)
+from mindrl.ckpt.mapping.layout import hf_to_mcore, shard
+from mindrl.ckpt.mapping.rule import TensorRule
+from mindrl.ckpt.mapping.vision import vision_rules
+from mindrl.config.model_spec import ModelSpec, VisionSpec
+
+
+def iter_rules(spec: ModelSpec, vision: Optional[VisionSpec] = None
+               ) -> Iterator[Tuple[TensorRule, Optional[int]]]:
+    """Every (rule, layer) of the full model, in layer order (stream-friendly); a VL model's
+    vision tower (``vision``, default the spec's) last, one tensor per rule, layer None."""
+    yield EMBEDDING, None
+    for layer in range(spec.num_layers):
+        for rule in layer_rules(spec):
+            yield rule, layer
+    yield FINAL_NORM, None
+    head = head_rule(spec)
+    if head is not None:
+        yield head, None
+    vision = vision or spec.vision
+    if vision is not None:
+        for rule in vision_rules(vision):
+            yield rule, None
+
+
+def hf_tensor_names(spec: ModelSpec) -> List[str]:
+    return [name for rule, layer in iter_rules(spec) for name in rule.hf_names(layer)]
+
+
+def expected_hf_shapes(rule: TensorRule, spec: ModelSpec) -> Tuple[Tuple[int, ...], ...]:
+    """Shapes the HF parts must have; the converter checks them before any work. A vision
+    rule carries its own; a decoder rule's follow from the spec."""
+    if rule.shapes is not None:
+        return rule.shapes
+    return decoder_hf_shapes(rule, spec)
+
+
+# ---------------------------------------------------------------- pipeline stages
+
+def stage_layers(num_layers: int, pp_rank: int, pp_size: int) -> range:
+    """Global layer numbers held by a pipeline stage (Megatron's even split)."""
+    if num_layers % pp_size:
+        raise ValueError(f"num_layers={num_layers} does not split into PP={pp_size}")
+    per_stage = num_layers // pp_size
+    return range(pp_rank * per_stage, (pp_rank + 1) * per_stage)
+
+
+_LAYER_RE = re.compile(r"^decoder\.layers\.(\d+)\.(.*)$")
+
+
+def rules_by_mcore_suffix(spec: ModelSpec, vision: Optional[VisionSpec] = None
+                          ) -> Dict[str, TensorRule]:
+    table = {r.mcore.split("{layer}.", 1)[1]: r for r in layer_rules(spec)}
+    table.update({r.mcore: r for r in (EMBEDDING, FINAL_NORM, head_rule(spec) or OUTPUT)})
+    vision = vision or spec.vision
+    if vision is not None:
+        table.update({r.mcore: r for r in vision_rules(vision)})
+    return table
+
+
+def rule_for(mcore_name: str, spec: ModelSpec, vision: Optional[VisionSpec] = None
+             ) -> Tuple[TensorRule, Optional[int]]:
+    """(rule, global-or-local layer) for a Megatron parameter name."""
+    table = rules_by_mcore_suffix(spec, vision)
+    m = _LAYER_RE.match(mcore_name)
+    key, layer = (m.group(2), int(m.group(1))) if m else (mcore_name, None)
+    if key not in table:
+        raise KeyError(f"Megatron tensor {mcore_name!r} has no entry in mindrl/ckpt/mapping/")
+    return table[key], layer
+
+
+def stage_state_dict(full: Dict[str, torch.Tensor], spec: ModelSpec, tp_rank: int,
+                     tp_size: int, pp_rank: int, pp_size: int,
+                     vision: Optional[VisionSpec] = None) -> Dict[str, torch.Tensor]:
+    """The local state dict of one (TP, PP) rank from a full Megatron state dict.
+
+    Layers are renumbered from 0 within the stage, as Megatron's modules name them. With tied
+    embeddings and PP > 1 the last stage holds its own copy of the embedding as output_layer.
+    A VL model's vision tower is whole on every TP rank of the first stage.
+    """
+    layers = stage_layers(spec.num_layers, pp_rank, pp_size)
+    first, last = pp_rank == 0, pp_rank == pp_size - 1
+    out: Dict[str, torch.Tensor] = {}
+    if first:
+        out[EMBEDDING.mcore] = shard(EMBEDDING, full[EMBEDDING.mcore], tp_rank, tp_size)
+        for rule in vision_rules(vision or spec.vision) if (vision or spec.vision) else ():
+            out[rule.mcore] = full[rule.mcore]
+    for local, layer in enumerate(layers):
+        for rule in layer_rules(spec):
+            out[rule.mcore_name(local)] = shard(rule, full[rule.mcore_name(layer)], tp_rank, tp_size)
+    if last:
+        out[FINAL_NORM.mcore] = full[FINAL_NORM.mcore]
+        head = head_rule(spec)
+        if head is not None:
+            out[head.mcore] = shard(head, full[head.mcore], tp_rank, tp_size)
+        elif pp_size > 1:
+            out[OUTPUT.mcore] = shard(OUTPUT, full[EMBEDDING.mcore], tp_rank, tp_size)
+    return out
+
+
+def full_mcore_from_hf(hf: Dict[str, torch.Tensor], spec: ModelSpec, tp_size: int = 1,
+                       vision: Optional[VisionSpec] = None) -> Dict[str, torch.Tensor]:
+    """Whole HF state dict (on-disk names) -> full Megatron state dict (small models, tests,
+    resharding)."""
+    padded = spec.padded_vocab_size(tp_size)
+    return {rule.mcore_name(layer): hf_to_mcore(rule, [hf[n] for n in rule.hf_names(layer)],
+                                                spec, padded)
+            for rule, layer in iter_rules(spec, vision)}
