@@ -38,7 +38,6 @@ from mindrl.engines import vllm_weights
 from mindrl.engines.vllm_fingerprint import combine_views
 from mindrl.engines.vllm_fingerprint import vllm_view as _vllm_view
 from mindrl.errors import WeightSyncError
-from mindrl.platforms.vllm_build import VLLMBuild
 from mindrl.processes import this_node
 
 
@@ -50,9 +49,9 @@ def _configure_environment(cpu_threads: int) -> None:
     device.prepare_vllm(cpu_threads)
 
 
-def llm_kwargs(cfg: GenerateConfig, seed: int, logprobs_mode: str, build: VLLMBuild) -> dict:
-    """GenerateConfig -> ``vllm.LLM`` keyword arguments, with what the platform's vLLM build
-    (`device.vllm_build()`) needs."""
+def llm_kwargs(cfg: GenerateConfig, seed: int, logprobs_mode: str, build) -> dict:
+    """GenerateConfig -> ``vllm.LLM`` keyword arguments, with what `build` (the platform's
+    vLLM build, `device.vllm_build()`) needs."""
     kw = dict(tensor_parallel_size=cfg.infer_tensor_parallel_size,
               pipeline_parallel_size=cfg.infer_pipeline_parallel_size,
               max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
@@ -192,8 +191,8 @@ class VLLMEngine:
         """`logprobs_mode` "processed_logprobs": the log-probs of the distribution actually
         sampled from (after temperature), what the actor's temperature-scaled log-probs
         reproduce; vLLM's default "raw_logprobs" ignores the temperature.
-        plain_cpu_linears (CPU only): keep linear weights unpacked
-        (platforms/cpu/vllm_loaders.use_plain_linears) so a weight update is one copy, at the price of
+        plain_cpu_linears (CPU only): keep linear weights unpacked (platforms/cpu/
+        vllm_loaders.use_plain_linears) so a weight update is one copy, at the price of
         decode speed: torch's fp32 GEMM against oneDNN's packed one, qwen2.5-0.5b shape, 1
         thread, 64 sequences: 71 vs 88 tokens/s (75M shape, 2 threads: 375 vs 316). Off by
         default.
