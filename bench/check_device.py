@@ -133,7 +133,7 @@ def check_rollout_engine(work_dir: Path, dev) -> dict:
     from mindrl.ckpt.hf_io import HFWeights
     from mindrl.config.schema import GenerateConfig, SamplingConfig
     from mindrl.engines.vllm_process import VLLMEngineProcess
-    from mindrl.engines.weight_fingerprint import fingerprint_tensors
+    from mindrl.ckpt.fingerprint import fingerprint_tensors
     from mindrl.models.tiny import make_tiny_model
 
     model_dir = make_tiny_model("tiny-qwen2", "char", work_dir / "tiny-qwen2", seed=0,

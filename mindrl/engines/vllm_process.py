@@ -13,9 +13,11 @@ from typing import Dict, List, Optional
 
 import torch
 
+from mindrl.ckpt.fingerprint import NamedTensors
 from mindrl.config.schema import GenerateConfig
-from mindrl.engines.vllm_engine import RolloutOutput, VLLMEngine, WeightSyncError
-from mindrl.engines.weight_fingerprint import NamedTensors
+from mindrl.engines.vllm_engine import RolloutOutput, VLLMEngine
+from mindrl.errors import WeightSyncError
+
 
 def _serve(conn, model_path, generate_config, seed, kwargs) -> None:
     """Child body: one VLLMEngine, methods called by name over the pipe until None."""
@@ -28,6 +30,7 @@ def _serve(conn, model_path, generate_config, seed, kwargs) -> None:
     while True:
         message = conn.recv()
         if message is None:
+            engine.close()          # its shared-memory files go with it, explicitly
             break
         method, args, kwargs = message
         try:
@@ -43,10 +46,12 @@ class VLLMEngineProcess:
 
     For processes that belong to a torch.distributed world (a Megatron rank). Tensors cross
     through torch's shared-memory pickling: a tensor whose storage is already shared (the
-    resharder's bucket buffer) crosses without a copy.
+    resharder's bucket buffer) crosses without a copy. A weight-sync target
+    (weight_sync/target.py).
     """
 
     wants_shared_memory = True
+    loads_in_background = True    # the child loads while this process fills the next bucket
 
     def __init__(self, model_path, generate_config: GenerateConfig, seed: int = 0, **kwargs):
         import torch.multiprocessing as mp

@@ -2,8 +2,10 @@
 
 When the actor's `load:` was converted from the HF directory vLLM loaded, both hold the same
 weights, so the first sync must leave vLLM's weights as they are: a mapping-free check of
-mindrl/ckpt/mapping.py (a verified sync only checks that vLLM holds what the actor meant to
-send, which a wrong mapping entry gets consistently wrong on both sides).
+mindrl/ckpt/mapping/ (a verified sync only checks that vLLM holds what the actor meant to
+send, which a wrong mapping entry gets consistently wrong on both sides). Both reads go
+through the weight sync's target interface (weight_sync/target.py): an EngineFanout over
+every engine.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ from typing import Callable, Dict, Optional, Sequence
 
 import torch
 
+from mindrl.errors import WeightSyncError
+from mindrl.weight_sync.engine_fanout import EngineFanout
+
 
 def checkpoint_reference(run, engines: Sequence, log: Callable[[str], None]
                          ) -> Optional[Dict[str, torch.Tensor]]:
     """The engines' fingerprints before the first sync, when the check applies (None: it
     does not, and `log` says why when the directories differ)."""
-    import ray
-
     from mindrl.ckpt.mcore_io import read_model_info, resolve_checkpoint_dir
 
     cfg = run.actor_config
@@ -31,20 +34,17 @@ def checkpoint_reference(run, engines: Sequence, log: Callable[[str], None]
         log(f"first sync not checked against the checkpoint: {cfg.load} was converted from "
             f"{hf_dir or 'an unrecorded directory'}, vLLM loaded {cfg.tokenizer_name_or_path}")
         return None
-    found = ray.get(engines[0].fingerprint.remote())
+    found = EngineFanout(engines).fingerprint()
     return {name: d if d.dim() == 1 else d[0] for name, d in found.items()}
 
 
 def check_first_sync(reference: Dict[str, torch.Tensor], engines: Sequence, hf_dir: str) -> None:
     """Every engine still holds the checkpoint's weights; else WeightSyncError naming them."""
-    from mindrl.engines.vllm_engine import WeightSyncError
-    from mindrl.weight_sync.engine_fanout import EngineFanout
-
     try:
         EngineFanout(engines).check_fingerprint(reference, strict=True)
     except WeightSyncError as e:
         raise WeightSyncError(
             f"the first weight sync changed weights that vLLM and the actor both loaded from "
-            f"{hf_dir}: the HF <-> mcore mapping (mindrl/ckpt/mapping.py) sends them wrong, or "
+            f"{hf_dir}: the HF <-> mcore mapping (mindrl/ckpt/mapping/) sends them wrong, or "
             f"actor_config.load is not that checkpoint's conversion; nothing was generated. "
             f"{e}") from None

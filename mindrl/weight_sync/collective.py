@@ -24,12 +24,14 @@ import torch
 from mindrl import device
 from mindrl.weight_sync.plan import SyncStats, Unit, plan_buckets
 from mindrl.weight_sync.source import MegatronShards
+from mindrl.weight_sync.target import WeightTarget
 
 
 class CollectiveTransport:
     name = "collective"
 
-    def __init__(self, source: MegatronShards, target, bucket_mb: float, keep_buffer: bool):
+    def __init__(self, source: MegatronShards, target: WeightTarget, bucket_mb: float,
+                 keep_buffer: bool):
         self.source, self.target = source, target
         self.bucket_mb, self.keep_buffer = bucket_mb, keep_buffer
         self._buffer: Optional[torch.Tensor] = None
@@ -38,11 +40,13 @@ class CollectiveTransport:
         """A tensor that crosses to a vLLM process without a copy where the target wants
         shared memory (a child process fed through torch's shared-memory pickling)."""
         out = torch.empty(shape, dtype=dtype, device=device.current_device())
-        return out.share_memory_() if getattr(self.target, "wants_shared_memory", False) \
-            else out
+        return out.share_memory_() if self.target.wants_shared_memory else out
 
     def peer_sync(self) -> None:
         self.source.send_full_tensors()
+
+    def close(self) -> None:
+        self._buffer = None       # torch's shared memory: nothing named in /dev/shm
 
     def host_sync(self, stats: SyncStats) -> None:
         """Regular buckets are packed into one reusable buffer (cast to the engines' dtype); a

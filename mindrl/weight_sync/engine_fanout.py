@@ -1,7 +1,7 @@
 """Every rollout engine as one target of the weight sync.
 
-The weight sync (weight_sync/resharder.py) feeds one target from the actor's host rank.
-`EngineFanout` is that target for a group of engines reached through Ray: each call goes to
+The weight sync (weight_sync/resharder.py) feeds one target (weight_sync/target.py) from the
+actor's host rank. `EngineFanout` is that target for a group of engines reached through Ray: each call goes to
 every engine at once and returns when all have finished. The bytes exist once per node:
 a shared-memory bucket is a file every engine maps itself (only its name, offsets and shapes
 cross), and tensors handed over directly are put in Ray's object store once for all engines.
@@ -13,18 +13,19 @@ the engine's process is gone.
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import torch
 
-from mindrl.engines.vllm_engine import WeightSyncError
-from mindrl.errors import EngineDied
+from mindrl.errors import EngineDied, WeightSyncError, ray_result
+from mindrl.weight_sync.target import Entry
 
 
 class EngineFanout:
     """The resharder's target over Ray handles of `VLLMEngine` actors."""
 
     wants_shared_memory = False    # tensors cross through Ray's object store, not torch's
+    loads_in_background = True     # every engine loads at once, in its own process
 
     def __init__(self, engines: Sequence[Any]):
         if not engines:
@@ -44,25 +45,13 @@ class EngineFanout:
         return [getattr(engine, method).remote(*args) for engine in self.engines]
 
     def _wait(self, refs: List[Any], method: str) -> List[Any]:
-        import ray
-
-        out = []
-        for index, ref in enumerate(refs):
-            try:
-                out.append(ray.get(ref))
-            except ray.exceptions.RayActorError as e:
-                raise EngineDied(f"rollout engine {index} died during {method}: "
-                                 f"{str(e).splitlines()[0]}") from None
-            except ray.exceptions.RayTaskError as e:
-                cause = getattr(e, "cause", None) or e
-                raise WeightSyncError(f"rollout engine {index}: {method} failed: "
-                                      f"{cause}") from None
-        return out
+        return [ray_result(ref, f"rollout engine {index}", method, died=EngineDied,
+                           failed=WeightSyncError) for index, ref in enumerate(refs)]
 
     def _all(self, method: str, *args) -> List[Any]:
         return self._wait(self._submit(method, *args), method)
 
-    # ---------------------------------------------------------------- the target protocol
+    # ---------------------------------------------------------------- WeightTarget
 
     def load_weights(self, weights) -> None:
         import ray
@@ -70,7 +59,7 @@ class EngineFanout:
         self._all("load_weights", ray.put(list(weights)))
 
     def load_weights_from_file(self, path: str, numel: int, dtype: torch.dtype,
-                               entries: Sequence[Tuple[str, int, Tuple[int, ...]]]) -> None:
+                               entries: Sequence[Entry]) -> None:
         self._all("load_weights_from_file", path, numel, dtype, list(entries))
 
     def submit_load_from_file(self, path: str, numel: int, dtype: torch.dtype,
@@ -85,6 +74,11 @@ class EngineFanout:
 
     def release_file(self, path: Optional[str] = None) -> None:
         self._all("release_file", path)
+
+    def fingerprint(self) -> Dict[str, torch.Tensor]:
+        """The first engine's (between syncs the engines hold the same weights;
+        `check_fingerprint` checks each)."""
+        return self._wait([self.engines[0].fingerprint.remote()], "fingerprint")[0]
 
     def check_fingerprint(self, expected: Mapping[str, torch.Tensor],
                           strict: bool = True) -> None:

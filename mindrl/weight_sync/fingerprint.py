@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from mindrl.ckpt import mapping
-from mindrl.engines.weight_fingerprint import digest, probe
+from mindrl.ckpt.fingerprint import digest, probe
 
 ProbeRows = Dict[int, torch.Tensor]      # unit index -> this rank's W_local p (or 1-D shard)
 

@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
 from mindrl import device
-from mindrl.engines.vllm_engine import WeightSyncError
-
-Entry = Tuple[str, int, Tuple[int, ...]]     # HF name, element offset, shape
+from mindrl.errors import WeightSyncError
+from mindrl.processes import this_node
+from mindrl.shared_memory import RELAY, SharedRegion, shm_path
+from mindrl.weight_sync.engine_fanout import EngineFanout
+from mindrl.weight_sync.target import Entry, WeightTarget
 
 _BUCKET, _RELEASE, _WRITTEN, _INVALIDATE, _CHECK, _END, _ABORT = range(7)
 
@@ -82,10 +84,12 @@ def _recv_object(group, src: int):
 
 
 class RelayTarget:
-    """The host's target: its node's engines, plus every other node through its receiver."""
+    """The host's target (a WeightTarget): its node's engines, plus every other node through
+    its receiver. `finish` ends each sync's messages to the receivers."""
 
     shared_weights = None
     wants_shared_memory = False
+    loads_in_background = False    # the broadcast to the receivers runs in the caller's thread
 
     def __init__(self, local, group, host_rank: int, nodes: Sequence[str]):
         self.local, self.group, self.host = local, group, host_rank
@@ -101,7 +105,7 @@ class RelayTarget:
         torch.distributed.broadcast(flat.contiguous(), src=self.host, group=self.group)
         self.bytes_relayed += flat.numel() * flat.element_size() * len(self.nodes)
 
-    # ---------------------------------------------------------------- the target protocol
+    # ---------------------------------------------------------------- WeightTarget
 
     def load_weights(self, weights) -> None:
         pairs = list(weights)
@@ -120,6 +124,12 @@ class RelayTarget:
         self._bucket(flat.to(device.current_device()), entries)
         self.local.load_weights_from_file(path, numel, dtype, entries)
 
+    def submit_load_from_file(self, path: str, numel: int, dtype: torch.dtype,
+                              entries: Sequence[Entry]) -> Callable[[], None]:
+        """`load_weights_from_file`, whole before it returns: nothing left to wait for."""
+        self.load_weights_from_file(path, numel, dtype, entries)
+        return lambda: None
+
     def release_file(self, path: Optional[str] = None) -> None:
         self._op(_RELEASE)
         self.local.release_file(path)
@@ -131,6 +141,10 @@ class RelayTarget:
     def invalidate(self, reason: str) -> None:
         self._op(_INVALIDATE, reason)
         self.local.invalidate(reason)
+
+    def fingerprint(self) -> Dict[str, torch.Tensor]:
+        """The host node's first engine's (the engines hold the same weights between syncs)."""
+        return self.local.fingerprint()
 
     def check_fingerprint(self, expected, strict: bool = True) -> None:
         """Every node's engines against the host's fingerprints; the first failure named."""
@@ -155,21 +169,29 @@ class RelayTarget:
 
 class RelayReceiver:
     """One remote node's receiver: takes the host's buckets into a shared-memory file of its
-    node and has that node's engines load them (`local`: an EngineFanout over them)."""
+    node and has that node's engines load them (`local`: an EngineFanout over them). The file
+    lives from the first bucket to `close`."""
 
-    def __init__(self, local, group, host_rank: int):
+    def __init__(self, local: EngineFanout, group, host_rank: int):
         self.local, self.group, self.host = local, group, host_rank
-        self.path = os.path.join(_shm_dir(), f"mindrl-relay-{os.getpid()}")
-        self._region = None
+        self.path = shm_path(RELAY, os.getpid())
+        self._region: Optional[SharedRegion] = None
 
     def _file(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
-        from mindrl.engines.shm_region import SharedRegion
-
         region = self._region
         if region is None or region.numel < numel or region.dtype != dtype:
-            self._region = None
+            self._drop()
             region = self._region = SharedRegion(self.path, numel, dtype, create=True)
         return region.tensor
+
+    def _drop(self) -> None:
+        if self._region is not None:
+            self._region.close()
+            self._region = None
+
+    def close(self) -> None:
+        """Remove this node's file (the worker's shutdown: Ray runs no finalizers)."""
+        self._drop()
 
     def start(self) -> None:
         """serve() in a thread: this rank may be sending its own shards meanwhile."""
@@ -198,8 +220,8 @@ class RelayReceiver:
         while True:
             code, payload = _recv_object(self.group, self.host)
             if code in (_END, _ABORT):
-                if self._region is not None and code == _ABORT:
-                    self._region = None
+                if code == _ABORT:
+                    self._drop()
                 return
             try:
                 if code == _BUCKET:
@@ -226,28 +248,29 @@ class RelayReceiver:
                     torch.distributed.gather_object(failure, None, dst=self.host,
                                                     group=self.group)
                     failure = None
-                elif failure is None:
-                    method = {_RELEASE: "release_file", _WRITTEN: "weights_written",
-                              _INVALIDATE: "invalidate"}[code]
-                    getattr(self.local, method)(*(() if payload is None or code == _RELEASE
-                                                  else (payload,)))
+                elif failure is None and code == _RELEASE:
+                    self.local.release_file(None)
+                elif failure is None and code == _WRITTEN:
+                    self.local.weights_written()
+                elif failure is None and code == _INVALIDATE:
+                    self.local.invalidate(payload)
             except WeightSyncError as e:
                 failure = str(e)
 
 
-def _shm_dir() -> str:
-    from mindrl.engines.shm_region import SHM_DIR
+class RelayEnds(NamedTuple):
+    """This rank's ends of the relay (`build_relay`)."""
 
-    return SHM_DIR
+    target: Optional[WeightTarget]        # the host's: its node's engines, and the relay
+    relay: Optional[RelayTarget]          # the host's, when other nodes have engines
+    receiver: Optional[RelayReceiver]     # the rank that receives for its node
 
 
 def build_relay(engines: Sequence[Any], engine_nodes: Sequence[str], is_host: bool,
-                active: bool):
-    """Collective over the actor's ranks: (host target or None, this rank's receiver or
-    None). `active`: this rank takes part in the sync. The host's target is an EngineFanout
-    over its node's engines, wrapped in a RelayTarget when other nodes have engines."""
-    from mindrl.weight_sync.engine_fanout import EngineFanout
-
+                active: bool) -> RelayEnds:
+    """Collective over the actor's ranks: this rank's ends of the relay. `active`: this rank
+    takes part in the sync. The host's target is an EngineFanout over its node's engines,
+    wrapped in a RelayTarget when other nodes have engines."""
     infos: List[Any] = [None] * torch.distributed.get_world_size()
     torch.distributed.all_gather_object(infos, (this_node(), active, is_host))
     rank_nodes = [node for node, _, _ in infos]
@@ -262,27 +285,11 @@ def build_relay(engines: Sequence[Any], engine_nodes: Sequence[str], is_host: bo
         node = next(n for n, r in plan.receivers.items() if r == rank)
         local = EngineFanout([engines[i] for i in plan.remote_engines[node]])
         receiver = RelayReceiver(local, group, host_rank)
-    target = None
-    if is_host:
-        local = EngineFanout([engines[i] for i in plan.local_engines])
-        if plan.receivers:
-            order = sorted(plan.receivers, key=plan.receivers.get)
-            target = RelayTarget(local, group, host_rank, order)
-        else:
-            target = local
-    return target, receiver
-
-
-def this_node() -> str:
-    """The Ray node id of this process (nodes may share an IP); the machine's when outside
-    Ray."""
-    try:
-        import ray
-
-        if ray.is_initialized():
-            return ray.get_runtime_context().get_node_id()
-    except Exception:
-        pass
-    from mindrl.engines.shm_region import node_id
-
-    return f"host-{node_id()}"
+    if not is_host:
+        return RelayEnds(None, None, receiver)
+    local = EngineFanout([engines[i] for i in plan.local_engines])
+    if not plan.receivers:
+        return RelayEnds(local, None, receiver)
+    order = sorted(plan.receivers, key=plan.receivers.get)
+    relay = RelayTarget(local, group, host_rank, order)
+    return RelayEnds(relay, relay, receiver)

@@ -11,7 +11,7 @@ transport.
 from __future__ import annotations
 
 import time
-from typing import Optional, Protocol
+from typing import Optional
 
 import torch
 
@@ -20,17 +20,8 @@ from mindrl.config.model_spec import ModelSpec
 from mindrl.weight_sync.fingerprint import expected_fingerprints
 from mindrl.weight_sync.plan import WIRE_DTYPES, SyncStats
 from mindrl.weight_sync.source import MegatronShards
+from mindrl.weight_sync.target import WeightTarget
 from mindrl.weight_sync.transport import choose_transport
-
-
-class WeightTarget(Protocol):
-    """What a sync feeds: `VLLMEngine`, `VLLMEngineProcess` or `EngineFanout`."""
-
-    dtype: torch.dtype
-
-    def load_weights(self, weights) -> None: ...
-
-    def check_fingerprint(self, expected, strict: bool = True) -> None: ...
 
 
 class Resharder:
@@ -60,27 +51,18 @@ class Resharder:
         `check_fingerprint(checkpoint_fingerprint(hf_dir))` when both sides start from the same
         checkpoint. Failures raise WeightSyncError (fatal)."""
         start = time.perf_counter()
-        stats = SyncStats(transport=getattr(self.transport, "name", ""))
+        stats = SyncStats(transport=self.transport.name if self.transport is not None else "")
         if self.transport is not None:
             dev = device.current_device()
             if self.is_host:
-                dtype = getattr(self.target, "dtype", torch.float32)
+                dtype = self.target.dtype
                 flag = torch.tensor([int(verify), WIRE_DTYPES.index(dtype)], dtype=torch.long,
                                     device=dev)
                 for peer in self.source.peers:
                     torch.distributed.send(flag, peer)
-                finish = getattr(self.target, "finish", None)   # other nodes' receivers
-                try:
-                    self.transport.host_sync(stats)
-                    if verify:
-                        self._verify(stats, dtype)
-                except BaseException:
-                    if finish is not None:
-                        finish(False)
-                    raise
-                if finish is not None:
-                    finish(True)
-                    stats.relayed_bytes = self.target.take_relayed_bytes()
+                self.transport.host_sync(stats)
+                if verify:
+                    self._verify(stats, dtype)
             else:
                 flag = torch.empty(2, dtype=torch.long, device=dev)
                 torch.distributed.recv(flag, self.source.host)
@@ -90,6 +72,11 @@ class Resharder:
                     expected_fingerprints(self.source, dtype)
         stats.seconds = time.perf_counter() - start
         return stats
+
+    def close(self) -> None:
+        """Remove what the transport keeps in /dev/shm (the worker's shutdown)."""
+        if self.transport is not None:
+            self.transport.close()
 
     def _verify(self, stats: SyncStats, dtype: torch.dtype) -> None:
         """Host: the actor's expected fingerprints (every rank its share) against every

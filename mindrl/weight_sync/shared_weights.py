@@ -13,16 +13,17 @@ from typing import List, Optional
 
 import torch
 
-from mindrl.engines.shm_region import SharedRegion
-from mindrl.engines.vllm_engine import WeightSyncError
+from mindrl.errors import WeightSyncError
+from mindrl.shared_memory import SharedRegion
 from mindrl.weight_sync.plan import SyncStats, Unit
 from mindrl.weight_sync.source import MegatronShards
+from mindrl.weight_sync.target import WeightTarget
 
 
 class SharedWeightsTransport:
     name = "shared_weights"
 
-    def __init__(self, source: MegatronShards, target, shared):
+    def __init__(self, source: MegatronShards, target: WeightTarget, shared):
         self.source, self.target, self.shared = source, target, shared
         self._weights: Optional[SharedRegion] = None
 
@@ -64,6 +65,9 @@ class SharedWeightsTransport:
         stats.tensors = len(self.shared.places)
         stats.bytes = sum(math.prod(shape) for _, shape in self.shared.places.values()) * itemsize
         stats.buckets = 1
+
+    def close(self) -> None:
+        self._weights = None      # a mapping of vLLM's file: the engine removes the file
 
     def peer_sync(self) -> None:
         failure = self._write()

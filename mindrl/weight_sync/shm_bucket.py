@@ -17,23 +17,20 @@ from typing import Dict, List, Optional
 import torch
 
 from mindrl import device
-from mindrl.engines.shm_region import SHM_DIR, SharedRegion, sweep_stale
-from mindrl.engines.vllm_engine import WeightSyncError
+from mindrl.errors import WeightSyncError
+from mindrl.shared_memory import RESHARD, SharedRegion, shm_path, sweep_stale
 from mindrl.weight_sync.plan import SyncStats, Unit, bucket_layout, part_views, plan_buckets
 from mindrl.weight_sync.source import MegatronShards
+from mindrl.weight_sync.target import WeightTarget
 
 _END, _ABORT = -1, -2
-_PREFIX = "mindrl-reshard"
-
-
-def _region_path(pid: int, seq: int) -> str:
-    return os.path.join(SHM_DIR, f"{_PREFIX}-{pid}-{seq}")
 
 
 class SharedBucketTransport:
     name = "shm_bucket"
 
-    def __init__(self, source: MegatronShards, target, bucket_numel: int, dtype: torch.dtype,
+    def __init__(self, source: MegatronShards, target: WeightTarget, bucket_numel: int,
+                 dtype: torch.dtype,
                  host_pid: int, keep_buffer: bool):
         self.source, self.target = source, target
         self.bucket_numel, self.dtype, self.host_pid = bucket_numel, dtype, host_pid
@@ -48,11 +45,13 @@ class SharedBucketTransport:
         once the engines are done with the bucket it last held."""
         region = self._regions[slot]
         if region is None or region.numel < numel:
-            self._regions[slot] = None          # drop first: peak near max(bucket, module)
-            sweep_stale(_PREFIX)
+            if region is not None:              # drop first: peak near max(bucket, module)
+                region.close()
+                self._regions[slot] = region = None
+            sweep_stale()
             self._seq += 1
             region = self._regions[slot] = SharedRegion(
-                _region_path(os.getpid(), self._seq), max(numel, size), self.dtype,
+                shm_path(RESHARD, os.getpid(), self._seq), max(numel, size), self.dtype,
                 create=True, seq=self._seq)
         return region
 
@@ -72,9 +71,7 @@ class SharedBucketTransport:
         load the current one."""
         source, dtype, dev = self.source, self.dtype, device.current_device()
         itemsize = torch.empty((), dtype=dtype).element_size()
-        submit = getattr(self.target, "submit_load_from_file", None)
-        load_file = getattr(self.target, "load_weights_from_file", None)
-        slots = 2 if submit is not None else 1
+        slots = 2 if self.target.loads_in_background else 1
         pending = None                 # waits for the load in flight
         try:
             buckets = plan_buckets(source.units, self.bucket_numel)
@@ -98,22 +95,16 @@ class SharedBucketTransport:
                 stats.buffer_bytes = max(stats.buffer_bytes, sum(
                     r.numel for r in self._regions if r is not None) * itemsize)
                 entries = [part for _, parts in layout for part in parts]
-                pairs = list(zip([n for n, _, _ in entries], part_views(region.tensor, entries)))
                 t0 = time.perf_counter()
                 if pending is not None:
                     pending, wait = None, pending
                     wait()
-                if submit is not None:
-                    pending = submit(region.path, region.numel, dtype, entries)
-                elif load_file is not None:
-                    load_file(region.path, region.numel, dtype, entries)
-                else:
-                    self.target.load_weights(pairs)
+                pending = self.target.submit_load_from_file(region.path, region.numel, dtype,
+                                                            entries)
                 stats.load_seconds += time.perf_counter() - t0
-                stats.tensors += len(pairs)
+                stats.tensors += len(entries)
                 stats.bytes += numel * itemsize
                 stats.buckets += 1
-                del pairs
             if pending is not None:
                 t0 = time.perf_counter()
                 pending, wait = None, pending
@@ -126,11 +117,11 @@ class SharedBucketTransport:
                     pending()
                 except Exception:
                     pass
-            self._drop_regions(load_file is not None)
+            self.close()
             raise
         self._end_peers(_END)
         if not self.keep_buffer:
-            self._drop_regions(load_file is not None)
+            self.close()
 
     def _end_peers(self, code: int) -> None:
         header = torch.tensor([code, 0], dtype=torch.long, device=device.current_device())
@@ -141,13 +132,17 @@ class SharedBucketTransport:
                 if code != _ABORT:
                     raise
 
-    def _drop_regions(self, target_maps_them: bool) -> None:
-        release = getattr(self.target, "release_file", None) if target_maps_them else None
-        if release is not None and any(r is not None for r in self._regions):
+    def close(self) -> None:
+        """The engines unmap the buckets, and their files go (also the worker's shutdown
+        with keep_buffer)."""
+        if any(r is not None for r in self._regions):
             try:
-                release(None)
+                self.target.release_file(None)
             except Exception:
                 pass
+        for region in self._regions:
+            if region is not None:
+                region.close()
         self._regions = [None, None]
 
     # ---------------------------------------------------------------- peers
@@ -169,7 +164,7 @@ class SharedBucketTransport:
                 if seq not in mapped:
                     for old in sorted(mapped)[:-1]:      # the host keeps two at most
                         del mapped[old]
-                    mapped[seq] = SharedRegion(_region_path(self.host_pid, seq), numel,
+                    mapped[seq] = SharedRegion(shm_path(RESHARD, self.host_pid, seq), numel,
                                                self.dtype, create=False)
                 region = mapped[seq].tensor
                 failure = source.write_shards(

@@ -8,7 +8,7 @@ weights and take no part (`active` is False).
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -19,6 +19,17 @@ from mindrl.weight_sync.plan import WIRE_DTYPES, Unit, plan_units
 
 _MAX_DIMS = 4
 Alloc = Callable[[tuple, torch.dtype], torch.Tensor]   # where a full tensor is built
+
+
+def sync_place() -> Tuple[bool, bool]:
+    """(active, is_host) of this rank in a sync: whether it belongs to data-parallel replica 0
+    (the one that sends), and whether it is that replica's TP0 / PP0 rank (the host)."""
+    from megatron.core import parallel_state as ps
+
+    active = ps.get_data_parallel_rank() == 0 and ps.get_context_parallel_rank() == 0
+    host = (active and ps.get_tensor_model_parallel_rank() == 0
+            and ps.get_pipeline_model_parallel_rank() == 0)
+    return active, host
 
 
 def plain_alloc(shape, dtype) -> torch.Tensor:
@@ -41,8 +52,7 @@ class MegatronShards:
         self.tp_size = ps.get_tensor_model_parallel_world_size()
         self.pp_rank = ps.get_pipeline_model_parallel_rank()
         self.pp_size = ps.get_pipeline_model_parallel_world_size()
-        self.active = ps.get_data_parallel_rank() == 0 and ps.get_context_parallel_rank() == 0
-        self.is_host = self.active and self.tp_rank == 0 and self.pp_rank == 0
+        self.active, self.is_host = sync_place()
         self.units = plan_units(spec, self.pp_size)
         self.params = dict(self.module.named_parameters())
         self.stage_ranks = torch.distributed.get_process_group_ranks(

@@ -15,17 +15,18 @@ cheapest transport every rank can take, then tells them.
 from __future__ import annotations
 
 import os
-from typing import Protocol
+from typing import Optional, Protocol
 
 import torch
 
 from mindrl import device
-from mindrl.engines.shm_region import SHM_DIR, node_id
+from mindrl.processes import node_id
+from mindrl.shared_memory import SHM_DIR
 from mindrl.weight_sync.plan import WIRE_DTYPES, SyncStats
 from mindrl.weight_sync.source import MegatronShards
+from mindrl.weight_sync.target import WeightTarget
 
 COLLECTIVE, SHM_BUCKET, SHARED_WEIGHTS = 0, 1, 2
-NAMES = {COLLECTIVE: "collective", SHM_BUCKET: "shm_bucket", SHARED_WEIGHTS: "shared_weights"}
 
 
 class Transport(Protocol):
@@ -34,6 +35,9 @@ class Transport(Protocol):
     def host_sync(self, stats: SyncStats) -> None: ...
 
     def peer_sync(self) -> None: ...
+
+    def close(self) -> None:
+        """Remove whatever this transport keeps in /dev/shm between syncs."""
 
 
 def can_share_host_memory() -> bool:
@@ -47,8 +51,8 @@ def _bucket_numel(bucket_mb: float, dtype: torch.dtype) -> int:
     return max(1, int(bucket_mb * 2**20) // itemsize)
 
 
-def choose_transport(source: MegatronShards, target, bucket_mb: float,
-                     keep_buffer: bool = False) -> Transport:
+def choose_transport(source: MegatronShards, target: Optional[WeightTarget], bucket_mb: float,
+                     keep_buffer: bool = False) -> Optional[Transport]:
     """This rank's transport (the same kind on every rank of the replica; see the module
     docstring). A collective over the active ranks; inactive replicas get None."""
     from mindrl.weight_sync.collective import CollectiveTransport
@@ -65,13 +69,13 @@ def choose_transport(source: MegatronShards, target, bucket_mb: float,
             report = torch.empty(2, dtype=torch.long, device=dev)
             torch.distributed.recv(report, peer)
             ok = ok and int(report[0]) == me and bool(report[1])
-        shared = getattr(target, "shared_weights", None)
+        shared = target.shared_weights
         dtype = shared.dtype if shared is not None else target.dtype
         kind = COLLECTIVE
         if ok and dtype in WIRE_DTYPES:
             kind = SHARED_WEIGHTS if shared is not None else SHM_BUCKET
         bucket_numel = _bucket_numel(bucket_mb, dtype)
-        if kind == SHM_BUCKET and hasattr(target, "submit_load_from_file"):
+        if kind == SHM_BUCKET and target.loads_in_background:
             bucket_numel = max(1, bucket_numel // 2)    # two buffers: fill one, load the other
         decision = torch.tensor([kind, bucket_numel, WIRE_DTYPES.index(dtype)
                                  if dtype in WIRE_DTYPES else 0, os.getpid()],

@@ -23,7 +23,7 @@ class MegatronWorker:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         torch.set_num_threads(1)
         self.role, self.rank, self.world_size = role, rank, world_size
-        self.engine = self.resharder = None
+        self.engine = self.weight_sync = None
 
     # ---------------------------------------------------------------- setup
 
@@ -94,29 +94,23 @@ class MegatronWorker:
 
     def attach_engines(self, engines: Sequence[Any], engine_nodes: Sequence[str],
                        bucket_mb: float) -> None:
-        """Build this rank's part of the weight sync (a collective over the actor's ranks):
-        the host rank feeds its node's engines, and one rank on each other node with engines
-        receives the buckets for them (weight_sync/node_relay.py)."""
-        from megatron.core import parallel_state as ps
+        """Build this rank's side of the weight sync (a collective over the actor's ranks;
+        weight_sync/manager.build_rank_sync), after sweeping /dev/shm files of runs whose
+        processes are gone."""
+        from mindrl import shared_memory
+        from mindrl.weight_sync.manager import build_rank_sync
 
-        from mindrl.weight_sync.node_relay import build_relay
-        from mindrl.weight_sync.resharder import Resharder
-
-        replica0 = ps.get_data_parallel_rank() == 0 and ps.get_context_parallel_rank() == 0
-        is_host = (replica0 and ps.get_tensor_model_parallel_rank() == 0
-                   and ps.get_pipeline_model_parallel_rank() == 0)
-        target, self.relay_receiver = build_relay(engines, engine_nodes, is_host, replica0)
-        self.resharder = Resharder(self.engine.model, self.engine.spec, target=target,
-                                   bucket_mb=bucket_mb)
+        shared_memory.sweep_stale()
+        self.weight_sync = build_rank_sync(self.engine.model, self.engine.spec, engines,
+                                           engine_nodes, bucket_mb)
 
     def sync_weights(self, verify: bool = False):
-        receiver = getattr(self, "relay_receiver", None)
-        if receiver is not None:      # this node's engines, fed while this rank sends
-            receiver.start()
-        stats = self.resharder.sync(verify=verify)
-        if receiver is not None:
-            receiver.join()
-        return stats if self.resharder.is_host else None
+        stats = self.weight_sync.sync(verify=verify)
+        return stats if self.weight_sync.is_host else None
 
     def shutdown(self) -> None:
-        self.resharder = None
+        """Let go of the weight sync and remove its /dev/shm files on this node (Ray ends the
+        actor without running finalizers)."""
+        if self.weight_sync is not None:
+            self.weight_sync.close()
+        self.weight_sync = None

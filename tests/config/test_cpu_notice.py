@@ -37,10 +37,11 @@ def test_only_values_that_differ():
 
 def test_the_engine_runs_what_the_notice_says():
     from mindrl.engines.vllm_engine import llm_kwargs
+    from mindrl.platforms.cpu.vllm_build import CPUVLLMBuild
 
     run = tiny("generate_config.dtype=bfloat16", "generate_config.enforce_eager=false")
     kw = llm_kwargs(run.generate_config, seed=1, logprobs_mode="processed_logprobs",
-                    on_cpu=True)
+                    build=CPUVLLMBuild())
     assert {k: kw[k] for k in CPU_VLLM} == CPU_VLLM
     assert "gpu_memory_utilization" not in kw
 
@@ -66,15 +67,17 @@ def test_sleep_level_is_said_to_do_nothing_on_cpu_and_reaches_vllm_elsewhere():
     allocator costs memory); on CPU the level is named as doing nothing."""
     from mindrl.config import ConfigError
     from mindrl.engines.vllm_engine import llm_kwargs
+    from mindrl.platforms.cpu.vllm_build import CPUVLLMBuild
+    from mindrl.platforms.vllm_build import VLLMBuild
 
     run = tiny("+generate_config.sleep_level=2")
     (line,) = cpu_notices(run)
     assert "generate_config.sleep_level=2 does nothing on CPU" in line
-    device_kw = llm_kwargs(run.generate_config, 1, "processed_logprobs", on_cpu=False)
+    device_kw = llm_kwargs(run.generate_config, 1, "processed_logprobs", VLLMBuild())
     assert device_kw["enable_sleep_mode"] is True
     assert llm_kwargs(tiny().generate_config, 1, "processed_logprobs",
-                      on_cpu=False)["enable_sleep_mode"] is False
+                      VLLMBuild())["enable_sleep_mode"] is False
     assert "enable_sleep_mode" not in llm_kwargs(run.generate_config, 1, "processed_logprobs",
-                                                 on_cpu=True)
+                                                 CPUVLLMBuild())
     with pytest.raises(ConfigError, match="generate_config.sleep_level"):
         tiny("+generate_config.sleep_level=3")

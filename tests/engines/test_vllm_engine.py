@@ -3,17 +3,22 @@
 One in-process vLLM for the module. The last test breaks it on purpose (a failed load is fatal).
 """
 
+import os
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from mindrl.ckpt.fingerprint import (checkpoint_fingerprint, compare_fingerprints,
+                                     fingerprint_tensors)
 from mindrl.config.schema import GenerateConfig, SamplingConfig
-from mindrl.engines.vllm_engine import (RolloutOutput, VLLMEngine, WeightSyncError,
-                                        llm_kwargs, sampling_params)
+from mindrl.engines.vllm_engine import RolloutOutput, VLLMEngine, llm_kwargs, sampling_params
 from mindrl.engines.vllm_process import VLLMEngineProcess
-from mindrl.engines.weight_fingerprint import (checkpoint_fingerprint, compare_fingerprints,
-                                               fingerprint_tensors)
+from mindrl.errors import WeightSyncError
 from mindrl.models.tiny import make_tiny_model
+from mindrl.platforms.cpu.vllm_build import CPUVLLMBuild
+from mindrl.platforms.vllm_build import VLLMBuild
+from mindrl.weight_sync.target import WeightTarget
 
 N = 4
 MAX_TOKENS = 16
@@ -47,14 +52,16 @@ def test_rollout_tensors_follow_the_data_contract():
 
 
 def test_cpu_settings_are_the_engines_own():
-    cpu = llm_kwargs(GenerateConfig(), seed=1, logprobs_mode="processed_logprobs", on_cpu=True)
+    cpu = llm_kwargs(GenerateConfig(), seed=1, logprobs_mode="processed_logprobs",
+                     build=CPUVLLMBuild())
     assert (cpu["dtype"], cpu["enforce_eager"], cpu["block_size"]) == ("float32", True, 32)
     assert cpu["kv_cache_memory_bytes"] > 0 and "gpu_memory_utilization" not in cpu
     assert cpu["enable_prefix_caching"] is False
-    gpu = llm_kwargs(GenerateConfig(), seed=1, logprobs_mode="processed_logprobs", on_cpu=False)
+    gpu = llm_kwargs(GenerateConfig(), seed=1, logprobs_mode="processed_logprobs",
+                     build=VLLMBuild())
     assert gpu["dtype"] == "bfloat16" and gpu["enable_sleep_mode"] is False
     asleep = llm_kwargs(GenerateConfig(sleep_level=1), seed=1, logprobs_mode="processed_logprobs",
-                        on_cpu=False)
+                        build=VLLMBuild())
     assert asleep["enable_sleep_mode"] is True
     params = sampling_params(SamplingConfig(), n=3, temperature=0.5, max_tokens=7)
     assert (params.n, params.temperature, params.max_tokens) == (3, 0.5, 7)
@@ -229,6 +236,43 @@ def test_a_layer_that_keeps_its_weight_owns_it(engine, model_dirs):
     engine.load_weights([(module + ".weight", buffer)])
     buffer.fill_(float("nan"))
     engine.check_fingerprint(checkpoint_fingerprint(model_dirs[1], engine.dtype))
+
+
+def test_every_engine_side_is_a_weight_target(engine, reload_engine):
+    """The transports call the WeightTarget members without probing: every engine side has
+    them all, and says whether its loads run in the background (two buckets in flight)."""
+    from mindrl.weight_sync.node_relay import RelayTarget
+
+    relay = RelayTarget(engine, group=None, host_rank=0, nodes=[])
+    for target, background in ((engine, False), (reload_engine, True), (relay, False)):
+        assert isinstance(target, WeightTarget), type(target).__name__
+        assert target.loads_in_background is background
+
+
+def test_a_load_submitted_from_a_shared_file_is_whole_when_it_returns(engine, model_dirs):
+    """In-process, `submit_load_from_file` loads before it returns: the shm bucket's single
+    buffer may be refilled at once."""
+    from safetensors.torch import load_file
+
+    from mindrl.shared_memory import SharedRegion, shm_path
+
+    state = sorted(load_file(str(model_dirs[0] / "model.safetensors")).items())
+    entries, offset = [], 0
+    for name, t in state:
+        entries.append((name, offset, tuple(t.shape)))
+        offset += t.numel()
+    region = SharedRegion(shm_path("mindrl-test", os.getpid(), "submit"), offset,
+                          engine.dtype, create=True)
+    try:
+        for (_, start, _), (_, t) in zip(entries, state):
+            region.tensor[start:start + t.numel()].copy_(t.reshape(-1))
+        wait = engine.submit_load_from_file(region.path, region.numel, engine.dtype, entries)
+        region.tensor.fill_(float("nan"))          # nothing may still read the file
+        wait()
+        engine.check_fingerprint(checkpoint_fingerprint(model_dirs[0], engine.dtype))
+    finally:
+        engine.release_file(None)
+        region.close()
 
 
 def test_bad_loads_are_refused_by_name_and_are_fatal(engine, model_dirs):

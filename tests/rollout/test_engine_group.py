@@ -10,7 +10,7 @@ import torch
 
 from mindrl.config.schema import GenerateConfig, SamplingConfig
 from mindrl.data.batch import Batch
-from mindrl.engines.vllm_engine import WeightSyncError
+from mindrl.errors import WeightSyncError
 from mindrl.rollout.engine_group import EngineDied, RolloutGroup
 from mindrl.workers.placement import EngineSlot
 
@@ -82,8 +82,9 @@ def test_two_engines_give_the_samples_of_one_in_prompt_order(cluster):
 def test_one_sync_reaches_every_engine_and_a_mismatch_names_the_engine(cluster):
     from safetensors.torch import load_file
 
-    from mindrl.engines.weight_fingerprint import checkpoint_fingerprint
+    from mindrl.ckpt.fingerprint import checkpoint_fingerprint, compare_fingerprints
     from mindrl.weight_sync.engine_fanout import EngineFanout
+    from mindrl.weight_sync.target import WeightTarget
 
     dirs, _, two, _ = cluster
     fanout = EngineFanout(two.engines)
@@ -93,6 +94,9 @@ def test_one_sync_reaches_every_engine_and_a_mismatch_names_the_engine(cluster):
     weights = load_file(str(next(dirs[1].glob("*.safetensors"))))
     fanout.load_weights(sorted(weights.items()))
     fanout.check_fingerprint(checkpoint_fingerprint(dirs[1]))   # both engines hold seed 1
+    assert isinstance(fanout, WeightTarget) and fanout.loads_in_background
+    assert compare_fingerprints(fanout.fingerprint(), checkpoint_fingerprint(dirs[1]),
+                                torch.float32) == []
 
 
 def test_an_infer_tp2_engine_samples_as_tp1_and_each_worker_holds_its_shards(cluster, tmp_path):
@@ -103,7 +107,7 @@ def test_an_infer_tp2_engine_samples_as_tp1_and_each_worker_holds_its_shards(clu
     its own, kept while mapped and gone after shutdown."""
     from safetensors.torch import load_file
 
-    from mindrl.engines.weight_fingerprint import checkpoint_fingerprint
+    from mindrl.ckpt.fingerprint import checkpoint_fingerprint
     from mindrl.platforms.cpu.vllm_shm import (SEGMENTS, mapped_files, sweep_stale_segments,
                                                tp_collectives_use_segments)
     from mindrl.weight_sync.engine_fanout import EngineFanout

@@ -11,11 +11,11 @@ import time
 import torch
 
 from mindrl.ckpt import mapping
+from mindrl.ckpt.fingerprint import checkpoint_fingerprint
 from mindrl.data.batch import Batch
 from mindrl.engines.megatron_engine import LossConfig, MegatronEngine, OptimConfig
-from mindrl.engines.vllm_engine import WeightSyncError
 from mindrl.engines.vllm_process import VLLMEngineProcess
-from mindrl.engines.weight_fingerprint import checkpoint_fingerprint
+from mindrl.errors import WeightSyncError
 from mindrl.models.builder import Parallelism, initialize_parallel
 from mindrl.weight_sync.resharder import Resharder
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from support.grpo_runs import REQUIRED_KEYS, finite, metrics, start, train
+from support.grpo_runs import REQUIRED_KEYS, finite, metrics, shm_files_of, start, train
 
 NON_DETERMINISTIC = ("timing_s/", "perf/", "val/")
 
@@ -68,7 +68,7 @@ def test_a_run_across_two_nodes_equals_one_node(work, tp2_run):
     the far engine's weights cross through that node's receiver over the collective backend
     (weight_sync/node_relay.py; here the receiver is also TP rank 1, sending its shards in the
     same sync from its main thread), verified on every sync; every metric but timings equals
-    the one-node run."""
+    the one-node run; the receiver's /dev/shm file is gone with the run."""
     from support.ray_scripts import R1, script_env, short_temp_dir, stop_cluster, wait_for_port
 
     far = work / "runs" / "tp2_two_nodes"
@@ -102,6 +102,7 @@ def test_a_run_across_two_nodes_equals_one_node(work, tp2_run):
             assert a["weight_sync/verified"] == 1.0
         kept = [k for k in a if not k.startswith(skip)]
         assert {k: a[k] for k in kept} == {k: b[k] for k in kept}
+    assert shm_files_of(far) == []      # removed at shutdown, on the far node too
 
 
 def _deterministic(rows):

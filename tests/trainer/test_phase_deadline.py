@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from support.grpo_runs import start
+from support.grpo_runs import shm_files_of, start
 
 from mindrl.processes import pid_alive
 
@@ -165,7 +165,10 @@ def test_the_stack_of_a_process_on_another_node_is_read_there(two_nodes):
 def test_a_node_lost_mid_run_stops_the_run_with_a_report_naming_it(tmp_path, two_nodes):
     """Actor rank 1 and rollout engine 1 run on the second node (the plan's layout); that node
     goes (its raylet and workers killed) after step 1's checkpoint: exit 3 within 60 s, the
-    report names both with that node's id."""
+    report names both with that node's id. The killed receiver's /dev/shm file outlives it
+    until the sweep every run makes at start (its actor ranks and engines) takes it."""
+    from mindrl.shared_memory import RELAY, shm_path, sweep_stale
+
     cluster, far = two_nodes
     run_dir = tmp_path / "runs" / "node_lost"
     proc = start(tmp_path, run_dir, "megatron_training.train_iters=4", "rl_config.save_freq=1",
@@ -188,6 +191,14 @@ def test_a_node_lost_mid_run_stops_the_run_with_a_report_naming_it(tmp_path, two
         assert f"  {who}: pid {pid}, node {far.node_id} (" in died, report[:3000]
     assert 'File "' in _section(report, "actor rank 0")        # the live rank's stack
     assert (run_dir / f"iter_{int(saved.read_text()):07d}" / "metadata.json").is_file()
+    receiver = pids["actor"][1]          # the far node's receiver (TP rank 1 there)
+    gone_by = time.time() + 30
+    while pid_alive(receiver) and time.time() < gone_by:
+        time.sleep(0.5)
+    assert not pid_alive(receiver)
+    assert shm_files_of(run_dir) == [shm_path(RELAY, receiver)]   # no finalizer ran
+    sweep_stale()                        # what the next run does first, on each node
+    assert shm_files_of(run_dir) == []
 
 
 @pytest.mark.parametrize("value", [0, -5])

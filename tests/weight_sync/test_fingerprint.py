@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mindrl.ckpt import mapping
-from mindrl.engines.weight_fingerprint import compare_fingerprints, fingerprint_tensors
+from mindrl.ckpt.fingerprint import compare_fingerprints, fingerprint_tensors
 from mindrl.config.model_spec import load_model_spec
 from mindrl.weight_sync.fingerprint import probe_rows, unit_digests
 

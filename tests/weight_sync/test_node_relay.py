@@ -3,7 +3,7 @@ node the rest (one that does not send when there is one)."""
 
 import pytest
 
-from mindrl.engines.vllm_engine import WeightSyncError
+from mindrl.errors import WeightSyncError
 from mindrl.weight_sync.node_relay import plan_relay
 
 

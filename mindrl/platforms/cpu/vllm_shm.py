@@ -14,7 +14,8 @@ import fnmatch
 import os
 import time
 
-SHM_DIR = "/dev/shm"
+from mindrl.shared_memory import SHM_DIR
+
 SEGMENTS = "vllm_dist_*cpushm*"
 
 

@@ -1,9 +1,9 @@
-"""Pure pieces of the worker-side weight loaders (the loaders themselves run against a real
-vLLM in test_vllm_engine.py and test_resharding.py)."""
+"""Pure pieces of the CPU build's worker-side weight loaders (the loaders themselves run
+against a real vLLM in tests/engines/test_vllm_engine.py and tests/weight_sync)."""
 
 import torch
 
-from mindrl.engines.vllm_weights import _copy_rows, _side_by_side
+from mindrl.platforms.cpu.vllm_loaders import _copy_rows, _side_by_side
 
 
 def test_parts_side_by_side_in_one_buffer_become_a_view_of_it():

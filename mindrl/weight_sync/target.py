@@ -1,0 +1,51 @@
+"""What a weight sync feeds: the one interface every engine side implements.
+
+Implemented by `VLLMEngine` (vLLM in this process), `VLLMEngineProcess` (vLLM in a child
+process), `EngineFanout` (every engine of a node, through Ray) and `RelayTarget` (the host's
+node and, through their receivers, the other nodes). The transports (weight_sync/*.py) and
+the first-sync check (trainer/first_sync.py) call these members and no others; engines/
+implements them without importing this module (the layers below weight_sync cannot).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, Mapping, Optional, Protocol, Sequence, Tuple, runtime_checkable
+
+import torch
+
+Entry = Tuple[str, int, Tuple[int, ...]]     # HF name, element offset in a file, shape
+
+
+@runtime_checkable
+class WeightTarget(Protocol):
+    dtype: torch.dtype              # what the engines compute in: the wire dtype
+    shared_weights: Optional[object]   # engines/vllm_engine.SharedWeights, or None
+    wants_shared_memory: bool       # tensors handed over should live in shared memory
+    loads_in_background: bool       # submit_load_from_file returns before the load ends
+
+    def load_weights(self, weights) -> None:
+        """HF-named tensors (every tensor of each vLLM module they touch) into the engines."""
+
+    def load_weights_from_file(self, path: str, numel: int, dtype: torch.dtype,
+                               entries: Sequence[Entry]) -> None:
+        """The same, from a /dev/shm file every engine maps itself."""
+
+    def submit_load_from_file(self, path: str, numel: int, dtype: torch.dtype,
+                              entries: Sequence[Entry]) -> Callable[[], None]:
+        """Start `load_weights_from_file`; the returned function waits for it."""
+
+    def release_file(self, path: Optional[str] = None) -> None:
+        """Unmap one file the engines keep mapped, or all of them (None)."""
+
+    def weights_written(self) -> None:
+        """New weights were written straight into `shared_weights`: drop what depends on them."""
+
+    def invalidate(self, reason: str) -> None:
+        """The weights were left half-written: the engines refuse all further work."""
+
+    def fingerprint(self) -> Dict[str, torch.Tensor]:
+        """{HF name: digest} of the weights the (first) engine computes with."""
+
+    def check_fingerprint(self, expected: Mapping[str, torch.Tensor],
+                          strict: bool = True) -> None:
+        """Every engine against `expected`; WeightSyncError naming what differs."""
