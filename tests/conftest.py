@@ -8,6 +8,10 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# Test clusters are local and single-user. Ray 2.60 turns token auth on by default once a
+# token exists in ~/.ray (any earlier Ray may leave one), and then `ray start` nodes of a
+# test cluster refuse each other ("InvalidAuthToken").
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 import torch  # noqa: E402
 
