@@ -161,17 +161,7 @@ class ModelSpec:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any], source: str = "<dict>") -> "ModelSpec":
-        names = [f.name for f in dataclasses.fields(cls)]
-        unknown = [k for k in values if k not in names]
-        if unknown:
-            key = unknown[0]
-            near = difflib.get_close_matches(key, names, n=1)
-            hint = f"; did you mean {near[0]!r}?" if near else f"; known keys: {', '.join(names)}"
-            raise ValueError(f"{source}: unknown model key {key!r}{hint}")
-        required = [f.name for f in dataclasses.fields(cls)
-                    if f.default is dataclasses.MISSING and f.name not in values]
-        if required:
-            raise ValueError(f"{source}: missing model key(s) {required}")
+        _check_keys(cls, values, source, "model")
         values = dict(values)
         if values.get("mrope_section") is not None:
             values["mrope_section"] = tuple(values["mrope_section"])
@@ -183,17 +173,23 @@ class ModelSpec:
         return dataclasses.asdict(self)
 
 
-def _vision_from_dict(values: Mapping[str, Any], source: str) -> VisionSpec:
-    names = [f.name for f in dataclasses.fields(VisionSpec)]
+def _check_keys(cls, values: Mapping[str, Any], source: str, what: str) -> None:
+    """An unknown key (with the nearest known one) or a missing required key of dataclass
+    `cls` fails naming the file and the key."""
+    names = [f.name for f in dataclasses.fields(cls)]
     unknown = [k for k in values if k not in names]
     if unknown:
         near = difflib.get_close_matches(unknown[0], names, n=1)
         hint = f"; did you mean {near[0]!r}?" if near else f"; known keys: {', '.join(names)}"
-        raise ValueError(f"{source}: unknown vision key {unknown[0]!r}{hint}")
-    required = [f.name for f in dataclasses.fields(VisionSpec)
+        raise ValueError(f"{source}: unknown {what} key {unknown[0]!r}{hint}")
+    required = [f.name for f in dataclasses.fields(cls)
                 if f.default is dataclasses.MISSING and f.name not in values]
     if required:
-        raise ValueError(f"{source}: missing vision key(s) {required}")
+        raise ValueError(f"{source}: missing {what} key(s) {required}")
+
+
+def _vision_from_dict(values: Mapping[str, Any], source: str) -> VisionSpec:
+    _check_keys(VisionSpec, values, source, "vision")
     values = dict(values)
     if "fullatt_block_indexes" in values:
         values["fullatt_block_indexes"] = tuple(values["fullatt_block_indexes"])
