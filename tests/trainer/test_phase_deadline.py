@@ -61,10 +61,10 @@ def _section(report: str, title: str) -> str:
     return report[start:end if end > 0 else None]
 
 
-def test_a_rank_that_hangs_in_the_update_stops_the_run_with_a_report_naming_it(tmp_path):
+def test_a_rank_that_hangs_in_the_update_stops_the_run_with_a_report_naming_it(work, tmp_path):
     run_dir = tmp_path / "runs" / "hangs"
     path = os.pathsep.join(filter(None, [str(HOOK), os.environ.get("PYTHONPATH")]))
-    proc = start(tmp_path, run_dir, "megatron_training.train_iters=3", "rl_config.save_freq=1",
+    proc = start(work, run_dir, "megatron_training.train_iters=3", "rl_config.save_freq=1",
                  f"rl_config.phase_timeout_s={DEADLINE_S}", *LAYOUT, *QUICK,
                  env={"PYTHONPATH": path, "MINDRL_TEST_HANG_UPDATE": "actor:1:2"})
     with _output_of(proc) as out:
@@ -162,13 +162,13 @@ def test_the_stack_of_a_process_on_another_node_is_read_there(two_nodes):
         ray.shutdown()
 
 
-def test_a_node_lost_mid_run_stops_the_run_with_a_report_naming_it(tmp_path, two_nodes):
+def test_a_node_lost_mid_run_stops_the_run_with_a_report_naming_it(work, tmp_path, two_nodes):
     """Actor rank 1 and rollout engine 1 run on the second node (the plan's layout); that node
     goes (its raylet and workers killed) after step 1's checkpoint: exit 3 within 60 s, the
     report names both with that node's id."""
     cluster, far = two_nodes
     run_dir = tmp_path / "runs" / "node_lost"
-    proc = start(tmp_path, run_dir, "megatron_training.train_iters=4", "rl_config.save_freq=1",
+    proc = start(work, run_dir, "megatron_training.train_iters=4", "rl_config.save_freq=1",
                  *LAYOUT, *QUICK, env={"RAY_ADDRESS": cluster.address})
     with _output_of(proc) as out:
         saved = _wait_for_first_checkpoint(proc, run_dir)

@@ -17,11 +17,6 @@ from grpo_runs import finite, metrics, train
 MINIATURES = [("r1_zero_qwen25_7b", 2), ("r1_zero_qwen25_32b", 8), ("grpo_qwen25_7b", 2)]
 
 
-@pytest.fixture(scope="module")
-def work(tmp_path_factory):
-    return tmp_path_factory.mktemp("miniature")
-
-
 @pytest.mark.parametrize("recipe, divisor", MINIATURES)
 def test_recipe_runs_two_steps_in_miniature(work, recipe, divisor):
     run_dir = work / "runs" / recipe
