@@ -15,6 +15,8 @@ from mindrl.models.spec import load_model_spec
 from engine_worker import full_gradients, log_probs_at_layouts
 from hf_reference import reference_hf_model
 
+pytestmark = pytest.mark.slow   # see tests/conftest.py
+
 B, P, R = 4, 5, 6
 
 

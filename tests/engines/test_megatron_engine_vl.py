@@ -11,6 +11,8 @@ from mindrl.distributed import spawn_local
 from support.tiny_vl import IMAGE_PAD, prompts, tiny_vl_model
 from vl_engine_worker import RESPONSE, run_engine, vl_batch
 
+pytestmark = pytest.mark.slow   # see tests/conftest.py
+
 LAYOUTS = [(2, 1), (1, 2)]
 
 

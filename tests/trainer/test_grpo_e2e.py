@@ -18,6 +18,8 @@ from grpo_runs import REQUIRED_KEYS, finite, metrics, start, train
 
 from mindrl.processes import pid_alive
 
+pytestmark = pytest.mark.slow   # see tests/conftest.py
+
 NON_DETERMINISTIC = ("timing_s/", "perf/", "val/")
 
 

@@ -12,6 +12,8 @@ import pytest
 
 from grpo_runs import start
 
+pytestmark = pytest.mark.slow   # see tests/conftest.py
+
 
 @pytest.mark.parametrize("victim, named, label", [
     ("ref", "role 'ref' rank 0 died", "ref rank 0"),

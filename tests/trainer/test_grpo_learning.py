@@ -14,9 +14,13 @@ largest falls 0.02 / 0.01 / 0.10 (at 200 steps: 0.72 / 0.76 / 0.53 and 0.03 / 0.
 on an AVX-512 AMD EPYC at 200: 0.72 / 0.71 / 0.62 and 0.03 / 0.11 / 0.04).
 """
 
+import pytest
+
 from grpo_runs import metrics, train
 
 from mindrl.trainer.learning_curve import policy_scores, summarize_curve
+
+pytestmark = pytest.mark.slow   # see tests/conftest.py
 
 SEEDS = (1, 2, 3)
 STEPS = 160

@@ -61,6 +61,7 @@ def _section(report: str, title: str) -> str:
     return report[start:end if end > 0 else None]
 
 
+@pytest.mark.slow
 def test_a_rank_that_hangs_in_the_update_stops_the_run_with_a_report_naming_it(work, tmp_path):
     run_dir = tmp_path / "runs" / "hangs"
     path = os.pathsep.join(filter(None, [str(HOOK), os.environ.get("PYTHONPATH")]))
@@ -129,6 +130,7 @@ def two_nodes():
     cluster.shutdown()
 
 
+@pytest.mark.slow
 def test_the_stack_of_a_process_on_another_node_is_read_there(two_nodes):
     """The failure report's collection path for another node: a task pinned to that node
     signals the process and reads its dump back."""
@@ -162,6 +164,7 @@ def test_the_stack_of_a_process_on_another_node_is_read_there(two_nodes):
         ray.shutdown()
 
 
+@pytest.mark.slow
 def test_a_node_lost_mid_run_stops_the_run_with_a_report_naming_it(work, tmp_path, two_nodes):
     """Actor rank 1 and rollout engine 1 run on the second node (the plan's layout); that node
     goes (its raylet and workers killed) after step 1's checkpoint: exit 3 within 60 s, the
