@@ -13,7 +13,7 @@ export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 export RAY_USAGE_STATS_ENABLED ?= 0
 
-.PHONY: setup test demo clean-venv
+.PHONY: setup test test-fast demo clean-venv
 
 setup: $(STAMP)
 ifeq ($(ACCEL),cpu)
@@ -46,6 +46,10 @@ endif
 
 test: setup
 	$(PY) -m pytest tests -q -p no:cacheprovider
+
+# For iteration: the suite minus the runs marked slow (training runs, miniatures, learning).
+test-fast: setup
+	$(PY) -m pytest tests -q -p no:cacheprovider -m "not slow"
 
 # The embedded default: GRPO on the tiny model (recipe grpo_tiny_cpu), real stack end to end.
 demo: setup

@@ -1,4 +1,5 @@
-"""Test-wide settings: offline hub, one torch thread per process (PLATFORM_NOTES)."""
+"""Test-wide settings: offline hub, one torch thread per process (PLATFORM_NOTES); the `slow`
+marker."""
 
 import os
 
@@ -24,3 +25,10 @@ from pathlib import Path  # noqa: E402
 # from every test folder, from spawned ranks and from verifier-pool workers (they inherit
 # sys.path).
 sys.path.insert(0, str(Path(__file__).parent))
+
+
+def pytest_configure(config):
+    # `make test-fast` leaves these out (-m "not slow"); `make test` and .ci/run run everything.
+    config.addinivalue_line(
+        "markers", "slow: a run of minutes (training through the CLI, a recipe in miniature, "
+                   "a learning curve, a multi-process world); `make test-fast` leaves it out")

@@ -51,6 +51,7 @@ def test_bad_flag_combinations(cli, tmp_path, capsys, change, message):
     assert not (tmp_path / "mg").exists()
 
 
+@pytest.mark.slow
 def test_example_scripts_run_as_shipped(tmp_path):
     env = dict(os.environ, PYTHON=sys.executable)
     scripts = ROOT / "examples" / "ckpt"

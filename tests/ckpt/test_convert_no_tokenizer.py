@@ -7,10 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 import transformers
 
 from support.ckpt_hf_models import read_hf_tensors
+
+pytestmark = pytest.mark.slow   # see tests/conftest.py
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMON = ["--use-mcore-models", "--model-type", "GPT", "--add-qkv-bias",

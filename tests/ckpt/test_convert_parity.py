@@ -14,6 +14,8 @@ from mindrl.distributed import spawn_local
 from support.ckpt_convert_worker import logits_from_checkpoints, run_conversions
 from support.ckpt_hf_models import VARIANTS, make_hf_model, read_hf_tensors, save_hf
 
+pytestmark = pytest.mark.slow   # see tests/conftest.py
+
 ALL_LAYOUTS = [(1, 1), (2, 1), (1, 2), (2, 2)]
 # The loading model's vocab divisor (the converter writes unpadded rows): 4 pads 126 -> 128.
 LOADER_DIVISIBLE = {"qwen2_tied_g2": 4}

@@ -28,6 +28,8 @@ from support.ckpt_vl_models import ASSET_FILES, save_vl_hf
 from support.ckpt_vl_worker import vl_logits_from_checkpoint
 from support.tiny_vl import IMAGE_PAD, prompts, tiny_vl_model
 
+pytestmark = pytest.mark.slow   # see tests/conftest.py
+
 LOGITS_ATOL = 1e-5
 ONE_IMAGE = prompts()[1]    # a 6 x 8 patch image between text tokens
 

@@ -53,6 +53,7 @@ def checkpoints(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["torch_dcp", "megatron"])
 def test_real_checkpoint_metadata_loads(checkpoints, kind):
     path = checkpoints / kind / ".metadata"
@@ -68,6 +69,7 @@ def test_real_checkpoint_metadata_loads(checkpoints, kind):
             ("torch.distributed.checkpoint.metadata", "BytesStorageMetadata")} <= recording.seen
 
 
+@pytest.mark.slow
 def test_torch_load_path_reads_through_the_safe_reader(checkpoints):
     out = {"a": torch.empty(3, 2), "b": torch.empty(2, dtype=torch.float16)}
     with warnings.catch_warnings():
@@ -125,6 +127,7 @@ def resume_error(rank, world_size, ckpt):
     return None
 
 
+@pytest.mark.slow
 def test_training_resume_refuses_a_crafted_metadata(fake_mcore, tmp_path):
     ckpt = fake_mcore / "release"
     marker = tmp_path / "pwned"

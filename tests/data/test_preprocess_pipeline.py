@@ -60,6 +60,7 @@ def test_strict_fails_naming_the_row_and_leaves_nothing(tmp_path, tokenizer_dir)
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
 
 
+@pytest.mark.slow
 def test_cli_strict_and_template_with_qwen25_on_parquet(tmp_path, capsys):
     import datasets
 

@@ -15,6 +15,8 @@ from mindrl.config.model_spec import load_model_spec
 from support.engine_worker import full_gradients, log_probs_at_layouts
 from support.hf_reference import reference_hf_model
 
+pytestmark = pytest.mark.slow   # see tests/conftest.py
+
 B, P, R = 4, 5, 6
 
 

@@ -12,6 +12,8 @@ from mindrl.distributed import spawn_local
 from support.tiny_vl import IMAGE_PAD, prompts, tiny_vl_model
 from support.vl_engine_worker import RESPONSE, run_engine, vl_batch
 
+pytestmark = pytest.mark.slow   # see tests/conftest.py
+
 LAYOUTS = [(2, 1), (1, 2), (1, 1)]   # on 2 ranks: TP2, PP2, DP2
 IDS = ["tp2", "pp2", "dp2"]
 

@@ -14,6 +14,8 @@ from support.hf_reference import reference_hf_model
 from support.resume_worker import resume_checks
 from test_megatron_engine import make_batch
 
+pytestmark = pytest.mark.slow   # see tests/conftest.py
+
 # (distributed optimizer, saved (TP, PP), loaded (TP, PP)) in a world of 2: DP fills the rest.
 CHANGES = [(True, (2, 1), (1, 1)), (True, (1, 2), (1, 1)), (True, (1, 1), (2, 1)),
            (False, (2, 1), (1, 1))]

@@ -14,6 +14,8 @@ from mindrl.distributed import spawn_local
 
 from support.reward_worker import convert, scores_at_layouts
 
+pytestmark = pytest.mark.slow   # see tests/conftest.py
+
 PAD = 0
 B, P, R = 4, 5, 6
 # TP, PP, sequence parallel (SP needs Apex / TE norms: it cannot run on this CPU stack)

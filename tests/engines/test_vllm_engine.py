@@ -149,6 +149,7 @@ def max_diff(out, ref):
     return float(((got["rollout_log_probs"] - ref).abs() * got["response_mask"]).max())
 
 
+@pytest.mark.slow
 def test_generate_n_samples_per_prompt_in_prompt_major_order(engine, prompts):
     out = engine.generate(prompts, n=N)
     assert len(out) == len(prompts) * N
@@ -167,12 +168,14 @@ def test_generate_n_samples_per_prompt_in_prompt_major_order(engine, prompts):
     assert engine.generate(prompts, n=N, seed=1).response_token_ids != out.response_token_ids
 
 
+@pytest.mark.slow
 def test_ignore_eos_gives_exactly_max_tokens(engine, prompts):
     out = engine.generate(prompts, n=2, ignore_eos=True)
     assert {len(ids) for ids in out.response_token_ids} == {MAX_TOKENS}
     assert set(out.finish_reasons) == {"length"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_sampled_logprobs_match_transformers(engine, prompts, model_dirs, temperature):
     out = engine.generate(prompts, n=N, temperature=temperature)
@@ -180,6 +183,7 @@ def test_sampled_logprobs_match_transformers(engine, prompts, model_dirs, temper
     assert diff <= TOL, diff
 
 
+@pytest.mark.slow
 def test_score_gives_the_same_logprobs_as_sampling(engine, prompts):
     out = engine.generate(prompts, n=2)
     scored = engine.score(out.prompt_token_ids, out.response_token_ids)
@@ -187,6 +191,7 @@ def test_score_gives_the_same_logprobs_as_sampling(engine, prompts):
         assert torch.allclose(torch.tensor(a), torch.tensor(b), atol=TOL)
 
 
+@pytest.mark.slow
 def test_fingerprint_equals_the_checkpoint(engine, model_dirs):
     ref = checkpoint_fingerprint(model_dirs[0], engine.dtype)
     got = engine.fingerprint()
@@ -197,6 +202,7 @@ def test_fingerprint_equals_the_checkpoint(engine, model_dirs):
         engine.check_fingerprint(checkpoint_fingerprint(model_dirs[1], engine.dtype))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["packed", "reload"])
 def test_load_weights_in_buckets_switches_the_model(engine, reload_engine, prompts, model_dirs,
                                                     mode):
@@ -225,6 +231,7 @@ def _compute_with_plain_weight(worker, module_name):
     worker.model_runner.get_model().get_submodule(module_name)._cpu_skip_gemm_dispatch = True
 
 
+@pytest.mark.slow
 def test_a_layer_that_keeps_its_weight_owns_it(engine, model_dirs):
     """The packed loader hands a linear a view of the caller's buffer; a layer that computes
     with that weight itself must copy it, or the next bucket would overwrite it."""
@@ -238,6 +245,7 @@ def test_a_layer_that_keeps_its_weight_owns_it(engine, model_dirs):
     engine.check_fingerprint(checkpoint_fingerprint(model_dirs[1], engine.dtype))
 
 
+@pytest.mark.slow
 def test_every_engine_side_is_a_weight_target(engine, reload_engine):
     """The transports call the WeightTarget members without probing: every engine side has
     them all, and says whether its loads run in the background (two buckets in flight)."""
@@ -249,6 +257,7 @@ def test_every_engine_side_is_a_weight_target(engine, reload_engine):
         assert target.loads_in_background is background
 
 
+@pytest.mark.slow
 def test_a_load_submitted_from_a_shared_file_is_whole_when_it_returns(engine, model_dirs):
     """In-process, `submit_load_from_file` loads before it returns: the shm bucket's single
     buffer may be refilled at once."""
@@ -275,6 +284,7 @@ def test_a_load_submitted_from_a_shared_file_is_whole_when_it_returns(engine, mo
         region.close()
 
 
+@pytest.mark.slow
 def test_bad_loads_are_refused_by_name_and_are_fatal(engine, model_dirs):
     """Checks that fire before vLLM is touched; each marks the engine unusable (a sync may
     already have loaded earlier buckets), so the test clears that flag between cases."""
@@ -292,6 +302,7 @@ def test_bad_loads_are_refused_by_name_and_are_fatal(engine, model_dirs):
         engine._failure = None   # vLLM itself was not touched by these
 
 
+@pytest.mark.slow
 def test_a_failed_load_inside_vllm_is_fatal(engine):
     """Last in the module: this really breaks the engine's weights."""
     meta = torch.empty(128, device="meta")

@@ -12,6 +12,8 @@ from mindrl.config.model_spec import load_model_spec
 from support.hf_reference import reference_hf_model
 from support.parallel_logits_worker import logits_at_layouts
 
+pytestmark = pytest.mark.slow   # see tests/conftest.py
+
 
 @pytest.mark.parametrize("model_name,vocab,divisible", [
     ("tiny-qwen2", 126, 4),    # tied embeddings, qkv bias, 2 query groups, padded vocab

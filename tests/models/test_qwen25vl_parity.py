@@ -16,6 +16,8 @@ from mindrl.distributed import spawn_local
 
 from support.qwen25vl_parity_worker import IMAGE_PAD, grpo_loss, prompts, run_layouts, tiny_vl_model
 
+pytestmark = pytest.mark.slow   # see tests/conftest.py
+
 LOGITS_ATOL = 1e-5
 GRAD_RTOL = 1e-5
 

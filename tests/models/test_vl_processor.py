@@ -148,6 +148,7 @@ def test_processor_expands_each_image_to_its_grid(processor):
     assert inputs["mm_token_type_ids"][0].sum().item() == 74
 
 
+@pytest.mark.slow
 def test_vllm_generates_from_images_with_transformers_logprobs(vl_dir, processor):
     from transformers import AutoModelForImageTextToText
 

@@ -68,6 +68,7 @@ def test_import_torchvision_in_a_fresh_process():
     assert got[0].startswith("0.28.0")
 
 
+@pytest.mark.slow
 def test_import_vllm_with_torchvision():
     got = _run("import json, vllm, torchvision; "
                "from vllm.model_executor.models import qwen2_5_vl; "
@@ -85,6 +86,7 @@ def local_ray():
     ray.shutdown()
 
 
+@pytest.mark.slow
 def test_ray_worker_imports_torchvision(local_ray):
     @local_ray.remote
     def tv_in_worker():

@@ -13,6 +13,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 DRIVER = r"""
 import json, sys
 from vllm.model_executor.models.registry import _ModelInfo, _run_in_subprocess
@@ -33,6 +35,7 @@ print(json.dumps({"child_pid": pid, "parent_pid": os.getpid(), "torchvision": ve
 """
 
 
+@pytest.mark.slow
 def test_vllm_model_inspection_child_imports_torchvision_and_qwen25vl():
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     out = subprocess.run([sys.executable, "-c", DRIVER], cwd="/", env=env,

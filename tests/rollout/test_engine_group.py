@@ -14,6 +14,8 @@ from mindrl.errors import WeightSyncError
 from mindrl.rollout.engine_group import EngineDied, RolloutGroup
 from mindrl.workers.placement import EngineSlot
 
+pytestmark = pytest.mark.slow   # see tests/conftest.py
+
 CONFIG = GenerateConfig(max_num_seqs=16, max_model_len=64, kv_cache_memory_bytes=16 * 2**20,
                         sampling_config=SamplingConfig(max_tokens=8, seed=0))
 

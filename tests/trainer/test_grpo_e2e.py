@@ -4,6 +4,7 @@ the rerun equals an uninterrupted run (and also offloads the training state duri
 generation); after a clean stop, a run saved without its optimizer resumes only when told to
 start a fresh one."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -15,12 +16,11 @@ import pytest
 
 from support.grpo_runs import REQUIRED_KEYS, finite, metrics, shm_files_of, start, train
 
+from mindrl.processes import pid_alive
+
+pytestmark = pytest.mark.slow   # see tests/conftest.py
+
 NON_DETERMINISTIC = ("timing_s/", "perf/", "val/")
-
-
-@pytest.fixture(scope="module")
-def work(tmp_path_factory):
-    return tmp_path_factory.mktemp("work")
 
 
 TP2_LAYOUT = ("+actor_config.tensor_model_parallel_size=2",
@@ -110,11 +110,43 @@ def _deterministic(rows):
             for r in rows if r["step"] > 0]
 
 
+@dataclasses.dataclass
+class Killed:
+    run_dir: Path
+    rows: list           # steps 1-4 as the run logged them before it was killed
+    latest: str          # latest_checkpointed_iteration.txt right after the kill
+    survivors: list      # actor pids still alive 60 s after the kill
+
+
 @pytest.fixture(scope="module")
-def straight(work):
-    run_dir = work / "runs" / "straight"
-    train(work, run_dir, "megatron_training.train_iters=4", "rl_config.save_freq=2")
-    return _deterministic(metrics(run_dir))
+def killed(work):
+    """A 4-step run (checkpoints at 2 and 4) whose driver is SIGKILLed while iteration 4's
+    checkpoint is being written. Each step is logged before its checkpoint, so by then the
+    run has logged all 4 steps uninterrupted: they are the reference the resume tests compare
+    with (an uninterrupted run of the same settings gives the same rows: fp32, seeded)."""
+    run_dir = work / "runs" / "killed"
+    proc = start(work, run_dir, "megatron_training.train_iters=4", "rl_config.save_freq=2",
+                 stdout=subprocess.DEVNULL)
+    saving = run_dir / ".tmp_iter_0000004"
+    deadline = time.time() + 400
+    while proc.poll() is None and not saving.exists() and time.time() < deadline:
+        time.sleep(0.002)
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    latest = (run_dir / "latest_checkpointed_iteration.txt").read_text()
+    workers = json.loads((run_dir / "workers.json").read_text())
+    deadline = time.time() + 60
+    while any(map(pid_alive, workers["actor"])) and time.time() < deadline:
+        time.sleep(0.5)
+    return Killed(run_dir, _deterministic(metrics(run_dir)), latest,
+                  [pid for pid in workers["actor"] if pid_alive(pid)])
+
+
+@pytest.fixture(scope="module")
+def straight(killed):
+    assert [r["step"] for r in killed.rows] == [1, 2, 3, 4]
+    return killed.rows
 
 
 def test_resume_honours_no_save_optim_and_no_load_optim(work, straight):
@@ -159,42 +191,22 @@ def test_a_wrong_mapping_entry_stops_the_run_at_the_first_sync_naming_it(work):
     assert not (run_dir / "metrics.jsonl").exists() or metrics(run_dir) == []
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def test_kill_9_of_the_driver_mid_save_then_rerun_matches_an_uninterrupted_run(work, straight):
+def test_kill_9_of_the_driver_mid_save_then_rerun_matches_an_uninterrupted_run(work, killed):
     """SIGKILL the driver while iteration 4's checkpoint is being written (steps 3-4 done
     after the checkpoint at 2): no worker outlives it, the half-written checkpoint is never
-    taken for a complete one, and the rerun resumes from 2 and equals the straight run."""
-    run_dir = work / "runs" / "killed"
-    proc = start(work, run_dir, "megatron_training.train_iters=4", "rl_config.save_freq=2",
-                 stdout=subprocess.DEVNULL)
-    saving = run_dir / ".tmp_iter_0000004"
-    deadline = time.time() + 400
-    while proc.poll() is None and not saving.exists() and time.time() < deadline:
-        time.sleep(0.002)
-    assert proc.poll() is None, proc.communicate()[1][-3000:]
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert (run_dir / "latest_checkpointed_iteration.txt").read_text() == "2"
-    workers = json.loads((run_dir / "workers.json").read_text())
-    deadline = time.time() + 60
-    while any(map(_alive, workers["actor"])) and time.time() < deadline:
-        time.sleep(0.5)
-    assert not any(map(_alive, workers["actor"])), "a worker outlived the killed driver"
+    taken for a complete one, and the rerun resumes from 2 and equals what the run logged
+    before the kill."""
+    assert killed.latest == "2"
+    assert not killed.survivors, "a worker outlived the killed driver"
 
     # The rerun also offloads the training state while vLLM generates: that changes nothing.
+    run_dir = killed.run_dir
     train(work, run_dir, "megatron_training.train_iters=4", "rl_config.save_freq=2",
           "generate_config.offload_train_param=true", "generate_config.offload_train_grad=true",
           "generate_config.offload_train_optimizer=true")
-    assert _deterministic(metrics(run_dir)) == straight   # steps 3, 4 recorded once
+    assert _deterministic(metrics(run_dir)) == killed.rows   # steps 3, 4 recorded once
     assert (run_dir / "latest_checkpointed_iteration.txt").read_text() == "4"
-    assert not saving.exists()
+    assert not (run_dir / ".tmp_iter_0000004").exists()
 
 
 def test_overlapped_passes_give_the_same_run(work):
@@ -218,10 +230,11 @@ def test_overlapped_passes_give_the_same_run(work):
     assert all(r["actor/ppo_kl"] != 0 and 0 <= r["actor/pg_clipfrac"] <= 1 for r in runs["false"])
 
 
-def test_trains_from_a_preprocessed_indexed_dataset_with_a_reward_model(work):
-    """examples/data's tiny recipe -> Megatron indexed prompts -> the trainer reads token ids.
-    A reward-model role (tiny random scalar head, made and converted by `prepare`) scores the
-    rollouts alongside the arith verifier: score = arith + 0.5 x reward model."""
+@pytest.fixture(scope="module")
+def indexed(work):
+    """examples/data's tiny recipe -> Megatron indexed prompts -> a 2-step run that reads token
+    ids, with a reward-model role (tiny random scalar head, made and converted by `prepare`)
+    scoring the rollouts beside the arith verifier."""
     import sys
 
     from support.grpo_runs import REPO
@@ -237,6 +250,12 @@ def test_trains_from_a_preprocessed_indexed_dataset_with_a_reward_model(work):
           "+rl_config.reward_model=true", "+rl_config.reward_model_weight=0.5",
           "+rl_config.reward_resource.num_cpus=1", "rl_config.colocate_actor_ref=true",
           f"+reward_config.load={work / 'models' / 'tiny-rm-mcore'}")
+    return run_dir
+
+
+def test_trains_from_a_preprocessed_indexed_dataset_with_a_reward_model(indexed):
+    """score = arith + 0.5 x reward model, on prompts read from the indexed dataset."""
+    run_dir = indexed
     rows = metrics(run_dir)
     assert [r["step"] for r in rows] == [1, 2]
     assert rows[0]["prompt_length/max"] <= 4   # "a+b=" with the `empty` template, char tokens
@@ -248,15 +267,19 @@ def test_trains_from_a_preprocessed_indexed_dataset_with_a_reward_model(work):
     assert "reward" in json.loads((run_dir / "workers.json").read_text())
 
 
-def test_dynamic_sampling_fills_the_batch_with_informative_groups(work):
-    run_dir = work / "runs" / "dapo"
-    train(work, run_dir, "megatron_training.train_iters=3", "rl_config.save_freq=3",
-          "rl_config.dynamic_sampling=true", "rl_config.max_gen_rounds=4",
-          "megatron_training.global_batch_size=8", "rl_config.mini_batch_size=8",
-          "rl_config.val_data_path=null")
-    for row in metrics(run_dir):
+def test_dynamic_sampling_fills_the_batch_with_informative_groups(straight, indexed):
+    """The recipe samples dynamically (DAPO: rl_config.dynamic_sampling, at most
+    max_gen_rounds=3 rounds to find 8 informative prompt groups a step). Read from two runs
+    made for other tests: the verifier alone scores the untrained policy's groups alike, so
+    the straight run stops at the round limit; the reward model scores every sample apart,
+    so the indexed run fills its batch before the limit."""
+    filled = metrics(indexed)
+    assert len(straight) == 4 and len(filled) == 2
+    for row in straight + filled:
         rounds = row["dynamic_sampling/rounds"]
         informative = row["dynamic_sampling/informative_groups"]
-        assert 1 <= rounds <= 4
-        assert informative >= 8 or rounds == 4    # full batch, or the round limit was hit
-        assert 0.0 <= row["dynamic_sampling/raw_score_mean"] <= 1.0
+        assert 1 <= rounds <= 3, row
+        assert informative >= 8 or rounds == 3, row   # a full batch, or the round limit hit
+    assert any(row["dynamic_sampling/rounds"] < 3 for row in filled), filled
+    # The verifier's scores are 0 or 1: so is the mean over every sample generated.
+    assert all(0.0 <= row["dynamic_sampling/raw_score_mean"] <= 1.0 for row in straight)

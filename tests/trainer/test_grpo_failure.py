@@ -12,13 +12,15 @@ import pytest
 
 from support.grpo_runs import start
 
+pytestmark = pytest.mark.slow   # see tests/conftest.py
+
 
 @pytest.mark.parametrize("victim, named, label", [
     ("ref", "role 'ref' rank 0 died", "ref rank 0"),
     ("rollout", "rollout engine 0", "rollout engine 0 (actor device 0)")])
-def test_a_dead_worker_or_engine_stops_the_run_naming_it(tmp_path, victim, named, label):
+def test_a_dead_worker_or_engine_stops_the_run_naming_it(work, tmp_path, victim, named, label):
     run_dir = tmp_path / "runs" / "dies"
-    proc = start(tmp_path, run_dir, "megatron_training.train_iters=400", "rl_config.save_freq=2")
+    proc = start(work, run_dir, "megatron_training.train_iters=400", "rl_config.save_freq=2")
     try:
         deadline = time.time() + 400
         metrics = run_dir / "metrics.jsonl"

@@ -61,10 +61,11 @@ def _section(report: str, title: str) -> str:
     return report[start:end if end > 0 else None]
 
 
-def test_a_rank_that_hangs_in_the_update_stops_the_run_with_a_report_naming_it(tmp_path):
+@pytest.mark.slow
+def test_a_rank_that_hangs_in_the_update_stops_the_run_with_a_report_naming_it(work, tmp_path):
     run_dir = tmp_path / "runs" / "hangs"
     path = os.pathsep.join(filter(None, [str(HOOK), os.environ.get("PYTHONPATH")]))
-    proc = start(tmp_path, run_dir, "megatron_training.train_iters=3", "rl_config.save_freq=1",
+    proc = start(work, run_dir, "megatron_training.train_iters=3", "rl_config.save_freq=1",
                  f"rl_config.phase_timeout_s={DEADLINE_S}", *LAYOUT, *QUICK,
                  env={"PYTHONPATH": path, "MINDRL_TEST_HANG_UPDATE": "actor:1:2"})
     with _output_of(proc) as out:
@@ -129,6 +130,7 @@ def two_nodes():
     cluster.shutdown()
 
 
+@pytest.mark.slow
 def test_the_stack_of_a_process_on_another_node_is_read_there(two_nodes):
     """The failure report's collection path for another node: a task pinned to that node
     signals the process and reads its dump back."""
@@ -162,7 +164,8 @@ def test_the_stack_of_a_process_on_another_node_is_read_there(two_nodes):
         ray.shutdown()
 
 
-def test_a_node_lost_mid_run_stops_the_run_with_a_report_naming_it(tmp_path, two_nodes):
+@pytest.mark.slow
+def test_a_node_lost_mid_run_stops_the_run_with_a_report_naming_it(work, tmp_path, two_nodes):
     """Actor rank 1 and rollout engine 1 run on the second node (the plan's layout); that node
     goes (its raylet and workers killed) after step 1's checkpoint: exit 3 within 60 s, the
     report names both with that node's id. The killed receiver's /dev/shm file outlives it
@@ -171,7 +174,7 @@ def test_a_node_lost_mid_run_stops_the_run_with_a_report_naming_it(tmp_path, two
 
     cluster, far = two_nodes
     run_dir = tmp_path / "runs" / "node_lost"
-    proc = start(tmp_path, run_dir, "megatron_training.train_iters=4", "rl_config.save_freq=1",
+    proc = start(work, run_dir, "megatron_training.train_iters=4", "rl_config.save_freq=1",
                  *LAYOUT, *QUICK, env={"RAY_ADDRESS": cluster.address})
     with _output_of(proc) as out:
         saved = _wait_for_first_checkpoint(proc, run_dir)

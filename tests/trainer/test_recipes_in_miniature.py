@@ -12,14 +12,11 @@ from mindrl.config.scale_down import with_cpu_slots
 
 from support.grpo_runs import finite, metrics, train
 
+pytestmark = pytest.mark.slow   # see tests/conftest.py
+
 # recipe, divisor: the 7B R1-Zero keeps TP2 (sequence parallel) and inference TP2; the 32B one
 # goes to TP1 so that its 2 stages x 2 replicas and 4 engines fit beside the others in time.
 MINIATURES = [("r1_zero_qwen25_7b", 2), ("r1_zero_qwen25_32b", 8), ("grpo_qwen25_7b", 2)]
-
-
-@pytest.fixture(scope="module")
-def work(tmp_path_factory):
-    return tmp_path_factory.mktemp("miniature")
 
 
 @pytest.mark.parametrize("recipe, divisor", MINIATURES)

@@ -20,6 +20,8 @@ from mindrl.weight_sync.plan import plan_buckets, plan_units
 
 from support.reshard_worker import sync_layouts
 
+pytestmark = pytest.mark.slow   # see tests/conftest.py
+
 LAYOUTS = [(2, 1), (1, 2), (2, 2)]
 PROMPTS = [[40, 41, 42, 43, 44, 45], [50, 60, 70], [7, 8, 9, 10, 11, 12, 13, 14]]
 TOL = 1e-4

@@ -30,6 +30,7 @@ def two_nodes():
     cluster.shutdown()
 
 
+@pytest.mark.slow
 def test_nodes_are_read_by_id_head_first(two_nodes):
     cluster = read_ray_cluster(two_nodes.address)
     assert cluster.device_type == "cpu" and cluster.num_nodes == 2 and cluster.total_devices == 4
@@ -39,6 +40,7 @@ def test_nodes_are_read_by_id_head_first(two_nodes):
     assert [cluster.node_of(d) for d in range(5)] == [0, 0, 1, 1, 2]
 
 
+@pytest.mark.slow
 def test_plan_puts_each_rank_and_engine_on_a_node_and_refuses_what_cannot_fit(two_nodes):
     cluster = read_ray_cluster(two_nodes.address)
     run = load_recipe("grpo_tiny_cpu", TWO_BY_TWO, cluster=cluster)
@@ -63,6 +65,7 @@ def test_plan_puts_each_rank_and_engine_on_a_node_and_refuses_what_cannot_fit(tw
                     cluster=cluster)
 
 
+@pytest.mark.slow
 def test_placement_follows_the_plan_node_for_node(two_nodes):
     import ray
     from ray.util.placement_group import placement_group_table, remove_placement_group
@@ -84,6 +87,7 @@ def test_placement_follows_the_plan_node_for_node(two_nodes):
         ray.shutdown()
 
 
+@pytest.mark.slow
 def test_the_cli_plans_against_the_cluster_ray_address_names(two_nodes):
     env = {**os.environ, "RAY_ADDRESS": two_nodes.address}
     out = subprocess.run([sys.executable, str(REPO / "cli" / "train_grpo.py"), "+dry_run=true",
@@ -101,6 +105,7 @@ def test_an_address_that_does_not_answer_fails_fast_naming_it():
 
 
 
+@pytest.mark.slow
 def test_a_node_with_other_software_is_refused_naming_it(two_nodes, tmp_path):
     """A third node whose Python finds another MindRL checkout (one source file edited, same
     version number): the CLI refuses the cluster before planning, naming that node and both
