@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow   # see tests/conftest.py
 
 
 @pytest.mark.parametrize("victim, named, label", [
-    ("ref", "role 'ref' rank 0 died", "ref rank 0"),
+    ("ref", "ref rank 0 died during", "ref rank 0"),
     ("rollout", "rollout engine 0", "rollout engine 0 (actor device 0)")])
 def test_a_dead_worker_or_engine_stops_the_run_naming_it(work, tmp_path, victim, named, label):
     run_dir = tmp_path / "runs" / "dies"
