@@ -7,7 +7,7 @@ engines and builders below the trainer can read them without importing the train
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Optional
 
 from mindrl.config.model_spec import ModelSpec
@@ -85,12 +85,8 @@ def optim_config(run: RunConfig, role: str) -> OptimConfig:
     times per training step."""
     cfg, rl = run.role(role), run.rl_config
     updates_per_step = (run.megatron_training.global_batch_size // rl.mini_batch_size) * rl.epochs
-    return OptimConfig(lr=cfg.lr, min_lr=cfg.min_lr, lr_decay_style=cfg.lr_decay_style,
-                       lr_warmup_fraction=cfg.lr_warmup_fraction,
-                       weight_decay=cfg.weight_decay, clip_grad=cfg.clip_grad,
-                       adam_beta1=cfg.adam_beta1, adam_beta2=cfg.adam_beta2,
-                       adam_eps=cfg.adam_eps, train_iters=cfg.train_iters * updates_per_step,
-                       use_distributed_optimizer=cfg.use_distributed_optimizer)
+    keys = {f.name: getattr(cfg, f.name) for f in fields(OptimConfig)}   # the role's keys
+    return OptimConfig(**{**keys, "train_iters": cfg.train_iters * updates_per_step})
 
 
 def role_setup(run: RunConfig, role: str, pad_id: int) -> RoleSetup:

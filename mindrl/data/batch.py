@@ -20,8 +20,6 @@ import torch
 
 LEFT_PADDED = frozenset({"prompt_ids", "prompt_mask"})
 ID_FIELDS = frozenset({"prompt_ids", "response_ids"})   # padded with the pad id, others with 0
-PROMPT_KEYS = ("prompt_ids", "prompt_mask")
-RESPONSE_KEYS = ("response_ids", "response_mask", "rollout_log_probs")
 
 Rows = Union[Sequence[int], torch.Tensor]
 
@@ -131,10 +129,6 @@ class Batch:
 
     def get(self, key: str, default=None):
         return self[key] if key in self else default
-
-    def tensor_fields(self, keys: Optional[Sequence[str]] = None) -> Dict[str, torch.Tensor]:
-        """The tensors (all, or `keys`) as a plain dict: what a Megatron pass receives."""
-        return dict(self.tensors) if keys is None else {k: self.tensors[k] for k in keys}
 
     @property
     def group_ids(self) -> List[int]:
