@@ -117,3 +117,47 @@ def write_vl_tokenizer_and_processor(out_dir: Union[str, Path],
     out_dir.mkdir(parents=True, exist_ok=True)
     processor.save_pretrained(out_dir)
     return vl_token_ids(processor.tokenizer)
+
+
+# Files that hold an image processor's settings: the hub layout, or transformers 5's
+# save_pretrained (processor_config.json). One of them must be present.
+IMAGE_PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
+# The image-processor backend both sides must use: vLLM's Qwen2.5-VL preprocesses with
+# torchvision; transformers' PIL backend gives pixel values up to 0.015 apart (2e-3 to 9e-3 in
+# log-probs, PLATFORM_NOTES "Qwen2.5-VL on this stack").
+IMAGE_BACKEND = "torchvision"
+
+
+class ProcessorError(ValueError):
+    """A VL processor that is missing or is not the one both sides must share."""
+
+
+def check_vl_processor(processor, source: str) -> None:
+    """Refuse a processor that would make the trainer's pixel values differ from vLLM's: not a
+    Qwen2.5-VL processor, or an image processor on another backend than torchvision."""
+    kind = type(processor).__name__
+    if kind != "Qwen2_5_VLProcessor":
+        raise ProcessorError(f"{source}: processor is {kind}, expected Qwen2_5_VLProcessor")
+    backend = getattr(processor.image_processor, "backend", None)
+    if backend != IMAGE_BACKEND:
+        raise ProcessorError(
+            f"{source}: the image processor runs on the {backend!r} backend, vLLM on "
+            f"{IMAGE_BACKEND!r} (pixel values would differ); this process cannot import "
+            f"torchvision: on CPU run `python -m mindrl.platforms.cpu.torchvision_shim "
+            f"--install` (make setup does)")
+
+
+def load_vl_processor(path: Union[str, Path]):
+    """The Qwen2.5-VL processor saved in `path`, offline, checked (`check_vl_processor`); a
+    directory without processor files is refused naming them and how to add them."""
+    from transformers import AutoProcessor
+
+    path = Path(path)
+    if not any((path / name).is_file() for name in IMAGE_PROCESSOR_FILES):
+        raise ProcessorError(
+            f"{path}: no image processor ({' or '.join(IMAGE_PROCESSOR_FILES)}); copy the "
+            f"processor files of the original HF model into this directory (or "
+            f"`processor.save_pretrained(path)`), or point the key at a directory that has them")
+    processor = AutoProcessor.from_pretrained(str(path), local_files_only=True)
+    check_vl_processor(processor, str(path))
+    return processor

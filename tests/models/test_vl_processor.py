@@ -189,3 +189,25 @@ def test_vllm_generates_from_images_with_transformers_logprobs(vl_dir, processor
     print(f"vLLM vs transformers max |logprob diff| per prompt: {diffs}; "
           f"vLLM batched: {report['tokens_per_s']:.0f} tokens/s ({report['batch_tokens']} tokens)")
     assert max(diffs) <= TOL
+
+
+def test_load_vl_processor_checks_files_class_and_backend(vl_dir, tmp_path):
+    """The one loader both sides use: torchvision backend accepted; a directory without
+    processor files and a PIL-backend processor are refused naming the file / the backend."""
+    from transformers import Qwen2_5_VLProcessor
+    from transformers.models.qwen2_vl import Qwen2VLImageProcessorPil
+
+    from mindrl.models.processors import (ProcessorError, build_vl_processor,
+                                          check_vl_processor, load_vl_processor)
+
+    assert load_vl_processor(vl_dir[0]).image_processor.backend == "torchvision"
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ProcessorError, match="preprocessor_config.json"):
+        load_vl_processor(tmp_path)
+    ours = build_vl_processor()
+    pil = Qwen2_5_VLProcessor(image_processor=Qwen2VLImageProcessorPil(
+        min_pixels=DEFAULT_MIN_PIXELS, max_pixels=DEFAULT_MAX_PIXELS),
+        tokenizer=ours.tokenizer, video_processor=ours.video_processor,
+        chat_template=ours.chat_template)
+    with pytest.raises(ProcessorError, match="'pil' backend"):
+        check_vl_processor(pil, "trainer")
