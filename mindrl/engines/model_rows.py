@@ -5,7 +5,8 @@ causal attention with no padding mask, so each sample becomes one right-padded r
 `prompt_valid ++ response` starting at position 0: trailing padding can never be attended by a
 real token, so the log-probs are exact without any attention mask. `micro_batches` cuts a
 (DP-local) Batch into the dicts the forward schedule consumes, each on this rank's device:
-the rows' tokens, the logit position of every response token, and the Batch's fields for
+the rows' tokens, the logit position of every response token, each row's prompt length
+(a multimodal model places image features in the prompt only), and the Batch's fields for
 those samples (tensors sliced, per-sample lists such as images picked).
 """
 
@@ -83,6 +84,7 @@ def micro_batches(batch: Batch, micro_batch_size: int, target: torch.device, pad
         part = batch.select(range(start, start + micro_batch_size))
         fields = {**part.tensors, **part.meta,
                   "tokens": rows.tokens[start:start + micro_batch_size],
-                  "positions": positions[start:start + micro_batch_size]}
+                  "positions": positions[start:start + micro_batch_size],
+                  "prompt_lengths": rows.prompt_lengths[start:start + micro_batch_size]}
         out.append({k: _to(v, target) for k, v in fields.items()})
     return out, int(rows.tokens.shape[1])

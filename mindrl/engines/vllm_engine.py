@@ -35,6 +35,7 @@ from mindrl.ckpt.fingerprint import NamedTensors, compare_fingerprints
 from mindrl.config.cpu_notice import CPU_VLLM
 from mindrl.config.schema import GenerateConfig, SamplingConfig
 from mindrl.data.batch import left_pad, right_pad
+from mindrl.data.vl_prompts import decode_image
 from mindrl.engines import vllm_weights
 from mindrl.engines.vllm_fingerprint import combine_views
 from mindrl.engines.vllm_fingerprint import vllm_view as _vllm_view
@@ -122,6 +123,24 @@ class RolloutOutput:
                  response_length: Optional[int] = None) -> Dict[str, torch.Tensor]:
         return {**self.prompt_tensors(pad_id, prompt_length),
                 **self.response_tensors(pad_id, response_length)}
+
+
+def _requests(prompt_token_ids: Sequence[Sequence[int]],
+              images: Optional[Sequence[Sequence[bytes]]],
+              mm_processor_kwargs: Optional[dict]) -> List[dict]:
+    """vLLM token prompts; a prompt with images carries them decoded (vLLM takes images, not
+    pixel values) and the processor settings both sides share."""
+    if images is not None and len(images) != len(prompt_token_ids):
+        raise ValueError(f"{len(images)} image lists for {len(prompt_token_ids)} prompts")
+    requests = []
+    for index, ids in enumerate(prompt_token_ids):
+        request = {"prompt_token_ids": list(map(int, ids))}
+        if images is not None and images[index]:
+            request["multi_modal_data"] = {"image": [decode_image(b) for b in images[index]]}
+            if mm_processor_kwargs:
+                request["mm_processor_kwargs"] = dict(mm_processor_kwargs)
+        requests.append(request)
+    return requests
 
 
 # ---------------------------------------------------------------------------- the engine
@@ -228,25 +247,29 @@ class VLLMEngine:
                                   f"({self._failure}); start a new one")
 
     def generate(self, prompt_token_ids: Sequence[Sequence[int]], n: int = 1,
+                 images: Optional[Sequence[Sequence[bytes]]] = None,
+                 mm_processor_kwargs: Optional[dict] = None,
                  **sampling_overrides) -> RolloutOutput:
         """n samples per prompt (prompt-major) with the sampled tokens' log-probs.
 
         With a sampling seed, prompt i's samples use seeds seed + i*n ... seed + i*n + n-1, so no
         two samples share a random stream; vary the seed per step (override ``seed=``).
+        `images[i]`: prompt i's images (encoded bytes, one `<|image_pad|>` each in its ids),
+        processed by vLLM with `mm_processor_kwargs` (the trainer's pixel bounds). The output's
+        prompt ids are vLLM's own, image pads expanded: what the trainer's must equal.
         """
-        from vllm.inputs import TokensPrompt
-
         self._usable()
         params = sampling_params(self.config.sampling_config, n, **sampling_overrides)
-        prompts = [TokensPrompt(prompt_token_ids=list(map(int, p))) for p in prompt_token_ids]
+        prompts = _requests(prompt_token_ids, images, mm_processor_kwargs)
         if params.seed is not None:   # vLLM seeds sample i with seed + i: same for every prompt
             params = [_reseeded(params, params.seed + i * n) for i in range(len(prompts))]
         results = self.llm.generate(prompts, params, use_tqdm=False)
         out = RolloutOutput([], [], [], [], [])
-        for index, (prompt, result) in enumerate(zip(prompt_token_ids, results)):
+        for index, result in enumerate(results):
+            prompt = list(map(int, result.prompt_token_ids))
             for sample in sorted(result.outputs, key=lambda o: o.index):
                 ids = list(sample.token_ids)
-                out.prompt_token_ids.append(list(map(int, prompt)))
+                out.prompt_token_ids.append(prompt)
                 out.response_token_ids.append(ids)
                 out.log_probs.append([sample.logprobs[t][tok].logprob for t, tok in enumerate(ids)])
                 out.finish_reasons.append(sample.finish_reason)

@@ -33,7 +33,8 @@ def run_schedule(model, micro_batches: List[dict], seq_length: int, forward_only
         if "image_grid_thw" in micro:
             # A multimodal family makes its own [3, B, S] positions from tokens and grids.
             out = stage(micro["tokens"], None, None, pixel_values=micro.get("pixel_values"),
-                        image_grid_thw=micro["image_grid_thw"])
+                        image_grid_thw=micro["image_grid_thw"],
+                        prompt_lengths=micro.get("prompt_lengths"))
         else:
             out = stage(micro["tokens"], _position_ids(micro["tokens"]), None)
 

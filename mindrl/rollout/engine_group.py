@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from mindrl.data.batch import Batch
 from mindrl.errors import EngineDied, PhaseTimeout
-from mindrl.rollout.merge import with_rollout
+from mindrl.rollout.merge import rollout_prompts, with_rollout
 from mindrl.workers.deadline import answers, bundle_nodes, member
 from mindrl.workers.placement import EngineSlot
 
@@ -99,21 +99,26 @@ class RolloutGroup:
         self.pids = [found[i]["pid"] for i in range(len(self.engines))]
         return list(self.pids)
 
-    def generate(self, batch: Batch, **sampling_overrides) -> Batch:
+    def generate(self, batch: Batch, mm_processor_kwargs: Optional[dict] = None,
+                 **sampling_overrides) -> Batch:
         """The batch plus its responses (DESIGN.md's rollout fields), every engine at once:
         the batch splits by prompt group, one contiguous run per engine, and merges back in
         prompt order (see the module docstring for seeds); `busy_seconds` then holds each
-        engine's time to its answer."""
+        engine's time to its answer. A batch with images (data/vl_prompts.py: fields
+        `rollout_prompt_ids`, `images`) sends each group's one-pad-per-image ids and images,
+        processed with `mm_processor_kwargs`; the merge checks vLLM's expansion."""
         base = sampling_overrides.pop("seed", self.config.sampling_config.seed)
         n = batch.samples_per_group()
         parts = batch.split_groups(len(self.engines))
         refs, first_group = {}, 0
         self.busy_seconds = [0.0] * len(self.engines)
         for index, part in enumerate(parts):
-            prompts = part.prompts()
+            prompts, images = rollout_prompts(part)
             if prompts:
                 seed = {} if base is None else {"seed": base + first_group * n}
-                refs[self.engines[index].generate.remote(prompts, n, **seed,
+                vision = ({} if images is None else
+                          {"images": images, "mm_processor_kwargs": mm_processor_kwargs})
+                refs[self.engines[index].generate.remote(prompts, n, **seed, **vision,
                                                          **sampling_overrides)] = index
             first_group += len(prompts)
         outputs = self._wait(refs, "generate", self.phase_timeout_s)

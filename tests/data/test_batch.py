@@ -59,7 +59,8 @@ def test_split_by_group_and_concat_round_trip_with_repadding():
 
 def test_concat_pads_responses_on_the_right_and_can_renumber_groups():
     b = _prompts()
-    out = RolloutOutput([], [[1, 2], [3], [4, 5, 6], [7], [8], [9, 9]],
+    out = RolloutOutput([p for p in b.prompts() for _ in range(2)],
+                        [[1, 2], [3], [4, 5, 6], [7], [8], [9, 9]],
                         [[-1.0, -2.0], [-3.0], [-4.0, -5.0, -6.0], [-7.0], [-8.0], [-9.0, -9.0]],
                         ["stop"] * 6, [0, 0, 1, 1, 2, 2])
     with_rollout(b, out, 2)

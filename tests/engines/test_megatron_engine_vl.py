@@ -2,14 +2,16 @@
 `pixel_values` / `image_grid_thw` (lists in the step's Batch) ride through the DP slice, micro
 batches, mini batches and the pipeline; the log-probs equal transformers' at TP2, PP2 and DP2
 (each DP rank holding other samples' images), and an update trains the vision tower with the
-language model."""
+language model. A response holding `<|image_pad|>` and
+`<|vision_start|>` is text on both sides: log-probs still equal transformers' (features in the
+prompt's slots only), no exception."""
 
 import pytest
 import torch
 
 from mindrl.distributed import spawn_local
 
-from support.tiny_vl import IMAGE_PAD, prompts, tiny_vl_model
+from support.tiny_vl import IMAGE_PAD, VISION_START, prompts, tiny_vl_model
 from support.vl_engine_worker import RESPONSE, run_engine, vl_batch
 
 pytestmark = pytest.mark.slow   # see tests/conftest.py
@@ -18,22 +20,42 @@ LAYOUTS = [(2, 1), (1, 2), (1, 1)]   # on 2 ranks: TP2, PP2, DP2
 IDS = ["tp2", "pp2", "dp2"]
 
 
+def hf_response_log_probs(hf, sample):
+    """transformers' log-probs of the sample's response with image features in the prompt's
+    `<|image_pad|>` slots only: a pad (or vision_start) the policy sampled is text, as vLLM
+    treats generated tokens (HF's own forward would count it as an image slot and fail)."""
+    ids = sample["input_ids"].unsqueeze(0)
+    slots = (ids == IMAGE_PAD)
+    slots[:, ids.shape[1] - RESPONSE:] = False
+    embeds = hf.model.get_input_embeddings()(ids)
+    if sample["pixel_values"] is not None:
+        features = hf.model.visual(sample["pixel_values"],
+                                   grid_thw=sample["image_grid_thw"]).pooler_output
+        embeds = embeds.masked_scatter(slots.unsqueeze(-1), features)
+    positions, _ = hf.model.get_rope_index(ids, slots.long(),
+                                           image_grid_thw=sample["image_grid_thw"])
+    logits = hf(inputs_embeds=embeds, position_ids=positions).logits
+    logp = torch.log_softmax(logits[0, :-1].float(), -1)
+    return logp.gather(1, ids[0, 1:, None])[-RESPONSE:, 0]
+
+
 @pytest.fixture(scope="module")
 def run():
     hf = tiny_vl_model()
     samples = prompts()
-    expected = []
+    # The two-image sample's response holds an image pad and a vision start (sampled tokens).
+    samples[2]["input_ids"][-3], samples[2]["input_ids"][-2] = IMAGE_PAD, VISION_START
     with torch.no_grad():
-        for s in samples:
-            ids = s["input_ids"].unsqueeze(0)
-            extra = {"mm_token_type_ids": (ids == IMAGE_PAD).long()}
-            if s["pixel_values"] is not None:
-                extra.update(pixel_values=s["pixel_values"], image_grid_thw=s["image_grid_thw"])
-            logp = torch.log_softmax(hf(input_ids=ids, **extra).logits[0, :-1].float(), -1)
-            expected.append(logp.gather(1, ids[0, 1:, None])[-RESPONSE:, 0])
+        plain = samples[1]    # HF's own forward, where it applies: no pad in the response
+        extra = {"mm_token_type_ids": (plain["input_ids"] == IMAGE_PAD).long().unsqueeze(0),
+                 "pixel_values": plain["pixel_values"], "image_grid_thw": plain["image_grid_thw"]}
+        own = hf(input_ids=plain["input_ids"].unsqueeze(0), **extra).logits[0, :-1].float()
+        own = torch.log_softmax(own, -1).gather(1, plain["input_ids"][1:, None])[-RESPONSE:, 0]
+        expected = torch.stack([hf_response_log_probs(hf, s) for s in samples])
+    assert (own - expected[1]).abs().max() < 1e-5       # the reference is HF's forward
     state = {k: v.clone() for k, v in hf.state_dict().items()}
     results = spawn_local(run_engine, 2, hf.config, state, vl_batch(samples), LAYOUTS)
-    return torch.stack(expected), results
+    return expected, results
 
 
 @pytest.mark.parametrize("layout", LAYOUTS, ids=IDS)

@@ -127,27 +127,42 @@ class Qwen25VLModel(GPTModel):
 
     # ------------------------------------------------------------------ inputs
 
-    def mrope_position_ids(self, input_ids: torch.Tensor,
-                           image_grid_thw: Optional[torch.Tensor]) -> torch.Tensor:
+    def image_slots(self, input_ids: torch.Tensor,
+                    prompt_lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """[B, S] bool: the `<|image_pad|>` tokens that take image features. With
+        `prompt_lengths` (rows start with their prompt) only the prompt's: a pad the policy
+        sampled in a response is text to vLLM (it places features at the prompt's placeholders
+        only), so it is text here too, in positions and embeddings alike."""
+        slots = input_ids == self.image_token_id
+        if prompt_lengths is not None:
+            column = torch.arange(input_ids.shape[1], device=input_ids.device)
+            slots = slots & (column.unsqueeze(0) < prompt_lengths.to(input_ids.device)
+                             .unsqueeze(1))
+        return slots
+
+    def mrope_position_ids(self, input_ids: torch.Tensor, image_grid_thw: Optional[torch.Tensor],
+                           slots: Optional[torch.Tensor] = None) -> torch.Tensor:
         """[3, B, S] (temporal, height, width) positions, as transformers computes them: text
-        tokens count on in all three; an image's tokens take its grid coordinates. Rows are
-        right-padded (engines/sequences.py), so padding only follows the real tokens."""
+        tokens count on in all three; an image's tokens (`slots`, default every pad) take its
+        grid coordinates. Rows are right-padded (engines/model_rows.py), so padding only
+        follows the real tokens."""
         if (input_ids == self.video_token_id).any():
             raise NotImplementedError("video inputs are not supported yet")
-        token_types = (input_ids == self.image_token_id).long() * IMAGE
-        positions, _ = self._rope_index.get_rope_index(input_ids, token_types,
+        slots = input_ids == self.image_token_id if slots is None else slots
+        positions, _ = self._rope_index.get_rope_index(input_ids, slots.long() * IMAGE,
                                                        image_grid_thw=image_grid_thw)
         return positions
 
     def embed(self, input_ids: torch.Tensor, pixel_values: Optional[torch.Tensor],
-              image_grid_thw: Optional[torch.Tensor]) -> torch.Tensor:
+              image_grid_thw: Optional[torch.Tensor],
+              slots: Optional[torch.Tensor] = None) -> torch.Tensor:
         """decoder_input [S(/TP under sequence parallel), B, H]: token embeddings with the
-        vision tower's features in place of the `<|image_pad|>` tokens, in order."""
+        vision tower's features in the image slots (default every `<|image_pad|>`), in order."""
         embeds = self.embedding(input_ids=input_ids, position_ids=None)   # [S, B, H], whole
         if pixel_values is not None:
             features = self.visual(pixel_values.to(self.config.params_dtype),
                                    grid_thw=image_grid_thw).pooler_output
-            slots = (input_ids == self.image_token_id).unsqueeze(-1)    # [B, S, 1]
+            slots = (input_ids == self.image_token_id if slots is None else slots).unsqueeze(-1)
             if int(slots.sum()) != features.shape[0]:
                 raise ValueError(f"{int(slots.sum())} <|image_pad|> tokens for "
                                  f"{features.shape[0]} image features (grids "
@@ -163,20 +178,24 @@ class Qwen25VLModel(GPTModel):
 
     def forward(self, input_ids: torch.Tensor, position_ids: Optional[torch.Tensor] = None,
                 attention_mask: Optional[torch.Tensor] = None, pixel_values: Images = None,
-                image_grid_thw: Images = None, **kwargs):
+                image_grid_thw: Images = None, prompt_lengths: Optional[torch.Tensor] = None,
+                **kwargs):
         """input_ids [B, S] (every stage: positions come from them); position_ids [3, B, S] or
         None (computed); attention_mask as GPTModel takes it (None: causal). Images per sample
         or in transformers' batch form (`batch_images`); only the first stage needs
-        pixel_values, every stage needs image_grid_thw. Returns what GPTModel returns."""
+        pixel_values, every stage needs image_grid_thw. prompt_lengths [B] (rows starting with
+        their prompt): image features go to the prompt's pads only (`image_slots`). Returns
+        what GPTModel returns."""
         pixel_values, image_grid_thw = batch_images(pixel_values, image_grid_thw)
+        slots = self.image_slots(input_ids, prompt_lengths)
         if position_ids is None:
-            position_ids = self.mrope_position_ids(input_ids, image_grid_thw)
+            position_ids = self.mrope_position_ids(input_ids, image_grid_thw, slots)
         elif position_ids.dim() != 3:
             raise ValueError(f"position_ids {tuple(position_ids.shape)}: Qwen2.5-VL takes "
                              f"[3, B, S] multimodal positions (or None to compute them)")
         decoder_input = None
         if self.pre_process:
-            decoder_input = self.embed(input_ids, pixel_values, image_grid_thw)
+            decoder_input = self.embed(input_ids, pixel_values, image_grid_thw, slots)
         return super().forward(input_ids, position_ids, attention_mask,
                                decoder_input=decoder_input, **kwargs)
 
