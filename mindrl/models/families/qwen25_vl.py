@@ -132,13 +132,15 @@ class Qwen25VLModel(GPTModel):
         """[B, S] bool: the `<|image_pad|>` tokens that take image features. With
         `prompt_lengths` (rows start with their prompt) only the prompt's: a pad the policy
         sampled in a response is text to vLLM (it places features at the prompt's placeholders
-        only), so it is text here too, in positions and embeddings alike."""
-        slots = input_ids == self.image_token_id
+        only), so it is text here too, in positions and embeddings alike; so is a sampled
+        `<|video_pad|>` (videos in prompts are not supported yet)."""
+        prompt = torch.ones_like(input_ids, dtype=torch.bool)
         if prompt_lengths is not None:
             column = torch.arange(input_ids.shape[1], device=input_ids.device)
-            slots = slots & (column.unsqueeze(0) < prompt_lengths.to(input_ids.device)
-                             .unsqueeze(1))
-        return slots
+            prompt = column.unsqueeze(0) < prompt_lengths.to(input_ids.device).unsqueeze(1)
+        if ((input_ids == self.video_token_id) & prompt).any():
+            raise NotImplementedError("video inputs are not supported yet")
+        return (input_ids == self.image_token_id) & prompt
 
     def mrope_position_ids(self, input_ids: torch.Tensor, image_grid_thw: Optional[torch.Tensor],
                            slots: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -146,9 +148,7 @@ class Qwen25VLModel(GPTModel):
         tokens count on in all three; an image's tokens (`slots`, default every pad) take its
         grid coordinates. Rows are right-padded (engines/model_rows.py), so padding only
         follows the real tokens."""
-        if (input_ids == self.video_token_id).any():
-            raise NotImplementedError("video inputs are not supported yet")
-        slots = input_ids == self.image_token_id if slots is None else slots
+        slots = self.image_slots(input_ids) if slots is None else slots
         positions, _ = self._rope_index.get_rope_index(input_ids, slots.long() * IMAGE,
                                                        image_grid_thw=image_grid_thw)
         return positions
