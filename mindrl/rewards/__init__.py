@@ -1,7 +1,7 @@
 """Rule rewards for R1-Zero-style RL: named verifiers, weighted, scored in a killable pool.
 
 Importing the package registers the built-in verifiers: base_acc, acc, strict_format, format,
-countdown, arith.
+boxed_acc, boxed_format (EasyR1's math reward), countdown, arith.
 """
 
 from . import builtin  # noqa: F401  (registers the built-in verifiers)
@@ -11,6 +11,7 @@ from .registry import VERIFIERS, get_verifier, register_verifier
 from .rule_reward import OverlongConfig, RuleReward
 
 __all__ = [
+    "builtin",
     "VERIFIERS",
     "register_verifier",
     "get_verifier",

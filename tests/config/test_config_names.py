@@ -37,10 +37,17 @@ def test_unknown_verifier_says_how_to_register():
 
 
 def test_known_verifiers_are_the_registry():
-    import mindrl.rewards  # noqa: F401
-
     assert set(names.known_verifiers()) == set(VERIFIERS)
-    assert {"base_acc", "acc", "strict_format", "format", "countdown", "arith"} <= set(VERIFIERS)
+    assert {"base_acc", "acc", "strict_format", "format", "boxed_acc", "boxed_format",
+            "countdown", "arith"} <= set(VERIFIERS)
+
+
+def test_easyr1_math_reward_validates_as_two_verifiers():
+    """The VL recipe's two lines: EasyR1's 0.9 x accuracy + 0.1 x format."""
+    run = load_recipe(TINY, ["rl_config.verifier_function=[boxed_acc,boxed_format]",
+                             "rl_config.verifier_weight=[0.9,0.1]"], cluster=CPU2)
+    assert run.rl_config.verifier_function == ["boxed_acc", "boxed_format"]
+    assert run.rl_config.verifier_weight == [0.9, 0.1]
 
 
 def test_validation_does_not_import_torch():
