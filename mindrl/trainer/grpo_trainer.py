@@ -31,9 +31,8 @@ from mindrl.config.roles import role_setup
 from mindrl.config.schema import RunConfig
 from mindrl.data.batch import Batch
 from mindrl.data.prompt_loader import PromptLoader
-from mindrl.data.prompt_rows import extra_keys, load_prompt_source, per_prompt_fields
+from mindrl.data.prompt_rows import extra_keys
 from mindrl.errors import PhaseTimeout, WorkerDied
-from mindrl.models.tokenizers import load_tokenizer
 from mindrl.rewards import RuleReward
 from mindrl.rollout.engine_group import RolloutGroup
 from mindrl.trainer.advantage_step import advantage_fields
@@ -42,6 +41,7 @@ from mindrl.trainer.failure_report import report_failure
 from mindrl.trainer.first_sync import check_first_sync, checkpoint_reference
 from mindrl.trainer.metrics import batch_metrics, perf_metrics, reward_model_metrics
 from mindrl.trainer.progress import StepProgress
+from mindrl.trainer.prompt_batches import PromptBatches, image_metrics
 from mindrl.trainer.resume import plan_resume
 from mindrl.trainer.tracking import Tracker
 from mindrl.weight_sync.manager import WeightSync
@@ -73,9 +73,11 @@ class GRPOTrainer:
 
     def _start(self) -> None:
         shared = self.run.megatron_training
-        self.tokenizer = load_tokenizer(shared.tokenizer_name_or_path)
-        self.pad_id = self.tokenizer.pad_token_id or 0
-        self.extra_keys = extra_keys(shared.dataset_additional_keys)
+        self.prompts = PromptBatches.for_model(
+            shared.tokenizer_name_or_path, self.run.models.get("actor"),
+            extra_keys(shared.dataset_additional_keys), self.rl.max_prompt_length)
+        self.tokenizer, self.pad_id = self.prompts.tokenizer, self.prompts.pad_id
+        self.extra_keys = self.prompts.extra_keys
         self.loader = PromptLoader(
             self._prompt_rows(shared.data_path, "prompt_rejects.jsonl",
                               "data/prompts_over_max_length"),
@@ -146,20 +148,16 @@ class GRPOTrainer:
 
     def _prompt_rows(self, path: str, rejects_name: str, metric: str) -> List[dict]:
         """Token ids and extra keys; overlong prompts skipped, counted and listed in the run
-        directory (mindrl/data/prompt_rows.py)."""
-        rows, self.data_metrics[metric] = load_prompt_source(
-            path, self.extra_keys, self.rl.max_prompt_length,
-            lambda text: self.tokenizer(text)["input_ids"], self.run_dir / rejects_name, self.log)
+        directory (trainer/prompt_batches.py)."""
+        rows, self.data_metrics[metric] = self.prompts.rows(path, self.run_dir / rejects_name,
+                                                            self.log)
         return rows
-
-    def _prompt_batch(self, rows: List[dict], n: int) -> Batch:
-        return Batch.from_prompts([r["prompt_ids"] for r in rows], n, self.pad_id,
-                                  **per_prompt_fields(rows, self.extra_keys))
 
     def _generate_and_score(self, rows: List[dict], seed: int, timings: Dict[str, float]):
         with timed(timings, "gen"):
             with self._training_state_offloaded():
-                batch = self.rollout.generate(self._prompt_batch(rows, self.n), seed=seed)
+                batch = self.rollout.generate(self.prompts.batch(rows, self.n), seed=seed,
+                                              **self.prompts.rollout_kwargs)
         with timed(timings, "reward"):
             scores, metrics = self._score(batch)
         return batch.add(scores=torch.tensor(scores, dtype=torch.float32)), metrics
@@ -270,6 +268,7 @@ class GRPOTrainer:
             sync = self.weights.sync(after_discarded_weights=slept and self.gen.sleep_level == 2)
             self.rollout.wake(["kv_cache"])
         metrics = {**batch_metrics(batch, scores, batch["finish_reason"]), **reward_metrics,
+                   **image_metrics(batch),
                    **update, **sync, **self.data_metrics, **timings}
         timings["timing_s/step"] = time.perf_counter() - t_step
         metrics.update(timings)
@@ -279,8 +278,9 @@ class GRPOTrainer:
     def validate(self, step: int) -> Dict[str, float]:
         """Score the held-out prompts with the validation sampling (greedy by default)."""
         rl = self.rl
-        batch = self.rollout.generate(self._prompt_batch(self.val_rows, rl.val_n_samples),
-                                      temperature=rl.val_temperature, seed=step)
+        batch = self.rollout.generate(self.prompts.batch(self.val_rows, rl.val_n_samples),
+                                      temperature=rl.val_temperature, seed=step,
+                                      **self.prompts.rollout_kwargs)
         scores, metrics = self._score(batch)
         out = {"val/score": sum(scores) / len(scores)}
         out.update({"val/" + k.split("/", 1)[1]: v for k, v in metrics.items()
