@@ -10,10 +10,13 @@
 The Megatron output is one dist checkpoint that loads at any TP/PP (the target sizes are
 checked and recorded): convert once for both the actor and the reference layouts.
 Qwen2.5-VL (Qwen2_5_VLForConditionalGeneration): --model-type-hf qwen2_5_vl --add-qkv-bias;
-the vision tower travels as is, the processor files with the tokenizer.
+the vision tower travels as is, the processor files with the tokenizer. A folder without them
+(a bare save_pretrained of the model) converts weights and config with a note; a
+--tokenizer-model folder holding tokenizer and processor files adds both.
 """
 
 import argparse
+import importlib.util
 import os
 import sys
 import time
@@ -26,9 +29,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-try:
-    import mindrl  # noqa: F401
-except ImportError:  # run from a checkout that is not pip-installed
+if importlib.util.find_spec("mindrl") is None:  # a checkout that is not pip-installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
@@ -50,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--load-dir", required=True, type=Path)
     p.add_argument("--save-dir", required=True, type=Path)
     p.add_argument("--tokenizer-model", default=None,
-                   help="tokenizer.json or its folder (default: the one in --load-dir)")
+                   help="tokenizer.json or its folder (default: the one in --load-dir); for "
+                        "a VL model, a folder with processor files gives those too")
     p.add_argument("--model-type-hf", default=None, choices=list(MODEL_TYPE_HF),
                    help="HF family; must agree with config.json (llama2 also covers Qwen2 "
                         "with --add-qkv-bias, as in MindSpeed's guide; qwen2_5_vl: "

@@ -4,7 +4,11 @@
 #
 # HF_DIR is a downloaded model folder: config.json, *.safetensors, the tokenizer files and the
 # processor files (preprocessor_config.json, chat_template.json), which travel with the
-# checkpoint. The vision tower is copied as is; the language model is laid out for Megatron.
+# checkpoint. A folder written by a bare save_pretrained of the model (weights and config, no
+# processor) converts too, with a note: training and preprocessing need the processor, so set
+# TOKENIZER to the original model's folder (tokenizer and processor files are taken from it)
+# or copy those files later into the folder the recipe's tokenizer_name_or_path names.
+# The vision tower is copied as is; the language model is laid out for Megatron.
 # The output loads at any TP/PP: TP/PP here are checked against the model and recorded.
 # Each setting may also be given in the environment (HF_DIR=... bash this-script).
 set -euo pipefail
@@ -13,13 +17,16 @@ TP=${TP:-2}
 PP=${PP:-2}
 HF_DIR=${HF_DIR:-./model_from_hf/Qwen2.5-VL-7B-Instruct}
 MCORE_DIR=${MCORE_DIR:-./model_weights/qwen25vl_7b_mcore}   # written; must not exist or be empty
-TOKENIZER=${TOKENIZER:-${HF_DIR}/tokenizer.json}
+TOKENIZER=${TOKENIZER:-}        # empty: the tokenizer/processor files in HF_DIR, if any
 PARAMS_DTYPE=${PARAMS_DTYPE:-bf16}                          # fp32 | bf16 | fp16
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 if [ -z "${PYTHON:-}" ]; then
   if [ -x "${ROOT}/.venv/bin/python" ]; then PYTHON=${ROOT}/.venv/bin/python; else PYTHON=python; fi
 fi
+
+OPTIONAL=()
+if [ -n "${TOKENIZER}" ]; then OPTIONAL+=(--tokenizer-model "${TOKENIZER}"); fi
 
 # The language model of Qwen2.5-VL is a Qwen2 decoder: qkv bias, so --add-qkv-bias.
 "${PYTHON}" "${ROOT}/cli/convert_ckpt.py" \
@@ -32,6 +39,6 @@ fi
     --add-qkv-bias \
     --load-dir "${HF_DIR}" \
     --save-dir "${MCORE_DIR}" \
-    --tokenizer-model "${TOKENIZER}" \
     --model-type-hf qwen2_5_vl \
-    --params-dtype "${PARAMS_DTYPE}"
+    --params-dtype "${PARAMS_DTYPE}" \
+    ${OPTIONAL[@]+"${OPTIONAL[@]}"}

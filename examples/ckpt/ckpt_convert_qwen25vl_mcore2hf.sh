@@ -12,6 +12,8 @@ PP=${PP:-1}
 MCORE_DIR=${MCORE_DIR:-./model_weights/qwen25vl_7b_mcore}
 HF_OUT_DIR=${HF_OUT_DIR:-./model_from_hf/qwen25vl_7b_from_mcore}   # must not exist or be empty
 TOKENIZER=${TOKENIZER:-}                         # empty: the one saved with MCORE_DIR
+# (a folder with tokenizer and processor files, e.g. the original HF model's, adds both to a
+# checkpoint converted without them)
 PARAMS_DTYPE=${PARAMS_DTYPE:-}                   # empty: keep the checkpoint's dtype
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)

@@ -13,6 +13,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from mindrl.ckpt import hf_io, mapping, mcore_io
+from mindrl.config.hf_files import IMAGE_PROCESSOR_FILES, PROCESSOR_FILES, has_image_processor
 from mindrl.config.model_spec import ModelSpec, VisionSpec
 
 PARAMS_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -31,10 +32,6 @@ MODEL_TYPE_HF = {
 # config.json model_types of vision-language models: a text decoder plus a vision tower
 # (mindrl/models/families/), converted with mapping's vision family table.
 VL_MODEL_TYPES = ("qwen2_5_vl",)
-# Files a VL model's HF directory must hold for its processor to load (AutoProcessor).
-# Where an image processor's settings live: the layout of hub downloads, or transformers 5's
-# save_pretrained, which writes them into processor_config.json. One of them is required.
-IMAGE_PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
 
 
 class ConversionError(ValueError):
@@ -199,13 +196,34 @@ def model_from_config(config: dict, name: str, source: Path, divisible_by: int
         raise ConversionError(f"{source}: {e}") from e
 
 
-def check_processor_files(folder: Path, fix: str) -> None:
-    """A VL model's processor files are there; fix says how to get them there."""
-    if not any((folder / name).is_file() for name in IMAGE_PROCESSOR_FILES):
-        raise ConversionError(f"{folder / IMAGE_PROCESSOR_FILES[0]} is missing: a "
-                              f"vision-language model needs its image processor's settings "
-                              f"({' or '.join(IMAGE_PROCESSOR_FILES)}, with the other processor "
-                              f"files present: {', '.join(hf_io.PROCESSOR_FILES)}); {fix}")
+def vl_processor_source(tokenizer_model: Optional[str], tokenizer_dir: Optional[Path],
+                        own: Path, output: Path, fix: str
+                        ) -> Tuple[Optional[Path], Optional[str]]:
+    """(folder whose processor files travel, or None; the note when none do) for a VL model.
+
+    The files come from the --tokenizer-model folder when it holds an image processor, else
+    from the input's own folder `own`. Without any, weights and config still convert (as a
+    text model without a tokenizer does) and the one note says where the processor is needed
+    and how to add it: it is checked where it is used (the recipe check before training,
+    models.processors.load_vl_processor). An image processor without its tokenizer is an
+    incomplete processor: refused, `fix` saying how to complete it.
+    """
+    folders = ([tokenizer_dir] if tokenizer_model is not None and tokenizer_dir else []) + [own]
+    found = next((f for f in folders if has_image_processor(f)), None)
+    if found is not None:
+        if tokenizer_dir is None:
+            image = next(found / n for n in IMAGE_PROCESSOR_FILES if (found / n).is_file())
+            raise ConversionError(f"{own / 'tokenizer.json'} is missing: a vision-language "
+                                  f"model's processor ({image}) needs its tokenizer; {fix} "
+                                  f"(or pass --tokenizer-model)")
+        return found, None
+    lacking = "processor or tokenizer files" if tokenizer_dir is None else "processor files"
+    carried = "weights and config" + ("" if tokenizer_dir is None else " and the tokenizer")
+    return None, (f"no {lacking} in {own} ({' or '.join(IMAGE_PROCESSOR_FILES)}): {output} "
+                  f"gets {carried} only; training and data preprocessing load the processor "
+                  f"from tokenizer_name_or_path, so pass --tokenizer-model with the original HF "
+                  f"model's folder, or copy its tokenizer and processor files "
+                  f"({', '.join(PROCESSOR_FILES)}) into the folder that key names")
 
 
 def check_hf_tensors(weights: hf_io.HFWeights, spec: ModelSpec, notes: List[str],

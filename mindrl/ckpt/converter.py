@@ -28,10 +28,11 @@ from mindrl.ckpt import copy_plan, distcp_reader, fastio, hf_io, mapping, mcore_
 from mindrl.ckpt.convert_checks import (HF_DTYPE_NAMES, PARAMS_DTYPES,
                                         ConversionError, check_hf_tensors,
                                         check_model_type_hf, check_parallel_sizes,
-                                        check_processor_files, check_qkv_bias,
-                                        check_saved_tensors, check_tokenizer_fits, dtype_key,
-                                        model_from_config, params_dtype_name, read_hf_config,
-                                        tokenizer_source, vl_hf_config)
+                                        check_qkv_bias, check_saved_tensors,
+                                        check_tokenizer_fits, dtype_key, model_from_config,
+                                        params_dtype_name, read_hf_config, tokenizer_source,
+                                        vl_hf_config, vl_processor_source)
+from mindrl.config.hf_files import PROCESSOR_FILES
 from mindrl.config.model_spec import ModelSpec, VisionSpec
 from mindrl.staging import SaveDirError, check_save_dir, staged_dir
 
@@ -110,6 +111,7 @@ class HFToMcorePlan:
     notes: List[str] = field(default_factory=list)
     vision: Optional[VisionSpec] = None  # a VL model's vision tower
     hf_config: Optional[dict] = None              # config.json (a VL model's build needs it)
+    processor_dir: Optional[Path] = None          # a VL model's processor files, if any
 
 
 def _build_model(spec: ModelSpec, vision: Optional[VisionSpec],
@@ -156,13 +158,16 @@ def plan_hf_to_mcore(load_dir, save_dir, *, tp: int = 1, pp: int = 1,
     except SaveDirError as e:
         raise ConversionError(str(e)) from None
     tokenizer_dir = tokenizer_source(tokenizer_model, load_dir)
+    notes: List[str] = []
+    processor_dir = None
     if vision is not None:
-        fix = f"copy them from the original model download into {load_dir}"
-        check_processor_files(load_dir, fix)
-        if tokenizer_dir is None:
-            raise ConversionError(f"{load_dir / 'tokenizer.json'} is missing: a vision-language "
-                                  f"model's processor needs its tokenizer; {fix} (or pass "
-                                  f"--tokenizer-model)")
+        processor_dir, note = vl_processor_source(
+            tokenizer_model, tokenizer_dir, load_dir, save_dir,
+            f"copy it from the original model download into {load_dir}")
+        notes += [note] if note else []
+    elif tokenizer_dir is None:
+        notes.append(f"no tokenizer in {load_dir}: none is carried (mcore -> hf writes "
+                     f"weights and config; --tokenizer-model adds one)")
     check_tokenizer_fits(tokenizer_dir, spec)
     try:
         # A VL checkpoint saved from a loaded model names its tensors model.language_model.*
@@ -170,10 +175,6 @@ def plan_hf_to_mcore(load_dir, save_dir, *, tp: int = 1, pp: int = 1,
         weights = hf_io.HFWeights.open(load_dir, rename=mapping.hf_disk_name if vision else None)
     except hf_io.HFCheckpointError as e:
         raise ConversionError(str(e)) from None
-    notes: List[str] = []
-    if tokenizer_dir is None:
-        notes.append(f"no tokenizer in {load_dir}: none is carried (mcore -> hf writes "
-                     f"weights and config; --tokenizer-model adds one)")
     try:
         check_hf_tensors(weights, spec, notes, vision)
         if dtype is None:
@@ -183,7 +184,8 @@ def plan_hf_to_mcore(load_dir, save_dir, *, tp: int = 1, pp: int = 1,
         weights.close()
         raise
     return HFToMcorePlan(load_dir, save_dir, spec, dtype, tp, pp, weights, tokenizer_dir,
-                         overwrite, notes, vision, config if vision is not None else None)
+                         overwrite, notes, vision, config if vision is not None else None,
+                         processor_dir)
 
 
 def run_hf_to_mcore(plan: HFToMcorePlan, progress: bool = True) -> Path:
@@ -194,8 +196,8 @@ def run_hf_to_mcore(plan: HFToMcorePlan, progress: bool = True) -> Path:
         hf_io.copy_files(plan.load_dir, folder, hf_io.CONFIG_FILES)
         if plan.tokenizer_dir is not None:
             hf_io.copy_files(plan.tokenizer_dir, folder, hf_io.TOKENIZER_FILES)
-        if vision is not None:
-            hf_io.copy_files(plan.load_dir, folder, hf_io.PROCESSOR_FILES)
+        if plan.processor_dir is not None:
+            hf_io.copy_files(plan.processor_dir, folder, PROCESSOR_FILES)
 
     extra = {"source": {"hf_dir": str(plan.load_dir)},
              "validated_layouts": [{"tensor_model_parallel_size": plan.tp,
@@ -267,6 +269,7 @@ class McoreToHFPlan:
     notes: List[str] = field(default_factory=list)
     vision: Optional[VisionSpec] = None
     hf_config: Optional[dict] = None   # a VL model's recorded config.json
+    processor_dir: Optional[Path] = None   # a VL model's processor files, if any
 
 
 def _recorded_vision(ckpt: Path, info: mcore_io.ModelInfo
@@ -358,20 +361,19 @@ def plan_mcore_to_hf(load_dir, save_dir, *, params_dtype: Optional[str] = None,
         max_bytes = hf_io.parse_size(max_shard_size)
     except ValueError as e:
         raise ConversionError(f"--max-shard-size: {e}") from None
-    # A checkpoint converted from an HF folder without a tokenizer carries none; the way
-    # back then gives what went in (weights and config) rather than refusing.
-    tokenizer_dir = tokenizer_source(tokenizer_model, ckpt / mcore_io.HF_ASSETS)
-    if vision is not None:
-        assets = ckpt / mcore_io.HF_ASSETS
-        fix = (f"convert again from an HF directory that has them, or copy them from the "
-               f"original model download into {assets}")
-        check_processor_files(assets, fix)
-        if tokenizer_dir is None:
-            raise ConversionError(f"{assets / 'tokenizer.json'} is missing: a vision-language "
-                                  f"model's processor needs its tokenizer; {fix} (or pass "
-                                  f"--tokenizer-model)")
+    # A checkpoint converted from an HF folder without a tokenizer (or a VL model's processor)
+    # carries none; the way back then gives what went in (weights and config), with a note.
+    assets = ckpt / mcore_io.HF_ASSETS
+    tokenizer_dir = tokenizer_source(tokenizer_model, assets)
     notes: List[str] = []
-    if tokenizer_dir is None:
+    processor_dir = None
+    if vision is not None:
+        processor_dir, note = vl_processor_source(
+            tokenizer_model, tokenizer_dir, assets, save_dir,
+            f"convert again from an HF directory that has it, or copy it from the original "
+            f"model download into {assets}")
+        notes += [note] if note else []
+    elif tokenizer_dir is None:
         notes.append(f"no tokenizer carried: {ckpt} has none, so {save_dir} gets weights and "
                      f"config only; --tokenizer-model (a tokenizer.json or its folder) adds one")
     check_tokenizer_fits(tokenizer_dir, spec)
@@ -379,7 +381,7 @@ def plan_mcore_to_hf(load_dir, save_dir, *, params_dtype: Optional[str] = None,
     return McoreToHFPlan(ckpt, save_dir, spec, saved_dtype, out_dtype,
                          _hf_config_text(ckpt, spec, out_dtype, recorded, vision),
                          generation if generation.is_file() else None, tokenizer_dir,
-                         max_bytes, overwrite, notes, vision, recorded)
+                         max_bytes, overwrite, notes, vision, recorded, processor_dir)
 
 
 def run_mcore_to_hf(plan: McoreToHFPlan, progress: bool = True) -> Path:
@@ -400,8 +402,8 @@ def run_mcore_to_hf(plan: McoreToHFPlan, progress: bool = True) -> Path:
                 hf_io.copy_files(plan.generation_config.parent, tmp, ["generation_config.json"])
             if plan.tokenizer_dir is not None:
                 hf_io.copy_files(plan.tokenizer_dir, tmp, hf_io.TOKENIZER_FILES)
-            if vision is not None:
-                hf_io.copy_files(plan.ckpt_dir / mcore_io.HF_ASSETS, tmp, hf_io.PROCESSOR_FILES)
+            if plan.processor_dir is not None:
+                hf_io.copy_files(plan.processor_dir, tmp, PROCESSOR_FILES)
             writer = hf_io.ShardedSafetensorsWriter(tmp, entries, plan.max_shard_bytes)
             steps = _steps(spec, vision)
             arena = fastio.Arena()

@@ -36,9 +36,6 @@ CONFIG_FILES = ("config.json", "generation_config.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                    "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json",
                    "chat_template.jinja", "chat_template.json")
-# A VL model's processor (image and video preprocessing); carried beside the tokenizer.
-PROCESSOR_FILES = ("preprocessor_config.json", "video_preprocessor_config.json",
-                   "processor_config.json")
 
 SAFETENSORS_DTYPES: Dict[str, torch.dtype] = {
     "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,

@@ -16,6 +16,7 @@ from mindrl.config import names
 from mindrl.config.cluster import ClusterResources, local_cluster
 from mindrl.config.errors import (CLUSTER, MACHINE_DEPENDENT, PATHS, STRUCTURE, ConfigError,
                                   Problem)
+from mindrl.config.hf_files import IMAGE_PROCESSOR_FILES, PROCESSOR_FILES, has_image_processor
 from mindrl.config.parse import parse
 from mindrl.config.placement import (data_parallel_size, engine_devices, place_roles,
                                      rollout_data_parallel_size)
@@ -365,11 +366,31 @@ def check_paths(run: RunConfig) -> list[Problem]:
         elif not os.path.exists(tok):
             out.append(Problem(_role_key(run, role, "tokenizer_name_or_path"), "does not "
                                "exist", "point it at a local tokenizer directory", tok, PATHS))
+        else:
+            out += check_processor_files(run, role)
         if cfg.load is not None and not os.path.exists(cfg.load):
             out.append(Problem(_role_key(run, role, "load"), "does not exist",
                                "convert the HF checkpoint (examples/ckpt) or set load: null "
                                "for a random start", cfg.load, PATHS))
     return _dedupe(out)
+
+
+def check_processor_files(run: RunConfig, role: str) -> list[Problem]:
+    """A vision-language role's tokenizer directory holds its image processor: training and
+    preprocessing load the processor from there (models.processors.load_vl_processor), and a
+    converted checkpoint may come without it (a bare save_pretrained). Checked by file name
+    before any worker starts."""
+    spec, tok = run.models.get(role), run.role(role).tokenizer_name_or_path
+    if spec is None or spec.vision is None or tok is None or has_image_processor(tok):
+        return []
+    missing = " nor ".join(os.path.join(tok, name) for name in IMAGE_PROCESSOR_FILES)
+    return [Problem(_role_key(run, role, "tokenizer_name_or_path"),
+                    f"has no image processor (neither {missing} exists), which the "
+                    f"vision-language model {spec.name} needs to train and to preprocess data",
+                    f"copy the original HF model's processor files ({', '.join(PROCESSOR_FILES)}"
+                    f") into it, or point the key at a folder that has them: the original "
+                    f"download, or one converted with cli/convert_ckpt.py --tokenizer-model "
+                    f"<the original model's folder>", tok, PATHS)]
 
 
 def _dedupe(problems: Iterable[Problem]) -> list[Problem]:

@@ -18,6 +18,7 @@ from typing import Union
 
 from transformers import PreTrainedTokenizerFast
 
+from mindrl.config.hf_files import IMAGE_PROCESSOR_FILES, has_image_processor
 from mindrl.models.tokenizers import ENDOFTEXT, IM_END, IM_START, _wrap, char_tokenizer_object
 
 VISION_START = "<|vision_start|>"
@@ -119,9 +120,6 @@ def write_vl_tokenizer_and_processor(out_dir: Union[str, Path],
     return vl_token_ids(processor.tokenizer)
 
 
-# Files that hold an image processor's settings: the hub layout, or transformers 5's
-# save_pretrained (processor_config.json). One of them must be present.
-IMAGE_PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
 # The image-processor backend both sides must use: vLLM's Qwen2.5-VL preprocesses with
 # torchvision; transformers' PIL backend gives pixel values up to 0.015 apart (2e-3 to 9e-3 in
 # log-probs, PLATFORM_NOTES "Qwen2.5-VL on this stack").
@@ -153,7 +151,7 @@ def load_vl_processor(path: Union[str, Path]):
     from transformers import AutoProcessor
 
     path = Path(path)
-    if not any((path / name).is_file() for name in IMAGE_PROCESSOR_FILES):
+    if not has_image_processor(path):
         raise ProcessorError(
             f"{path}: no image processor ({' or '.join(IMAGE_PROCESSOR_FILES)}); copy the "
             f"processor files of the original HF model into this directory (or "

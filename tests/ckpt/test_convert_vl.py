@@ -151,22 +151,31 @@ def test_vl_recipe_on_a_text_checkpoint_and_the_reverse(world, text_hf, tmp_path
     assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
 
 
-def test_missing_processor_or_tokenizer_files_are_named(world, tmp_path):
+def test_missing_processor_is_a_note_and_a_lone_processor_an_error(world, tmp_path):
+    """No image processor: weights, config and tokenizer convert, with the note (the
+    processor is checked where it is used); an image processor without its tokenizer is an
+    incomplete processor, refused. tests/ckpt/test_convert_vl_bare.py runs the bare folder."""
     root, _ = world
     hf = _copy(root / "hf", tmp_path / "hf")
     (hf / "preprocessor_config.json").unlink()
-    message = _hf2mg_error(hf, tmp_path / "out")
-    assert f"{hf / 'preprocessor_config.json'} is missing" in message
-    assert "copy them from the original model download" in message
+    plan = converter.plan_hf_to_mcore(hf, tmp_path / "out", model_type_hf="qwen2_5_vl",
+                                      add_qkv_bias=True)
+    plan.weights.close()
+    assert plan.processor_dir is None and plan.tokenizer_dir == hf
+    assert len(plan.notes) == 1 and plan.notes[0].startswith(f"no processor files in {hf} ")
     hf = _copy(root / "hf", tmp_path / "hf_no_tok")
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
                  "chat_template.json"):
         (hf / name).unlink()
-    assert "tokenizer.json is missing" in _hf2mg_error(hf, tmp_path / "out")
+    message = _hf2mg_error(hf, tmp_path / "out")
+    assert f"{hf / 'tokenizer.json'} is missing" in message
+    assert "copy it from the original model download" in message
     mg = _copy(root / "mg", tmp_path / "mg")
-    (mg / "release" / "hf" / "preprocessor_config.json").unlink()
-    with pytest.raises(ConversionError, match=r"release/hf/preprocessor_config.json is missing"):
-        converter.plan_mcore_to_hf(mg, tmp_path / "out")
+    assets = mg / "release" / "hf"
+    (assets / "preprocessor_config.json").unlink()
+    plan = converter.plan_mcore_to_hf(mg, tmp_path / "out")
+    assert plan.processor_dir is None and plan.tokenizer_dir == assets
+    assert len(plan.notes) == 1 and plan.notes[0].startswith(f"no processor files in {assets} ")
     assert not (tmp_path / "out").exists()
 
 
