@@ -163,15 +163,13 @@ def parse(raw: Any, recipe: Optional[str] = None) -> RunConfig:
             name = roles[role].model
             spec = shared_model if name == shared.model else _role_model(section, name, model,
                                                                           problems)
-            if spec is not None and spec.vision is not None:
-                if any(p.value == name for p in problems if p.key.endswith(".model")):
-                    continue                       # said once per model
-                problems.append(Problem(
-                    f"{section}.model", f"is a vision-language model ({spec.name}): MindRL "
-                    f"holds, shards, converts and scores it, but the GRPO trainer does not feed "
-                    f"images yet", "train a text model (e.g. the same family's text shape); "
-                    "multimodal GRPO comes next", name, STRUCTURE))
-                continue
+            if spec is not None and spec.vision is not None and role == "reward":
+                if rl is not None and rl.reward_model:
+                    problems.append(Problem(
+                        f"{section}.model", f"is a vision-language model ({spec.name}): a "
+                        f"reward model scores text only", "use a text reward model, or rule "
+                        "verifiers (rl_config.verifier_function)", name, STRUCTURE))
+                continue                           # no reward role: nothing to build
             if spec is not None:
                 # A reward model is its architecture with a scalar score head.
                 models[role] = dataclasses.replace(spec, head="scalar") if role == "reward" \

@@ -68,6 +68,7 @@ class RoleSetup:
     loss: LossConfig = LossConfig()
     pad_id: int = 0
     cpu_threads: int = 1           # torch threads of this rank (CPU device only)
+    freeze_vision_tower: bool = False   # a VL model's tower and merger out of the optimizer
 
 
 def loss_config(run: RunConfig) -> LossConfig:
@@ -98,4 +99,5 @@ def role_setup(run: RunConfig, role: str, pad_id: int) -> RoleSetup:
                              cfg.sequence_parallel),
         params_dtype=cfg.params_dtype, micro_batch_size=cfg.micro_batch_size, seed=cfg.seed,
         load=cfg.load, optim=optim_config(run, role) if role == "actor" else None,
-        loss=loss_config(run), pad_id=pad_id, cpu_threads=cfg.cpu_threads)
+        loss=loss_config(run), pad_id=pad_id, cpu_threads=cfg.cpu_threads,
+        freeze_vision_tower=cfg.freeze_vision_tower)

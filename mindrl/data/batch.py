@@ -155,6 +155,11 @@ class Batch:
 
     # ------------------------------------------------------------------ by row
 
+    def without(self, *names: str) -> "Batch":
+        """The same rows without `names` (absent names are fine); the fields are shared."""
+        return Batch({k: v for k, v in self.tensors.items() if k not in names},
+                     {k: v for k, v in self.meta.items() if k not in names}, self.pad_id)
+
     def select(self, rows: Rows) -> "Batch":
         index = torch.as_tensor(rows, dtype=torch.long)
         picked = index.tolist()

@@ -70,12 +70,30 @@ class VisionPrompts:
         image_processor = processor.image_processor
         self.image_pad_id = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
         self.merge_size = int(image_processor.merge_size)
+        self.patch_size = int(image_processor.patch_size)
         self.min_pixels, self.max_pixels = _pixel_bounds(image_processor)
 
     @property
     def mm_processor_kwargs(self) -> dict:
         """vLLM's per-request processor settings: the trainer's pixel bounds."""
         return {"min_pixels": self.min_pixels, "max_pixels": self.max_pixels}
+
+    def image_tokens(self, data: bytes) -> int:
+        """LLM tokens an image takes after the processor's resize, read from its header alone
+        (no pixel decode): what its one pad expands to."""
+        from PIL import Image
+        from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
+
+        with Image.open(io.BytesIO(data)) as image:
+            width, height = image.size
+        factor = self.patch_size * self.merge_size
+        h, w = smart_resize(height, width, factor, self.min_pixels, self.max_pixels)
+        return (h // factor) * (w // factor)
+
+    def prompt_length(self, row: dict) -> int:
+        """The expanded prompt's length (what Megatron takes and max_prompt_length bounds)."""
+        images = row.get("images") or ()
+        return len(row["prompt_ids"]) + sum(self.image_tokens(b) - 1 for b in images)
 
     def prepare(self, row: dict, where: str) -> VisionPrompt:
         """`row`'s two id forms and pixel values; `where` names the row in errors."""

@@ -173,7 +173,7 @@ class GRPOTrainer:
             scores, metrics = self.reward.score(texts, batch["label"], extras)
         if self.reward_model is not None:
             model_scores = self.reward_model.compute_scores(
-                ray.put(batch), self.run.reward_config.micro_batch_size)
+                ray.put(self.prompts.for_workers(batch)), self.run.reward_config.micro_batch_size)
             metrics = {**metrics, **reward_model_metrics(model_scores)}
             weight = self.rl.reward_model_weight
             scores = [s + weight * m for s, m in zip(scores, model_scores.tolist())]
@@ -254,13 +254,14 @@ class GRPOTrainer:
         batch, reward_metrics = self._sample(step, timings)
         slept = self.rollout.sleep()          # device memory to the actor until the sync
         scores = batch["scores"]
-        batch.add(**self._log_prob_passes(ray.put(batch), timings))
+        batch.add(**self._log_prob_passes(ray.put(self.prompts.for_workers(batch)), timings))
         with timed(timings, "adv"):
             batch.add(**advantage_fields(batch, rl))
         entropy_coeff = entropy_coeff_at(step, rl.entropy_coeff, rl.entropy_coeff_final,
                                          rl.entropy_decay_steps)
         with timed(timings, "update_actor"):
-            update = self.actor.update(ray.put(batch), rl.mini_batch_size * self.n,
+            update = self.actor.update(ray.put(self.prompts.for_workers(batch)),
+                                       rl.mini_batch_size * self.n,
                                        rl.shuffle_mini_batch, step, entropy_coeff)
         update["actor/entropy_coeff"] = entropy_coeff
         with timed(timings, "reshard"):

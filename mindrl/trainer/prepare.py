@@ -22,12 +22,19 @@ def _convert_to_mcore(hf_dir: Path, save_dir: Path, spec) -> None:
            "--model-type", "GPT", "--load-model-type", "hf", "--save-model-type", "mg",
            "--target-tensor-parallel-size", "1", "--target-pipeline-parallel-size", "1",
            "--load-dir", str(hf_dir), "--save-dir", str(save_dir),
-           "--model-type-hf", "qwen2" if spec.architecture == "qwen2" else "llama2"]
+           "--model-type-hf", _hf_family(spec)]
     if spec.add_qkv_bias:
         cmd.append("--add-qkv-bias")
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"converting {hf_dir} -> {save_dir} failed:\n{result.stderr[-3000:]}")
+
+
+def _hf_family(spec) -> str:
+    """The converter's --model-type-hf for a spec: the VL family when it has a vision tower."""
+    if spec.vision is not None:
+        return spec.vision.family
+    return "qwen2" if spec.architecture == "qwen2" else "llama2"
 
 
 def prepare_artifacts(run: RunConfig) -> List[str]:

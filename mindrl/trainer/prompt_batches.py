@@ -20,6 +20,9 @@ from mindrl.data.prompt_rows import load_prompt_source, per_prompt_fields
 from mindrl.data.vl_prompts import VisionPrompts
 
 
+ROLLOUT_ONLY = ("images", "rollout_prompt_ids")   # what vLLM reads and the Megatron roles don't
+
+
 class PromptBatches:
     def __init__(self, tokenizer, extra_keys: Sequence[str], max_prompt_length: int,
                  vision: Optional[VisionPrompts] = None):
@@ -53,7 +56,12 @@ class PromptBatches:
         in `rejects_path`; data/prompt_rows.py)."""
         return load_prompt_source(path, self.extra_keys, self.max_prompt_length,
                                   lambda text: self.tokenizer(text)["input_ids"], rejects_path,
-                                  log)
+                                  log, None if self.vision is None else self.vision.prompt_length)
+
+    def for_workers(self, batch: Batch) -> Batch:
+        """The Batch the Megatron roles take: without what only vLLM reads (the PNG images and
+        the one-pad ids), so the images reach the actor once, as pixel values."""
+        return batch.without(*ROLLOUT_ONLY)
 
     def batch(self, rows: List[dict], n: int) -> Batch:
         fields = per_prompt_fields(rows, self.extra_keys)

@@ -38,6 +38,7 @@ class MegatronWorker:
         from mindrl import device
         from mindrl.ckpt.mcore_io import load_mcore_checkpoint
         from mindrl.engines.megatron_engine import MegatronEngine
+        from mindrl.engines.role_model import model_builder
         from mindrl.models.builder import initialize_parallel
 
         os.environ["MASTER_ADDR"] = master_addr
@@ -46,7 +47,9 @@ class MegatronWorker:
         initialize_parallel(setup.parallel, seed=setup.seed)
         self.engine = MegatronEngine(setup.spec, setup.parallel, setup.params_dtype,
                                      setup.micro_batch_size, optim=setup.optim, loss=setup.loss,
-                                     pad_id=setup.pad_id, seed=setup.seed)
+                                     pad_id=setup.pad_id, seed=setup.seed,
+                                     build_model=model_builder(setup.spec, setup.load,
+                                                               setup.freeze_vision_tower))
         if setup.load:
             load_mcore_checkpoint(self.engine.module, setup.load)
             if self.engine.optimizer is not None:

@@ -69,14 +69,19 @@ def test_a_vl_config_needs_the_tokenizers_vision_ids():
         hf_config_from_spec(load_model_spec("tiny-qwen25vl"))
 
 
-def test_a_recipe_on_a_vl_model_is_refused_until_the_trainer_feeds_images():
-    """A VL model in a GRPO recipe would train text-only without a word: refused, once."""
+def test_a_vl_policy_is_accepted_and_a_vl_reward_model_refused_once():
+    """The actor and reference may be VL models; a reward model scores text only, so a VL one
+    is refused naming its key (once), while rule verifiers need no reward role."""
     from mindrl.config import ClusterResources, ConfigError, load_recipe
 
+    run = load_recipe("grpo_tiny_cpu", ["model=tiny-qwen25vl"], cluster=ClusterResources("cpu", 2))
+    assert run.models["actor"].vision is not None and run.models["ref"].vision is not None
     with pytest.raises(ConfigError) as e:
-        load_recipe("grpo_tiny_cpu", ["model=tiny-qwen25vl"], cluster=ClusterResources("cpu", 2))
+        load_recipe("grpo_tiny_cpu", ["model=tiny-qwen25vl", "+rl_config.reward_model=true",
+                                      "+rl_config.reward_resource.num_cpus=1"],
+                    cluster=ClusterResources("cpu", 3))
     text = str(e.value)
-    assert "actor_config.model='tiny-qwen25vl': is a vision-language model" in text
+    assert "reward_config.model='tiny-qwen25vl': is a vision-language model" in text
     assert text.count("is a vision-language model") == 1
 
 
