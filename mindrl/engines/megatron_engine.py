@@ -258,12 +258,17 @@ class MegatronEngine:
         if shuffle:
             order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
         history: List[Dict[str, float]] = []
+        clock = getattr(self.module, "tower_clock", None)   # a VL model's first stage
+        if clock is not None:
+            clock.take()
         for start in range(0, n, mini_batch_size):
             mini = batch.select(order[start:start + mini_batch_size])
             history.append(self._train_mini_batch(mini, entropy_coeff))
         out = {k: sum(h[k] for h in history) / len(history) for k in history[0]
                if not k.startswith("rollout/")}
         out.update({k: v for k, v in history[0].items() if k.startswith("rollout/")})
+        if clock is not None:
+            out["actor/vision_tower_s"] = clock.take()
         return out
 
     def forward_backward(self, mini: Batch, entropy_coeff: Optional[float] = None) -> list:

@@ -39,7 +39,8 @@ from mindrl.trainer.advantage_step import advantage_fields
 from mindrl.trainer.dynamic_sampling import sample_informative
 from mindrl.trainer.failure_report import report_failure
 from mindrl.trainer.first_sync import check_first_sync, checkpoint_reference
-from mindrl.trainer.metrics import batch_metrics, perf_metrics, reward_model_metrics
+from mindrl.trainer.metrics import (batch_metrics, perf_metrics, reward_model_metrics,
+                                    vision_share)
 from mindrl.trainer.progress import StepProgress
 from mindrl.trainer.prompt_batches import PromptBatches, image_metrics
 from mindrl.trainer.resume import plan_resume
@@ -274,6 +275,7 @@ class GRPOTrainer:
         timings["timing_s/step"] = time.perf_counter() - t_step
         metrics.update(timings)
         metrics.update(perf_metrics(metrics["perf/total_num_tokens"], timings["timing_s/step"]))
+        metrics.update(vision_share(metrics))
         return metrics
 
     def validate(self, step: int) -> Dict[str, float]:

@@ -37,6 +37,15 @@ def perf_metrics(total_tokens: float, step_seconds: float) -> Dict[str, float]:
             "perf/throughput": total_tokens / max(step_seconds, 1e-9)}
 
 
+def vision_share(metrics: Dict[str, float]) -> Dict[str, float]:
+    """vision/update_share: the vision tower's seconds inside the update (forward and
+    backward, actor rank 0) over timing_s/update_actor; absent for a text model."""
+    seconds = metrics.get("actor/vision_tower_s")
+    if seconds is None:
+        return {}
+    return {"vision/update_share": seconds / max(metrics["timing_s/update_actor"], 1e-9)}
+
+
 CONSOLE_KEYS = (("score", "critic/score/mean"), ("response_len", "response_length/mean"),
                 ("pg_loss", "actor/pg_loss"), ("kl_loss", "actor/kl_loss"),
                 ("grad_norm", "actor/grad_norm"), ("lr", "actor/lr"),

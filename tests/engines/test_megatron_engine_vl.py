@@ -78,3 +78,5 @@ def test_an_update_trains_the_vision_tower_with_the_model(run, layout):
     assert (res["after"] - res["before"]).abs().max() > 1e-4
     # Rank 0 holds the first stage in every layout: images reached the tower in the update.
     assert res["vision_moved"] is not None and res["vision_moved"] > 1e-5
+    # ...and the tower's seconds (forward and backward) are counted for its share of the update.
+    assert res["metrics"]["actor/vision_tower_s"] > 0

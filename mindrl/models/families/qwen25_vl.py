@@ -17,6 +17,7 @@ them over TP anyway (`average_gradients_across_tp_domain`) so replicas cannot dr
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Optional, Sequence, Tuple, Union
 
 import torch
@@ -92,6 +93,36 @@ def batch_images(pixel_values: Images, image_grid_thw: Images
     return cat(pixel_values), cat(image_grid_thw)
 
 
+class TowerClock:
+    """Host seconds spent inside the vision tower (forward, and backward from the merger's
+    output gradient to the patch embedding's weight gradient, the last one the tower makes):
+    the tower's share of an update. Host time: on an asynchronous device it counts launches."""
+
+    def __init__(self, visual):
+        self.seconds, self._backward_start = 0.0, None
+        visual.merger.register_full_backward_pre_hook(self._backward_started)
+        visual.patch_embed.proj.weight.register_post_accumulate_grad_hook(self._backward_done)
+
+    @contextlib.contextmanager
+    def forward(self):
+        start = time.perf_counter()
+        yield
+        self.seconds += time.perf_counter() - start
+
+    def _backward_started(self, *_):
+        self._backward_start = time.perf_counter()
+
+    def _backward_done(self, *_):
+        if self._backward_start is not None:
+            self.seconds += time.perf_counter() - self._backward_start
+            self._backward_start = None
+
+    def take(self) -> float:
+        """Seconds counted since the last take."""
+        seconds, self.seconds = self.seconds, 0.0
+        return seconds
+
+
 class Qwen25VLModel(GPTModel):
     """One pipeline stage: the mrope GPTModel, plus the vision tower on the first stage.
 
@@ -124,6 +155,7 @@ class Qwen25VLModel(GPTModel):
             for param in self.visual.parameters():
                 param.average_gradients_across_tp_domain = True
                 param.requires_grad_(not freeze_vision_tower)
+            self.tower_clock = TowerClock(self.visual)
 
     # ------------------------------------------------------------------ inputs
 
@@ -160,8 +192,9 @@ class Qwen25VLModel(GPTModel):
         vision tower's features in the image slots (default every `<|image_pad|>`), in order."""
         embeds = self.embedding(input_ids=input_ids, position_ids=None)   # [S, B, H], whole
         if pixel_values is not None:
-            features = self.visual(pixel_values.to(self.config.params_dtype),
-                                   grid_thw=image_grid_thw).pooler_output
+            with self.tower_clock.forward():
+                features = self.visual(pixel_values.to(self.config.params_dtype),
+                                       grid_thw=image_grid_thw).pooler_output
             slots = (input_ids == self.image_token_id if slots is None else slots).unsqueeze(-1)
             if int(slots.sum()) != features.shape[0]:
                 raise ValueError(f"{int(slots.sum())} <|image_pad|> tokens for "
