@@ -245,10 +245,16 @@ class PrepareConfig:
 
     tiny_model: Optional[str] = None      # a configs/model name, e.g. tiny-qwen2
     tokenizer: Literal["char", "qwen25"] = "char"
-    task: Optional[Literal["arith"]] = None
+    task: Optional[Literal["arith", "vl"]] = None
     num_prompts: int = 4096
     max_operand: int = 2
     holdout_pairs: int = 0                # operand pairs kept out of training: the validation set
+    # task "vl": synthetic geometry3k-layout images (data/vl_task.py), preprocessed by the
+    # dataset recipe `vl_dataset` (configs/datasets) into data_path / rl_config.val_data_path.
+    vl_question: str = "colour"           # data/vl_task.py KINDS
+    image_size: int = 56                  # pixels a side (56: 4 image tokens)
+    num_val_prompts: int = 64             # held-out images, never trained on
+    vl_dataset: str = "tiny_vl_shapes"
     seed: int = 0
 
 

@@ -307,12 +307,23 @@ def check_roles(run: RunConfig, cluster: ClusterResources) -> list[Problem]:
             out.append(Problem(_role_key(run, role, "freeze_vision_tower"),
                                f"is set but model {spec.name} has no vision tower",
                                "remove it: it applies to vision-language models", True))
+        if spec is not None and spec.vision is not None and not cfg.load:
+            out.append(Problem(_role_key(run, role, "load"), f"is not set, but model "
+                               f"{spec.name} has a vision tower whose HF config only a "
+                               f"converted checkpoint records", "convert the VL model "
+                               "(examples/ckpt/ckpt_convert_qwen25vl_hf2mcore.sh) and point "
+                               "load at it", cfg.load))
         backend = cfg.distributed_backend
         want = BACKENDS[cluster.device_type]
         if backend is not None and backend != want:
             out.append(Problem(_role_key(run, role, "distributed_backend"), f"does not suit "
                                f"{cluster.device_type} devices", f"use {want} or leave it "
                                "null to follow the device", backend, CLUSTER))
+    actor = run.models.get("actor")
+    if run.prepare.task == "vl" and actor is not None and actor.vision is None:
+        out.append(Problem("prepare.task", f"makes image prompts, but model {actor.name} has "
+                           f"no vision tower", "use a VL model (e.g. tiny-qwen25vl) or task "
+                           "arith", "vl"))
     return out
 
 

@@ -39,31 +39,71 @@ def _hf_family(spec) -> str:
 
 def prepare_artifacts(run: RunConfig) -> List[str]:
     """What was made (human-readable lines); nothing when everything exists."""
-    from mindrl.ckpt.mcore_io import TRACKER
-
     made: List[str] = []
     p = run.prepare
     shared = run.megatron_training
     if p.task == "arith":   # first: a split it cannot honour is refused before a model is made
         made += _prepare_arith(p, shared.data_path, run.rl_config.val_data_path)
     if p.tiny_model:
-        from mindrl.models.tiny import make_tiny_model
+        made += _prepare_tiny_models(run)
+    if p.task == "vl":       # after the model: its processor preprocesses the images
+        made += _prepare_vl(p, shared, run.rl_config.val_data_path)
+    return made
 
-        hf_dir = Path(shared.tokenizer_name_or_path)
-        if not (hf_dir / "config.json").is_file():
-            make_tiny_model(p.tiny_model, p.tokenizer, hf_dir, seed=p.seed)
-            made.append(f"tiny HF model {p.tiny_model} ({p.tokenizer} tokenizer): {hf_dir}")
-        load = run.actor_config.load
-        if load and not (Path(load) / TRACKER).is_file():
-            _convert_to_mcore(hf_dir, Path(load), run.models["actor"])
-            made.append(f"Megatron checkpoint (torch_dist, any TP/PP): {load}")
-        rm_load = run.reward_config.load if "reward" in run.active_roles else None
-        if rm_load and not (Path(rm_load) / TRACKER).is_file():
-            rm_hf = Path(rm_load + "-hf")
-            if not (rm_hf / "config.json").is_file():
-                make_tiny_model(p.tiny_model, p.tokenizer, rm_hf, seed=p.seed + 1, head="scalar")
-            _convert_to_mcore(rm_hf, Path(rm_load), run.models["reward"])
-            made.append(f"tiny reward model {p.tiny_model} (scalar head): {rm_hf} -> {rm_load}")
+
+def _prepare_tiny_models(run: RunConfig) -> List[str]:
+    """The tiny HF model (tokenizer and, for a VL model, processor), its Megatron conversion
+    and, with a reward role, a tiny reward model."""
+    from mindrl.ckpt.mcore_io import TRACKER
+    from mindrl.models.tiny import make_tiny_model
+
+    made: List[str] = []
+    p, shared = run.prepare, run.megatron_training
+    hf_dir = Path(shared.tokenizer_name_or_path)
+    if not (hf_dir / "config.json").is_file():
+        make_tiny_model(p.tiny_model, p.tokenizer, hf_dir, seed=p.seed)
+        made.append(f"tiny HF model {p.tiny_model} ({p.tokenizer} tokenizer): {hf_dir}")
+    load = run.actor_config.load
+    if load and not (Path(load) / TRACKER).is_file():
+        _convert_to_mcore(hf_dir, Path(load), run.models["actor"])
+        made.append(f"Megatron checkpoint (torch_dist, any TP/PP): {load}")
+    rm_load = run.reward_config.load if "reward" in run.active_roles else None
+    if rm_load and not (Path(rm_load) / TRACKER).is_file():
+        rm_hf = Path(rm_load + "-hf")
+        if not (rm_hf / "config.json").is_file():
+            make_tiny_model(p.tiny_model, p.tokenizer, rm_hf, seed=p.seed + 1, head="scalar")
+        _convert_to_mcore(rm_hf, Path(rm_load), run.models["reward"])
+        made.append(f"tiny reward model {p.tiny_model} (scalar head): {rm_hf} -> {rm_load}")
+    return made
+
+
+def _prepare_vl(p, shared, val_prefix) -> List[str]:
+    """Synthetic image questions (train, and a test split of images never trained on) in
+    geometry3k's layout, preprocessed as a user's data is: the dataset recipe `p.vl_dataset`
+    with the run's tokenizer dir and prefixes (data/preprocess.py)."""
+    import dataclasses
+
+    from mindrl.data.indexed import manifest_path
+    from mindrl.data.preprocess import load_config, preprocess
+    from mindrl.data.vl_task import write_vl_task
+
+    prefixes = {"train": shared.data_path, "test": val_prefix}
+    todo = {split: prefix for split, prefix in prefixes.items()
+            if prefix and not manifest_path(prefix).is_file()}
+    if not todo:
+        return []
+    raw = Path(shared.data_path).parent / "raw"
+    files = write_vl_task(raw, p.num_prompts, p.num_val_prompts, seed=p.seed,
+                          question=p.vl_question, size=p.image_size)
+    recipe = load_config(p.vl_dataset)
+    made = []
+    for split, prefix in todo.items():
+        manifest = preprocess(dataclasses.replace(
+            recipe, input=str(files[split]), output_prefix=str(prefix),
+            tokenizer_name_or_path=shared.tokenizer_name_or_path), progress=False)
+        kind = "held-out images never trained on" if split == "test" else "training"
+        made.append(f"{p.vl_question} image task, {manifest['counts']['kept']} {kind} prompts "
+                    f"({p.image_size} px, recipe {p.vl_dataset}): {prefix}")
     return made
 
 
