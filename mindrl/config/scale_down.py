@@ -4,7 +4,8 @@ Every device count and every tensor-parallel size (training and inference) is di
 so pipeline stages, data-parallel replicas and the number of rollout engines stay as the
 recipe has them; the devices become logical CPU slots. The model becomes tiny-qwen2 and the
 data the generated arithmetic task (made on first use, as the embedded default does), with
-lengths to match; every flag stays as the recipe sets it (sequence parallel, colocation,
+lengths to match; a vision-language recipe's becomes tiny-qwen25vl and grpo_tiny_vl_cpu's
+image task (validated on its held-out images when the recipe validates); every flag stays as the recipe sets it (sequence parallel, colocation,
 offload, KL loss, verifiers, batch sizes). Precision becomes fp32, the CPU platform's.
 
 This is how the shipped multi-device recipes are proven on a CPU box (tests/config and
@@ -21,6 +22,7 @@ from mindrl.config.errors import STRUCTURE, ConfigError, Problem
 
 WORK = "${mindrl.work_dir:}"
 TINY_MODEL = "tiny-qwen2"
+TINY_VL_MODEL = "tiny-qwen25vl"      # a recipe on a vision-language model keeps one
 ROLE_SECTIONS = ("megatron_training", "actor_config", "ref_config", "reward_config")
 RESOURCES = ("actor_resource", "reference_resource", "reward_resource")
 DEVICE_KEYS = ("num_npus", "num_gpus", "num_cpus")
@@ -32,6 +34,14 @@ LENGTHS = {("megatron_training", "seq_length"): 64,
            ("generate_config", "max_num_batched_tokens"): 4096,
            ("generate_config", "kv_cache_memory_bytes"): 64 * 2**20}
 MAX_TOKENS = 8
+# The tiny image task (grpo_tiny_vl_cpu's, the same files): a ~60-token question about one
+# 56 x 56 image (4 image tokens), one-digit answers; validation on held-out images.
+VL_TASK = {"tiny_model": TINY_VL_MODEL, "tokenizer": "char", "task": "vl",
+           "vl_question": "colour", "image_size": 56, "num_prompts": 1024,
+           "num_val_prompts": 64}
+VL_DATA = f"{WORK}/data/vl_colour_56px"
+VL_LENGTHS = {**LENGTHS, ("megatron_training", "seq_length"): 128,
+              ("rl_config", "max_prompt_length"): 96, ("generate_config", "max_model_len"): 128}
 
 
 def _divide(value: Any, divisor: int, key: str, problems: list) -> Any:
@@ -63,9 +73,8 @@ def scale_down(raw: Any) -> Any:
         for key in ("bf16", "fp16"):
             if key in values:
                 values[key] = False
-        if section != "megatron_training" and values.get("load"):
-            kind = "reward-mcore" if section == "reward_config" else "mcore"
-            values["load"] = f"{WORK}/models/{TINY_MODEL}-{kind}"
+        if section == "reward_config" and values.get("load"):
+            values["load"] = f"{WORK}/models/{TINY_MODEL}-reward-mcore"
     rl = data.setdefault("rl_config", {})
     for name in RESOURCES:
         resource = rl.get(name)
@@ -83,18 +92,28 @@ def scale_down(raw: Any) -> Any:
     if problems:
         raise ConfigError(problems)
 
-    data["model"] = OmegaConf.to_container(OmegaConf.load(_model_file(TINY_MODEL)))
-    data["prepare"] = {"tiny_model": TINY_MODEL, "tokenizer": "char", "task": "arith",
-                       "num_prompts": 4096, "max_operand": 3, "holdout_pairs": 0}
+    vision = bool((data.get("model") or {}).get("vision"))
+    tiny = TINY_VL_MODEL if vision else TINY_MODEL
+    data["model"] = OmegaConf.to_container(OmegaConf.load(_model_file(tiny)))
+    data["prepare"] = dict(VL_TASK) if vision else {
+        "tiny_model": TINY_MODEL, "tokenizer": "char", "task": "arith", "num_prompts": 4096,
+        "max_operand": 3, "holdout_pairs": 0}
     shared = data.setdefault("megatron_training", {})
-    shared.update(model=TINY_MODEL, tokenizer_name_or_path=f"{WORK}/models/{TINY_MODEL}-hf",
-                  data_path=f"{WORK}/data/arith_0to3_holdout0/train.jsonl",
-                  load=f"{WORK}/models/{TINY_MODEL}-mcore")
-    for (section, key), value in LENGTHS.items():
+    shared.update(model=tiny, tokenizer_name_or_path=f"{WORK}/models/{tiny}-hf",
+                  data_path=f"{VL_DATA}/train" if vision
+                  else f"{WORK}/data/arith_0to3_holdout0/train.jsonl",
+                  load=f"{WORK}/models/{tiny}-mcore")
+    for section in ("actor_config", "ref_config"):
+        if (data.get(section) or {}).get("load"):
+            data[section]["load"] = f"{WORK}/models/{tiny}-mcore"
+    for (section, key), value in (VL_LENGTHS if vision else LENGTHS).items():
         data.setdefault(section, {})[key] = value
     for section in ("actor_config", "ref_config", "reward_config"):
         (data.get(section) or {}).pop("tokenizer_name_or_path", None)
-    rl.pop("val_data_path", None)
+    if vision and rl.get("val_data_path"):
+        rl["val_data_path"] = f"{VL_DATA}/test"     # held-out images, as the recipe validates
+    else:
+        rl.pop("val_data_path", None)
     gen["dtype"] = "float32"
     sampling = gen.setdefault("sampling_config", {})
     sampling["max_tokens"] = min(sampling.get("max_tokens", MAX_TOKENS), MAX_TOKENS)

@@ -10,6 +10,8 @@ RECIPE_CLUSTERS = {
     "r1_zero_qwen25_7b": ClusterResources("npu", 8, 2, device_memory_gib=64),
     "r1_zero_qwen25_32b": ClusterResources("npu", 8, 4, device_memory_gib=64),
     "grpo_qwen25_7b": ClusterResources("cuda", 8, 1, device_memory_gib=80),
+    "grpo_qwen25vl_7b_geo3k": ClusterResources("npu", 8, 1, device_memory_gib=64),
+    "grpo_qwen25vl_32b_geo3k": ClusterResources("npu", 8, 4, device_memory_gib=64),
 }
 
 
