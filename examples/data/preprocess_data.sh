@@ -2,10 +2,15 @@
 # Preprocess a dataset recipe: examples/data/preprocess_data.sh NAME [extra cli flags]
 #
 # NAME is configs/datasets/NAME.yaml (r1_zero_qwen25_7b, gsm8k_qwen25, countdown_qwen25,
-# tiny_arith). Relative paths in a recipe are relative to the current directory; run from
-# the repository root. tiny_arith works offline as shipped once its tokenizer exists:
+# tiny_arith, geo3k_qwen25vl, tiny_vl_shapes). Relative paths in a recipe are relative to the
+# current directory; run from the repository root. tiny_arith works offline as shipped once its
+# tokenizer exists:
 #   python cli/make_tiny_model.py --model tiny-qwen2 --tokenizer char --out work/models/tiny-qwen2-hf
+# tiny_vl_shapes needs the tiny VL model directory and the synthetic image data:
+#   python cli/make_tiny_model.py --model tiny-qwen25vl --tokenizer char --out work/models/tiny-qwen25vl-hf
+#   python cli/make_synthetic_vl_data.py --out work/data/tiny_vl_shapes
 # Output: <output_prefix>_input_ids.{bin,idx}, _labels.{bin,idx}, _manifest.json, _rejects.jsonl
+# (image recipes also _images.{bin,idx}: the resized images' PNG bytes, one document per row)
 set -euo pipefail
 
 if [ $# -lt 1 ]; then

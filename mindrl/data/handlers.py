@@ -28,18 +28,46 @@ class RowRejected(Exception):
 
 _HANDLERS: Dict[str, Handler] = {}
 _DEFAULT_KEYS: Dict[str, Dict[str, str]] = {}
+_VISION: set = set()
+# Columns that hold a row's images in the layouts we know (geometry3k: "images").
+IMAGE_COLUMNS = ("images", "image")
+VL_RECIPE_HINT = ("use a VL recipe (handler_name: geometry3k_vl, e.g. "
+                  "configs/datasets/geo3k_qwen25vl.yaml) to keep them")
 
 
-def register(name: str, default_keys: Dict[str, str]):
+def register(name: str, default_keys: Dict[str, str], vision: bool = False):
     def deco(fn: Handler) -> Handler:
-        _HANDLERS[name] = fn
+        _HANDLERS[name] = fn if vision else _refusing_images(name, fn)
         _DEFAULT_KEYS[name] = dict(default_keys)
+        if vision:
+            _VISION.add(name)
         return fn
     return deco
 
 
+def _refusing_images(name: str, fn: Handler) -> Handler:
+    """A text handler that rejects rows with images instead of silently dropping them."""
+    def handler(row, keys) -> HandlerResult:
+        for column in IMAGE_COLUMNS:
+            images = row.get(column)
+            if images is not None and not (isinstance(images, (list, tuple)) and not images):
+                count = len(images) if isinstance(images, (list, tuple)) else 1
+                raise RowRejected("has_images", f"{column!r} holds {count} image(s) that the "
+                                                f"text handler {name!r} would drop; "
+                                                f"{VL_RECIPE_HINT}")
+        return fn(row, keys)
+    handler.__doc__ = fn.__doc__
+    return handler
+
+
 def available_handlers() -> list:
     return sorted(_HANDLERS)
+
+
+def is_vision_handler(name: str) -> bool:
+    """True for handlers whose rows carry images (extra["images"])."""
+    get_handler(name)
+    return name in _VISION
 
 
 def default_map_keys(name: str) -> Dict[str, str]:
@@ -153,9 +181,24 @@ def countdown(row, keys) -> HandlerResult:
 
 @register("geometry3k", {"prompt": "problem", "label": "answer"})
 def geometry3k(row, keys) -> HandlerResult:
-    """Geometry3K, text part only (images are not carried by text-only preprocessing)."""
+    """Geometry3K rows without images (rows with images are refused: see geometry3k_vl)."""
     question, label = _question_and_label(row, keys)
     return question.strip(), label.strip(), {}
+
+
+@register("geometry3k_vl", {"prompt": "problem", "label": "answer", "images": "images"},
+          vision=True)
+def geometry3k_vl(row, keys) -> HandlerResult:
+    """Geometry3K layout with images: the problem keeps its `<image>` markers (the template
+    splits them into image parts); extra["images"] is the raw list ({bytes, path} / bytes /
+    path per image), empty for a row without images."""
+    question, label = _question_and_label(row, keys)
+    images = _field(row, keys, "images", required=False)
+    if images is None:
+        images = []
+    elif not isinstance(images, (list, tuple)):
+        images = [images]
+    return question.strip(), label.strip(), {"images": list(images)}
 
 
 @register("generic", {"prompt": "prompt", "query": "", "response": "", "system": "",

@@ -4,17 +4,21 @@ A preprocessed dataset is a prefix: ``<prefix>_input_ids.{bin,idx}`` (templated 
 token ids), one ``<prefix>_<key>.{bin,idx}`` per additional key (e.g. ``labels``), and
 ``<prefix>_manifest.json``, which records the tokenizer needed to decode them. Rows read back
 carry the same fields as a jsonl prompt file, so the trainer takes either.
+
+An image recipe adds ``<prefix>_images.{bin,idx}`` (manifest key "images"): uint8 sequences,
+one document per row and one sequence per image, each the resized image's PNG bytes.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Dict, List, Union
+from typing import Dict, List, Optional, Union
 
 MANIFEST_SUFFIX = "_manifest.json"
 REJECTS_SUFFIX = "_rejects.jsonl"
 INPUT_KEY = "input_ids"
+IMAGES_KEY = "images"
 
 
 def key_prefix(prefix: Union[str, Path], key: str) -> str:
@@ -47,7 +51,8 @@ def read_indexed_prompts(prefix: Union[str, Path]) -> List[dict]:
 
     "label" is decoded from the ``labels`` key (preprocessing only keeps values that
     round-trip exactly), every other additional key under its own name; "prompt" is the
-    decoded template text, for logs.
+    decoded template text, for logs. A prefix written by an image recipe also has
+    "images": the PNG bytes of the row's resized images, in pad order ([] for none).
     """
     from mindrl.models.tokenizers import load_tokenizer
 
@@ -63,6 +68,8 @@ def read_indexed_prompts(prefix: Union[str, Path]) -> List[dict]:
             raise ValueError(f"{prefix}: {len(columns[INPUT_KEY])} prompts but {len(column)} "
                              f"{key}; re-run preprocessing")
 
+    images = read_row_images(prefix, manifest, len(columns[INPUT_KEY]))
+
     def text(key: str, i: int) -> str:
         return tokenizer.decode([int(t) for t in columns[key][i]], skip_special_tokens=False)
 
@@ -72,10 +79,27 @@ def read_indexed_prompts(prefix: Union[str, Path]) -> List[dict]:
         row = {"prompt_ids": ids, "prompt": tokenizer.decode(ids, skip_special_tokens=False),
                "label": text("labels", i)}
         row.update({k: _value(text(k, i)) for k in keys if k != "labels"})
+        if images is not None:
+            row["images"] = images[i]
         rows.append(row)
     if not rows:
         raise ValueError(f"{prefix}: no prompts (see {prefix}{REJECTS_SUFFIX})")
     return rows
+
+
+def read_row_images(prefix: Union[str, Path], manifest: Dict, rows: int
+                    ) -> Optional[List[List[bytes]]]:
+    """Each row's image bytes from the images sidecar, or None for a text-only prefix."""
+    entry = manifest.get(IMAGES_KEY)
+    if not entry:
+        return None
+    column = open_indexed(prefix, entry.get("key", IMAGES_KEY))
+    documents = [int(d) for d in column.document_indices]
+    if len(documents) - 1 != rows:
+        raise ValueError(f"{prefix}: {rows} prompts but {len(documents) - 1} image documents; "
+                         f"re-run preprocessing")
+    return [[column[j].tobytes() for j in range(documents[i], documents[i + 1])]
+            for i in range(rows)]
 
 
 def _value(text: str):

@@ -5,6 +5,12 @@ Driven by configs/datasets/NAME.yaml (see PreprocessConfig). Bad rows are not fa
 ``<prefix>_rejects.jsonl``, so a 57k-row run does not die on row 31,204 and the losses stay
 visible. Every output file is written under a temporary name and renamed at the end, manifest
 last, so a crashed run never leaves a prefix that looks complete.
+
+Image recipes (a vision handler such as geometry3k_vl) read the model's processor from
+``tokenizer_name_or_path``: each image is resized once within ``min_pixels`` / ``max_pixels``
+(data/vl_images.py), the question is rendered with the processor's chat template (one image pad
+per image) and the resized PNG bytes go to ``<prefix>_images.{bin,idx}``: a uint8 indexed
+dataset, one document per kept row and one sequence per image.
 """
 
 from __future__ import annotations
@@ -21,9 +27,11 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
-from mindrl.data.handlers import RowRejected, get_handler, resolve_map_keys
-from mindrl.data.indexed import INPUT_KEY, REJECTS_SUFFIX, key_prefix, manifest_path
-from mindrl.data.templates import get_template
+from mindrl.data.handlers import RowRejected, get_handler, is_vision_handler, resolve_map_keys
+from mindrl.data.indexed import (IMAGES_KEY, INPUT_KEY, REJECTS_SUFFIX, key_prefix,
+                                 manifest_path)
+from mindrl.data.templates import IMAGE_MARKER, get_template
+from mindrl.data.vl_images import resize_row_images
 from mindrl.models.tokenizers import TokenizerNotFound, load_tokenizer
 from mindrl.paths import config_dir
 
@@ -52,6 +60,10 @@ class PreprocessConfig:
     max_prompt_length: Optional[int] = None
     log_interval: int = 1000
     strict: bool = False
+    # Image recipes only: the pixel bounds each image is resized into once (default: the
+    # processor's own); they must lie within the processor's bounds.
+    min_pixels: Optional[int] = None
+    max_pixels: Optional[int] = None
 
     @classmethod
     def from_dict(cls, raw: Dict[str, Any], source: str = "config") -> "PreprocessConfig":
@@ -63,12 +75,21 @@ class PreprocessConfig:
                    if not raw.get(k)]
         if missing:
             raise PreprocessError(f"{source}: missing required key(s) {missing}")
-        cfg = cls(**{k: v for k, v in raw.items() if v is not None or k == "max_prompt_length"})
+        cfg = cls(**{k: v for k, v in raw.items()
+                     if v is not None or k in ("max_prompt_length", "min_pixels", "max_pixels")})
         cfg.map_keys = dict(cfg.map_keys or {})
         cfg.dataset_additional_keys = list(cfg.dataset_additional_keys or [])
-        if INPUT_KEY in cfg.dataset_additional_keys:
-            raise PreprocessError(f"{source}: {INPUT_KEY!r} is always written; "
-                                  f"list only extra keys")
+        for written in (INPUT_KEY, IMAGES_KEY):
+            if written in cfg.dataset_additional_keys:
+                raise PreprocessError(f"{source}: {written!r} is always written (images by "
+                                      f"an image handler); list only extra keys")
+        bounds = (cfg.min_pixels, cfg.max_pixels)
+        if any(b is not None for b in bounds) and not is_vision_handler(cfg.handler_name):
+            raise PreprocessError(f"{source}: min_pixels / max_pixels are for image handlers; "
+                                  f"handler_name {cfg.handler_name!r} reads text only")
+        if None not in bounds and not 0 < cfg.min_pixels <= cfg.max_pixels:
+            raise PreprocessError(f"{source}: need 0 < min_pixels ({cfg.min_pixels}) <= "
+                                  f"max_pixels ({cfg.max_pixels})")
         if cfg.workers < 1:
             raise PreprocessError(f"{source}: workers must be >= 1")
         return cfg
@@ -147,7 +168,66 @@ def read_rows(path: Union[str, Path]) -> List[Tuple[int, Any]]:
         raise PreprocessError(f"input {path} does not exist")
     if path.is_file() and path.suffix == ".jsonl":
         return list(_read_jsonl(path))
-    return [(i, dict(row)) for i, row in enumerate(_load_with_datasets(path), start=1)]
+    return list(enumerate(_undecoded_rows(_load_with_datasets(path)), start=1))
+
+
+def _undecoded_rows(dataset) -> Iterator[dict]:
+    """Rows as stored: an Image column stays {"bytes", "path"} (the `datasets` formatter would
+    decode it to PIL, and one bad image would stop the whole read)."""
+    for table in dataset.with_format("arrow").iter(batch_size=1024):
+        yield from table.to_pylist()
+
+
+def input_base_dir(path: Union[str, Path]) -> Path:
+    """The folder image paths in a dataset are relative to: the input's own folder."""
+    path = Path(path).resolve()
+    return path if path.is_dir() else path.parent
+
+
+# ---------------------------------------------------------------------------- images
+
+@dataclass
+class VisionSetup:
+    """What an image recipe needs beside the tokenizer: the checked processor and the bounds."""
+
+    processor: Any
+    min_pixels: int
+    max_pixels: int
+    base_dir: Path
+
+    @property
+    def image_pad_id(self) -> int:
+        return self.processor.tokenizer.convert_tokens_to_ids(self.processor.image_token)
+
+
+def load_vision_setup(cfg: PreprocessConfig) -> Optional[VisionSetup]:
+    """The processor and pixel bounds of an image recipe (None for a text recipe); bounds
+    outside the processor's are refused, since the processor would then resize again."""
+    if not is_vision_handler(cfg.handler_name):
+        return None
+    from mindrl.data.vl_prompts import _pixel_bounds
+    from mindrl.models.processors import ProcessorError, load_vl_processor
+
+    if not Path(cfg.tokenizer_name_or_path).is_dir():
+        raise PreprocessError(f"handler {cfg.handler_name!r} reads images: "
+                              f"tokenizer_name_or_path must be a Qwen2.5-VL model directory "
+                              f"with its processor, not {cfg.tokenizer_name_or_path!r} (a tiny "
+                              f"one: python cli/make_tiny_model.py --model tiny-qwen25vl "
+                              f"--tokenizer char --out work/models/tiny-qwen25vl-hf)")
+    try:
+        processor = load_vl_processor(cfg.tokenizer_name_or_path)
+    except ProcessorError as e:
+        raise PreprocessError(str(e)) from None
+    low, high = _pixel_bounds(processor.image_processor)
+    min_pixels = low if cfg.min_pixels is None else cfg.min_pixels
+    max_pixels = high if cfg.max_pixels is None else cfg.max_pixels
+    if not low <= min_pixels <= max_pixels <= high:
+        raise PreprocessError(
+            f"min_pixels {min_pixels} / max_pixels {max_pixels} must lie within the "
+            f"processor's bounds [{low}, {high}] ({cfg.tokenizer_name_or_path}) and "
+            f"min_pixels <= max_pixels: else the processor resizes the images again at training "
+            f"time; change the recipe's min_pixels / max_pixels")
+    return VisionSetup(processor, min_pixels, max_pixels, input_base_dir(cfg.input))
 
 
 # ---------------------------------------------------------------------------- one row
@@ -164,9 +244,10 @@ def _valid_text(text: str, what: str) -> None:
         raise RowRejected("undecodable", f"{what} contains U+FFFD (a replaced bad byte)")
 
 
-def process_row(row: Any, cfg: PreprocessConfig, tokenizer, template, map_keys
-                ) -> Dict[str, List[int]]:
-    """Token ids per output key for one row, or RowRejected."""
+def process_row(row: Any, cfg: PreprocessConfig, tokenizer, template, map_keys,
+                vision: Optional[VisionSetup] = None) -> Dict[str, List]:
+    """Token ids per output key for one row (plus the resized PNG bytes under "images" for an
+    image recipe), or RowRejected."""
     if isinstance(row, RowRejected):
         raise row
     question, label, extra = get_handler(cfg.handler_name)(row, map_keys)
@@ -176,12 +257,18 @@ def process_row(row: Any, cfg: PreprocessConfig, tokenizer, template, map_keys
         raise RowRejected("empty_label", "label is empty")
     _valid_text(question, "prompt")
     _valid_text(label, "label")
-    prompt = template.render(question, system=extra.get("system"))
-    ids = tokenizer.encode(prompt, add_special_tokens=False)
-    if cfg.max_prompt_length and len(ids) > cfg.max_prompt_length:
-        raise RowRejected("too_long", f"{len(ids)} prompt tokens > max_prompt_length "
-                                      f"{cfg.max_prompt_length}")
-    out = {INPUT_KEY: ids}
+    if is_vision_handler(cfg.handler_name):
+        if vision is None:
+            raise ValueError(f"handler {cfg.handler_name!r} reads images: pass "
+                             f"vision=load_vision_setup(cfg)")
+        out = _image_prompt(question, extra, cfg, tokenizer, template, vision)
+    else:
+        prompt = template.render(question, system=extra.get("system"))
+        ids = tokenizer.encode(prompt, add_special_tokens=False)
+        if cfg.max_prompt_length and len(ids) > cfg.max_prompt_length:
+            raise RowRejected("too_long", f"{len(ids)} prompt tokens > max_prompt_length "
+                                          f"{cfg.max_prompt_length}")
+        out = {INPUT_KEY: ids}
     for key in cfg.dataset_additional_keys:
         text = label if key in ("labels", "label") else extra.get(key, row.get(key))
         if text is None:
@@ -195,9 +282,37 @@ def process_row(row: Any, cfg: PreprocessConfig, tokenizer, template, map_keys
     return out
 
 
+def _image_prompt(question: str, extra: Dict[str, Any], cfg: PreprocessConfig, tokenizer,
+                  template, vision: VisionSetup) -> Dict[str, List]:
+    """One image row: markers checked against images, images resized, the prompt rendered by
+    the processor's chat template (one pad per image) and its expanded length bounded."""
+    entries = extra.pop("images")
+    markers = question.count(IMAGE_MARKER)
+    if markers != len(entries):
+        raise RowRejected("image_count_mismatch", f"{markers} {IMAGE_MARKER} marker(s) in the "
+                                                  f"question for {len(entries)} image(s)")
+    images = resize_row_images(entries, vision.base_dir, vision.min_pixels, vision.max_pixels)
+    prompt = template.render_with_processor(vision.processor, question,
+                                            system=extra.get("system"))
+    ids = tokenizer.encode(prompt, add_special_tokens=False)
+    pads = ids.count(vision.image_pad_id)
+    if pads != len(images):
+        raise RowRejected("image_count_mismatch", f"the rendered prompt holds {pads} image "
+                                                  f"pad(s) for {len(images)} image(s)")
+    expanded = len(ids) - len(images) + sum(image.tokens for image in images)
+    if cfg.max_prompt_length and expanded > cfg.max_prompt_length:
+        raise RowRejected("too_long", f"{expanded} prompt tokens with images expanded "
+                                      f"({len(ids)} with one pad per image) > "
+                                      f"max_prompt_length {cfg.max_prompt_length}")
+    return {INPUT_KEY: ids, IMAGES_KEY: [image.png for image in images]}
+
+
 def _init_worker(cfg: PreprocessConfig) -> None:
     if not _WORKER or _WORKER["cfg"] is not cfg:
-        _WORKER.update(cfg=cfg, tokenizer=load_tokenizer(cfg.tokenizer_name_or_path),
+        vision = load_vision_setup(cfg)
+        tokenizer = vision.processor.tokenizer if vision else \
+            load_tokenizer(cfg.tokenizer_name_or_path)
+        _WORKER.update(cfg=cfg, tokenizer=tokenizer, vision=vision,
                        template=get_template(cfg.prompt_type),
                        map_keys=resolve_map_keys(cfg.handler_name, cfg.map_keys))
 
@@ -206,7 +321,8 @@ def _work(item: Tuple[int, Any]):
     number, row = item
     w = _WORKER
     try:
-        return number, process_row(row, w["cfg"], w["tokenizer"], w["template"], w["map_keys"])
+        return number, process_row(row, w["cfg"], w["tokenizer"], w["template"], w["map_keys"],
+                                   vision=w["vision"])
     except RowRejected as e:
         return number, e
 
@@ -216,7 +332,7 @@ def _work(item: Tuple[int, Any]):
 class _Outputs:
     """Builders writing to temporary files; commit() renames them into place."""
 
-    def __init__(self, prefix: str, keys: List[str], vocab_size: int):
+    def __init__(self, prefix: str, keys: List[str], vocab_size: int, images: bool = False):
         import numpy
 
         # Pure file I/O: no CUDA, so no CPU compat layer (and none of its import cost).
@@ -232,6 +348,10 @@ class _Outputs:
             base = key_prefix(prefix, key)
             self.builders[key] = IndexedDatasetBuilder(self._tmp(base + ".bin"),
                                                        dtype=self.dtype)
+        if images:   # one document per row, one uint8 sequence (PNG bytes) per image
+            self.builders[IMAGES_KEY] = IndexedDatasetBuilder(
+                self._tmp(key_prefix(prefix, IMAGES_KEY) + ".bin"), dtype=numpy.uint8)
+        self.image_count = 0
         self.rejects = open(self._tmp(prefix + REJECTS_SUFFIX), "w")
 
     def _tmp(self, final: str) -> str:
@@ -244,8 +364,19 @@ class _Outputs:
         import torch
 
         for key, builder in self.builders.items():
-            builder.add_item(torch.tensor(ids_by_key[key], dtype=torch.int64))
+            if key == IMAGES_KEY:
+                for png in ids_by_key[key]:
+                    builder.add_item(torch.frombuffer(bytearray(png), dtype=torch.uint8))
+                self.image_count += len(ids_by_key[key])
+            else:
+                builder.add_item(torch.tensor(ids_by_key[key], dtype=torch.int64))
             builder.end_document()
+
+    def file_names(self) -> List[str]:
+        """The files commit() puts in place (the manifest lists them)."""
+        return sorted({final.name for _, final in self.finals} |
+                      {Path(key_prefix(self.prefix, key) + ".idx").name for key in self.builders}
+                      | {manifest_path(self.prefix).name})
 
     def reject(self, number: int, e: RowRejected) -> None:
         self.rejects.write(json.dumps({"row": number, "reason": e.reason,
@@ -285,8 +416,10 @@ def preprocess(cfg: PreprocessConfig, progress: bool = True) -> Dict:
     from tqdm import tqdm
 
     start = time.time()
+    vision = load_vision_setup(cfg)
     try:
-        tokenizer = load_tokenizer(cfg.tokenizer_name_or_path)
+        tokenizer = vision.processor.tokenizer if vision else \
+            load_tokenizer(cfg.tokenizer_name_or_path)
     except TokenizerNotFound as e:
         raise PreprocessError(str(e)) from None
     template = get_template(cfg.prompt_type)
@@ -294,10 +427,11 @@ def preprocess(cfg: PreprocessConfig, progress: bool = True) -> Dict:
     items = read_rows(cfg.input)
     if cfg.shuffle:
         random.Random(cfg.seed).shuffle(items)
-    _WORKER.update(cfg=cfg, tokenizer=tokenizer, template=template, map_keys=map_keys)
+    _WORKER.update(cfg=cfg, tokenizer=tokenizer, template=template, map_keys=map_keys,
+                   vision=vision)
 
     keys = [INPUT_KEY] + cfg.dataset_additional_keys
-    out = _Outputs(cfg.output_prefix, keys, len(tokenizer))
+    out = _Outputs(cfg.output_prefix, keys, len(tokenizer), images=vision is not None)
     reasons: Counter = Counter()
     kept = 0
     try:
@@ -321,6 +455,9 @@ def preprocess(cfg: PreprocessConfig, progress: bool = True) -> Dict:
         if kept == 0:
             raise PreprocessError(f"{cfg.input}: every row was rejected {dict(reasons)}; "
                                   f"check handler_name and map_keys")
+        images = {"key": IMAGES_KEY, "format": "png", "count": out.image_count,
+                  "min_pixels": vision.min_pixels, "max_pixels": vision.max_pixels} \
+            if vision else None
         manifest = {
             "format": MANIFEST_FORMAT,
             "input": str(cfg.input),
@@ -332,10 +469,12 @@ def preprocess(cfg: PreprocessConfig, progress: bool = True) -> Dict:
             "handler": cfg.handler_name,
             "map_keys": map_keys,
             "keys": keys,
+            **({"images": images} if images else {}),
             "dtype": out.dtype.__name__,
             "counts": {"total": len(items), "kept": kept, "rejected": sum(reasons.values()),
                        "rejected_by_reason": dict(sorted(reasons.items()))},
             "config": asdict(cfg),
+            "files": out.file_names(),
             "seconds": round(time.time() - start, 3),
         }
         out.commit(manifest)

@@ -57,3 +57,26 @@ def test_generic():
     assert handle_row("generic", row, keys) == ("Add:\n2+2", "4", {"system": "Be brief."})
     assert handle_row("generic", {"prompt": "p", "label": "l"}) == ("p", "l", {})
     assert _rejected("generic", {"prompt": b"\xff", "label": "l"}) == "undecodable"
+
+
+def test_text_handlers_refuse_rows_with_images():
+    """A text handler must not drop a row's images silently: the reject names the VL recipe."""
+    image = {"bytes": b"\x89PNG...", "path": "0.png"}
+    row = {"problem": "<image>Find x.", "answer": "4", "images": [image]}
+    for name in ("geometry3k", "r1_math"):
+        with pytest.raises(RowRejected, match=r"'images' holds 1 image\(s\) that the text "
+                                              rf"handler '{name}' would drop.*geometry3k_vl"):
+            handle_row(name, row)
+    assert _rejected("generic", {"prompt": "p", "label": "l", "image": image}) == "has_images"
+    assert handle_row("geometry3k", {**row, "images": []}) == ("<image>Find x.", "4", {})
+
+
+def test_geometry3k_vl_keeps_markers_and_images():
+    from mindrl.data.handlers import is_vision_handler
+
+    image = {"bytes": b"png", "path": None}
+    row = {"problem": " <image>Find x. ", "answer": " 4 ", "images": [image, image]}
+    assert handle_row("geometry3k_vl", row) == ("<image>Find x.", "4", {"images": [image, image]})
+    assert handle_row("geometry3k_vl", {"problem": "Area?", "answer": "9"})[2] == {"images": []}
+    assert _rejected("geometry3k_vl", {"problem": "<image>x", "images": [image]}) == "missing_key"
+    assert is_vision_handler("geometry3k_vl") and not is_vision_handler("geometry3k")

@@ -1,5 +1,6 @@
 """Preprocessing end to end: indexed output, manifest, rejects, strict mode, prompt loading."""
 
+import io
 import json
 from pathlib import Path
 
@@ -119,15 +120,46 @@ RECIPE_ROWS = {
                          "Using the numbers [3, 5, 7], create an equation that equals 22.",
                          '{"numbers": [3, 5, 7], "target": 22}'),
     "tiny_arith": ("char", None, None, None),
+    # image recipes: "vl" = a char-tokenizer Qwen2.5-VL processor dir standing in for the model's
+    "geo3k_qwen25vl": ("vl", {"problem": "<image>Find x. Round to the nearest tenth.",
+                              "answer": "7.2", "images": [{"bytes": "300x200", "path": None}]},
+                       "Find x. Round to the nearest tenth.", "7.2"),
+    "tiny_vl_shapes": ("vl", {"problem": "<image>Big shape colour: 1 red, 2 green, 3 blue, "
+                                         "4 yellow?", "answer": "3",
+                              "images": [{"bytes": "56x56", "path": "0.png"}]},
+                       "Big shape colour: 1 red, 2 green, 3 blue, 4 yellow?", "3"),
 }
 
 
-def test_shipped_recipes_load_and_make_prompts_and_labels():
+def _vl_recipe_row(row, tmp_path):
+    """The recipe's processor (a tiny one with Qwen2.5-VL's real pixel bounds) and the row with
+    its "WxH" image placeholders drawn as PNG bytes."""
+    from support.synthetic_images import synthetic_image
+
+    from mindrl.models.processors import write_vl_tokenizer_and_processor
+
+    model = tmp_path / "vl-model"
+    if not model.is_dir():
+        write_vl_tokenizer_and_processor(model, min_pixels=3136, max_pixels=12845056)
+    images = []
+    for image in row["images"]:
+        width, height = map(int, image["bytes"].split("x"))
+        buffer = io.BytesIO()
+        synthetic_image(height, width, seed=width).save(buffer, format="PNG")
+        images.append({**image, "bytes": buffer.getvalue()})
+    return model, {**row, "images": images}
+
+
+def test_shipped_recipes_load_and_make_prompts_and_labels(tmp_path):
     """Every recipe in configs/datasets loads, and turns a row of its dataset into what the
     trainer reads: input_ids (the rendered template around the question, within
-    max_prompt_length) and labels (the verifier's label), nothing else."""
+    max_prompt_length) and labels (the verifier's label), nothing else; an image recipe adds
+    its images, each resized into the recipe's pixel bounds."""
     from mindrl.data.handlers import resolve_map_keys
-    from mindrl.data.preprocess import load_config, process_row
+    from mindrl.data.preprocess import load_config, load_vision_setup, process_row
+    from PIL import Image
+
+    from mindrl.data.vl_images import image_token_count
     from mindrl.data.templates import get_template
     from mindrl.models.tokenizers import load_tokenizer
     from mindrl.paths import REPO_ROOT, config_dir
@@ -141,10 +173,26 @@ def test_shipped_recipes_load_and_make_prompts_and_labels():
             first = (REPO_ROOT / cfg.input).read_text().splitlines()[0]
             row = json.loads(first)
             question, label = row["problem"], row["answer"]
-        tok = tokenizers.get(kind) or tokenizers.setdefault(kind, load_tokenizer(kind))
         template = get_template(cfg.prompt_type)
-        out = process_row(row, cfg, tok, template, resolve_map_keys(cfg.handler_name,
-                                                                   cfg.map_keys))
+        keys = resolve_map_keys(cfg.handler_name, cfg.map_keys)
+        if kind == "vl":
+            model, row = _vl_recipe_row(row, tmp_path)
+            cfg.tokenizer_name_or_path = str(model)
+            vision = load_vision_setup(cfg)
+            tok = vision.processor.tokenizer
+            out = process_row(row, cfg, tok, template, keys, vision)
+            assert sorted(out) == ["images", "input_ids", "labels"], name
+            assert tok.decode(out["labels"]) == label, name
+            prompt = tok.decode(out["input_ids"])
+            assert question in prompt and "<image>" not in prompt, name
+            assert prompt.count("<|image_pad|>") == len(out["images"]) == 1, name
+            width, height = Image.open(io.BytesIO(out["images"][0])).size
+            assert cfg.min_pixels <= width * height <= cfg.max_pixels, name
+            expanded = len(out["input_ids"]) - 1 + image_token_count(height, width)
+            assert 0 < expanded <= cfg.max_prompt_length, name
+            continue
+        tok = tokenizers.get(kind) or tokenizers.setdefault(kind, load_tokenizer(kind))
+        out = process_row(row, cfg, tok, template, keys)
         assert list(out) == ["input_ids", "labels"], name
         assert tok.decode(out["labels"]) == label, name
         prompt = tok.decode(out["input_ids"])
