@@ -101,8 +101,9 @@ def _prepare_vl(p, shared, val_prefix) -> List[str]:
         manifest = preprocess(dataclasses.replace(
             recipe, input=str(files[split]), output_prefix=str(prefix),
             tokenizer_name_or_path=shared.tokenizer_name_or_path), progress=False)
-        kind = "held-out images never trained on" if split == "test" else "training"
-        made.append(f"{p.vl_question} image task, {manifest['counts']['kept']} {kind} prompts "
+        kind = "validation prompts on images never trained on" if split == "test" \
+            else "training prompts"
+        made.append(f"{p.vl_question} image task, {manifest['counts']['kept']} {kind} "
                     f"({p.image_size} px, recipe {p.vl_dataset}): {prefix}")
     return made
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
 import torch
@@ -18,3 +19,11 @@ def prepare_vllm_process(threads: int) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(threads)
     sweep_stale_segments()
+    # The CPU worker replaces torch.set_num_threads with a warning, and vLLM's multimodal
+    # processing sets threads around every image request: two warnings per image prompt, which
+    # buried a run's log (584 lines in 4 steps of the tiny VL recipe). The threads stay as set.
+    logging.getLogger("vllm.v1.worker.cpu_worker").addFilter(_not_thread_warning)
+
+
+def _not_thread_warning(record: logging.LogRecord) -> bool:
+    return "torch.set_num_threads" not in record.getMessage()
