@@ -1,6 +1,6 @@
 """Write a synthetic image-question dataset in geometry3k's layout (train.parquet, test.parquet).
 
-    python cli/make_synthetic_vl_data.py --out work/data/tiny_vl_shapes                # tiny default
+    python cli/make_synthetic_vl_data.py --out work/data/tiny_vl_shapes          # tiny default
     python cli/make_synthetic_vl_data.py --out work/data/vl_mixed --question mixed --size 112
 Then preprocess it: examples/data/preprocess_data.sh tiny_vl_shapes
 """
