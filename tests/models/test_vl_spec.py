@@ -107,3 +107,18 @@ def test_freeze_vision_tower_on_a_text_model_is_refused_naming_the_key():
                                           r"model tiny-qwen2 has no vision tower"):
         load_recipe("grpo_tiny_cpu", ["+actor_config.freeze_vision_tower=true"],
                     cluster=ClusterResources("cpu", 2))
+
+
+def test_a_vl_role_without_a_converted_checkpoint_and_an_image_task_on_a_text_model_are_refused():
+    """Only a converted checkpoint records the tower's HF config (vision token ids); an image
+    task needs a tower to look at the images. Both refused before anything starts."""
+    from mindrl.config import ClusterResources, ConfigError, load_recipe
+
+    cpu = ClusterResources("cpu", 2)
+    with pytest.raises(ConfigError) as e:
+        load_recipe("grpo_tiny_vl_cpu", ["megatron_training.load=null"], cluster=cpu)
+    assert "megatron_training.load=None: is not set, but model tiny-qwen25vl has a vision " \
+           "tower" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        load_recipe("grpo_tiny_cpu", ["prepare.task=vl"], cluster=cpu)
+    assert "prepare.task='vl': makes image prompts, but model tiny-qwen2" in str(e.value)

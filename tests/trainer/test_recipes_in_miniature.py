@@ -14,13 +14,17 @@ from support.grpo_runs import finite, metrics, train
 
 pytestmark = pytest.mark.slow   # see tests/conftest.py
 
-# recipe, divisor: the 7B R1-Zero keeps TP2 (sequence parallel) and inference TP2; the 32B one
-# goes to TP1 so that its 2 stages x 2 replicas and 4 engines fit beside the others in time.
-MINIATURES = [("r1_zero_qwen25_7b", 2), ("r1_zero_qwen25_32b", 8), ("grpo_qwen25_7b", 2)]
+# recipe, divisor, engines: the 7B R1-Zero keeps TP2 (sequence parallel) and inference TP2; the
+# 32B ones go to TP1 so that their 2 stages x 2 replicas and 4 engines fit beside the others in
+# time. The VL recipes run the tiny Qwen2.5-VL on the image task (images through vLLM, the
+# actor and the reference; validation on held-out images first, as the recipes do).
+MINIATURES = [("r1_zero_qwen25_7b", 2, 4), ("r1_zero_qwen25_32b", 8, 4),
+              ("grpo_qwen25_7b", 2, 4), ("grpo_qwen25vl_7b_geo3k", 4, 2),
+              ("grpo_qwen25vl_32b_geo3k", 8, 4)]
 
 
-@pytest.mark.parametrize("recipe, divisor", MINIATURES)
-def test_recipe_runs_two_steps_in_miniature(work, recipe, divisor):
+@pytest.mark.parametrize("recipe, divisor, expected_engines", MINIATURES)
+def test_recipe_runs_two_steps_in_miniature(work, recipe, divisor, expected_engines):
     run_dir = work / "runs" / recipe
     mini = load_recipe(recipe, [f"+scale_down={divisor}"])
     engines = make_plan(mini, with_cpu_slots(local_cluster(), mini), [])["rollout"]["instances"]
@@ -34,6 +38,10 @@ def test_recipe_runs_two_steps_in_miniature(work, recipe, divisor):
             assert finite(row[key]), (key, row.get(key))
         # The synced weights are the actor's: vLLM samples what the actor scores (fp32).
         assert row["rollout/logprob_diff_max"] < 1e-4
+        if mini.models["actor"].vision is not None:    # every prompt carried its image
+            assert row["vision/image_tokens/mean"] == 4 and row["actor/vision_tower_s"] > 0
+    if mini.models["actor"].vision is not None:        # validated before training, as set
+        assert any("val/score" in r for r in metrics(run_dir) if r["step"] == 0)
     started = json.loads((run_dir / "workers.json").read_text())
-    assert len(started["rollout"]) == engines == 4
+    assert len(started["rollout"]) == engines == expected_engines
     assert (run_dir / "iter_0000002" / "metadata.json").is_file()
