@@ -27,6 +27,12 @@ def model_dtype(worker) -> torch.dtype:
     return next(worker.model_runner.get_model().parameters()).dtype
 
 
+def name_mapper(worker):
+    """The model's own renaming of checkpoint names into its parameter names (vLLM's
+    ``hf_to_vllm_mapper``, e.g. Qwen2.5-VL's `model.` -> `language_model.model.`), or None."""
+    return getattr(worker.model_runner.get_model(), "hf_to_vllm_mapper", None)
+
+
 def load_mode(worker) -> str:
     """``in_place``, ``packed`` or ``reload`` (see the module docstring) for this model."""
     from vllm.distributed import get_tensor_model_parallel_world_size
