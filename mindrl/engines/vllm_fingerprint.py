@@ -88,7 +88,9 @@ def vllm_view(worker, with_digest: bool):
     ranks combine]} on this TP worker; `combine_views` merges the workers' views.
 
     Names come from vLLM itself: ``packed_modules_mapping`` (qkv_proj -> q/k/v_proj, ...) and
-    each fused linear's ``output_partition_sizes``, never from mindrl/ckpt/mapping/. Linear
+    each fused linear's ``output_partition_sizes``, never from mindrl/ckpt/mapping/. A layer
+    whose fused outputs are one checkpoint tensor (the vision tower's qkv: q, k and v parts
+    in vLLM, one `attn.qkv` in HF) is digested as that one tensor, every part at its rows. Linear
     layers and output heads are digested by running them; a tied output head is a second
     place of the embedding (on CPU it keeps its own packed copy, which can go stale). At infer
     TP > 1 each worker digests the rows it holds (`digest` of a shard), so only digests
