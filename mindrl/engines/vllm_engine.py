@@ -7,7 +7,11 @@ Three jobs, kept apart below:
 - load weights in place, by the loader `vllm_weights.load_mode` picks for the model (on CPU:
   straight into oneDNN's packed weights, or into plain parameters; elsewhere vLLM's
   ``reload_weights``), through ``collective_rpc``: an in-process iterator at infer TP 1, a
-  shared file every TP worker maps at TP > 1; then a prefix-cache reset. Any failure is fatal
+  shared file every TP worker maps at TP > 1; then every cache computed from the old weights
+  is dropped (prefix cache, multimodal encoder cache: `_weights_changed`). Tensors may come
+  under HF names or the engine's own; they are renamed by vLLM's own mapper of the model
+  (`engine_name`: a VL model's language model lives under `language_model.` in vLLM). Any
+  failure is fatal
   (`WeightSyncError`): vLLM may hold half-loaded, meta or mixed weights and must not
   generate again.
 - fingerprint: a cheap per-HF-tensor digest of the weights vLLM is really computing with,
@@ -160,12 +164,39 @@ class _NameTracker:
 @dataclass(frozen=True)
 class SharedWeights:
     """Where vLLM's weights live when they are shared: a /dev/shm file of `numel` elements of
-    `dtype`, and each HF tensor's (element offset, shape) in it."""
+    `dtype`, and each tensor's (element offset, shape) in it under the engine's own name."""
 
     path: str
     numel: int
     dtype: torch.dtype
     places: Dict[str, Tuple[int, Tuple[int, ...]]]
+    # The model's checkpoint-prefix renames (vLLM's hf_to_vllm_mapper), applied in order as
+    # vLLM does: the writers are Megatron ranks without vLLM.
+    renames: Tuple[Tuple[str, str], ...] = ()
+
+    def place(self, name: str) -> Tuple[int, Tuple[int, ...]]:
+        """(offset, shape) of a tensor named as HF or as the engine names it."""
+        for prefix, new in self.renames:
+            if name.startswith(prefix):
+                name = new + name[len(prefix):]
+        if name not in self.places:
+            raise KeyError(f"{name}: not among vLLM's shared weights")
+        return self.places[name]
+
+
+def _prefix_renames(mapper) -> Tuple[Tuple[str, str], ...]:
+    """A vLLM WeightsMapper's prefix renames, for `SharedWeights`; other kinds of rule are
+    refused (the writers could not follow them)."""
+    if mapper is None:
+        return ()
+    others = [kind for kind in ("orig_to_new_renaming", "orig_to_new_regex",
+                                "orig_to_new_substr", "orig_to_new_stacked",
+                                "orig_to_new_suffix") if getattr(mapper, kind, None)]
+    if others or any(new is None for new in mapper.orig_to_new_prefix.values()):
+        raise NotImplementedError(f"shared weights: the model renames checkpoint tensors by "
+                                  f"{others or 'dropping prefixes'}; use the shm bucket "
+                                  f"(cpu_weights other than shared)")
+    return tuple(mapper.orig_to_new_prefix.items())
 
 
 class VLLMEngine:
@@ -216,6 +247,9 @@ class VLLMEngine:
             self.load_mode = load_mode
         self._failure: Optional[str] = None
         self.tp_size = generate_config.infer_tensor_parallel_size
+        # vLLM's own renaming of checkpoint names (None: names are the engine's already).
+        self._mapper = self.llm.collective_rpc(vllm_weights.name_mapper)[0]
+        self._engine_names: Dict[str, str] = {}
         view = self._view(with_digest=False)
         self.hf_shapes = {name: shape for name, (shape, _, _) in view.items()}
         # HF name -> the vLLM module that loads it: one load_weights call must carry all of a
@@ -231,7 +265,8 @@ class VLLMEngine:
             if shapes != {name: tuple(shape) for name, shape in self.hf_shapes.items()}:
                 raise RuntimeError(f"shared weight places {sorted(shapes)} disagree with "
                                    f"vLLM's tensors {sorted(self.hf_shapes)}")
-            self.shared_weights = SharedWeights(path, numel, dtype, places)
+            self.shared_weights = SharedWeights(path, numel, dtype, places,
+                                                _prefix_renames(self._mapper))
 
     def describe(self) -> dict:
         """What a weight sender needs to know about this engine (picklable)."""
@@ -296,6 +331,23 @@ class VLLMEngine:
 
     # ---------------------------------------------------------------- weights
 
+    def engine_name(self, name: str) -> str:
+        """The engine's own name of a tensor sent under its HF name (checkpoint layout or a
+        loaded transformers model's), by the model's own `hf_to_vllm_mapper`; engine names
+        are left as they are."""
+        mapped = self._engine_names.get(name)
+        if mapped is None:
+            mapped = name if self._mapper is None else self._mapper.map_name(name)
+            if mapped is None:
+                raise WeightSyncError(f"{name}: vLLM's model drops this tensor when loading "
+                                      f"(its hf_to_vllm_mapper maps it to nothing)")
+            self._engine_names[name] = mapped
+        return mapped
+
+    def _renamed(self, items):
+        """(name, ...) tuples with the engine's own names."""
+        return [(self.engine_name(item[0]), *item[1:]) for item in items]
+
     def _check_names(self, shapes: Sequence[Tuple[str, Sequence[int]]]) -> None:
         """Reject before vLLM sees them: unknown names, wrong shapes, or a fused vLLM module
         fed only part of its tensors (vLLM would process it half-loaded: NaN weights)."""
@@ -329,7 +381,7 @@ class VLLMEngine:
         list of tensors cannot cross to vLLM's worker processes.
         """
         self._usable()
-        pairs = list(weights)
+        pairs = self._renamed(weights)
         if self.tp_size > 1:
             self._load_staged(pairs)
             return
@@ -339,7 +391,7 @@ class VLLMEngine:
             modules = sorted({self.module_of[name] for name, _ in pairs})
             self.llm.collective_rpc(vllm_weights.LOADERS[self.load_mode],
                                     args=(iter(tracker), modules))
-            self.llm.reset_prefix_cache()
+            self._weights_changed()
         except Exception as exc:
             raise self._failed(exc, f" at {tracker.last!r}" if tracker.last else "") from exc
 
@@ -362,9 +414,19 @@ class VLLMEngine:
 
     def weights_written(self) -> None:
         """The actor has written new weights into `shared_weights`: drop what was computed
-        from the old ones (the prefix cache)."""
+        from the old ones (`_weights_changed`)."""
         self._usable()
+        self._weights_changed()
+
+    def _weights_changed(self) -> None:
+        """Drop everything vLLM computed from the old weights, after every load: the prefix
+        cache (KV of seen prompts) and the multimodal encoder cache (image features, keyed by
+        the image's hash only: vLLM issue 44910). The engine core's reset clears both the
+        scheduler's record and the workers' features; resetting only the workers' would leave
+        the scheduler believing a seen image is cached ("Encoder cache miss", a stuck
+        request). `LLM` has no encoder-cache reset of its own in vLLM 0.32: its engine has."""
         self.llm.reset_prefix_cache()
+        self.llm.llm_engine.reset_encoder_cache()
 
     def invalidate(self, reason: str) -> None:
         """Someone else left vLLM's weights half-written: refuse all further work."""
@@ -377,13 +439,14 @@ class VLLMEngine:
         itself (`vllm_weights.load_from_file`); the last two files stay mapped until
         `release_file`, so buckets reusing them cost no new mapping."""
         self._usable()
+        entries = self._renamed(entries)
         try:
             self._check_names([(name, shape) for name, _, shape in entries])
             modules = sorted({self.module_of[name] for name, _, _ in entries})
             self.llm.collective_rpc(vllm_weights.load_from_file,
                                     args=(path, numel, dtype, list(entries), self.load_mode,
                                           modules))
-            self.llm.reset_prefix_cache()
+            self._weights_changed()
         except Exception as exc:
             raise self._failed(exc) from exc
 
@@ -415,7 +478,9 @@ class VLLMEngine:
     def check_fingerprint(self, expected: Mapping[str, torch.Tensor], strict: bool = True) -> None:
         """Raise WeightSyncError naming every tensor whose digest differs from `expected`
         (e.g. `checkpoint_fingerprint` of the HF directory the trainer started from, or the
-        fingerprints of the tensors just sent). strict: vLLM may hold nothing else."""
+        fingerprints of the tensors just sent). strict: vLLM may hold nothing else.
+        Names may be HF's or the engine's own."""
+        expected = {self.engine_name(name): digest for name, digest in expected.items()}
         problems = compare_fingerprints(self.fingerprint(), expected, self.dtype, strict)
         if problems:
             shown = "\n  ".join(problems[:20])

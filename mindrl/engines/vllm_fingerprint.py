@@ -36,16 +36,17 @@ def _linear_outputs(module, dtype):
     return weight_parts, bias_parts
 
 
-def _output_parts(module, parts: int):
-    """Per fused part of a linear layer, where this TP rank's rows sit in the HF tensor:
-    (full rows, first row, whether this rank counts them). A row-parallel layer's output is
-    whole on every rank (rank 0 counts it); a KV head replicated over several ranks is
-    counted once."""
+def _output_parts(module):
+    """Per output partition of a linear layer (its `output_partition_sizes`, the parts vLLM
+    fuses), where this TP rank's rows sit in that part's full HF tensor: (full rows, first
+    row, whether this rank counts them). A row-parallel layer's output is whole on every rank
+    (rank 0 counts it); a KV head replicated over several ranks is counted once."""
     tp_size, tp_rank = getattr(module, "tp_size", 1), getattr(module, "tp_rank", 0)
-    if getattr(module, "input_is_parallel", False) or tp_size == 1:
-        full = [module.output_size] if parts == 1 else list(module.output_sizes)
-        return [(rows, 0, tp_rank == 0 or tp_size == 1) for rows in full]
+    if getattr(module, "input_is_parallel", False):
+        return [(module.output_size, 0, tp_rank == 0 or tp_size == 1)]
     local = list(getattr(module, "output_partition_sizes", [module.output_size_per_partition]))
+    if tp_size == 1:
+        return [(rows, 0, True) for rows in local]
     if hasattr(module, "total_num_kv_heads"):      # fused q, k, v with GQA
         replicas = module.num_kv_head_replicas
         full = [module.total_num_heads * module.head_size,
@@ -54,9 +55,18 @@ def _output_parts(module, parts: int):
         return [(full[0], tp_rank * local[0], True)] + [
             (full[j], (tp_rank // replicas) * local[j], tp_rank % replicas == 0)
             for j in (1, 2)]
-    if len(local) != parts:
-        local = [sum(local)]
     return [(rows * tp_size, tp_rank * rows, True) for rows in local]
+
+
+def _merged_places(places):
+    """The places of several fused outputs held by ONE HF tensor (the vision tower's qkv: one
+    checkpoint tensor, three output parts in vLLM): each part's rows follow the previous
+    parts' full rows. Returns (full rows of the tensor, [(first row, counts)] per part)."""
+    out, base = [], 0
+    for rows, first, counts in places:
+        out.append((base + first, counts))
+        base += rows
+    return base, out
 
 
 def _head_output(module, dtype):
@@ -78,7 +88,9 @@ def vllm_view(worker, with_digest: bool):
     ranks combine]} on this TP worker; `combine_views` merges the workers' views.
 
     Names come from vLLM itself: ``packed_modules_mapping`` (qkv_proj -> q/k/v_proj, ...) and
-    each fused linear's ``output_partition_sizes``, never from mindrl/ckpt/mapping/. Linear
+    each fused linear's ``output_partition_sizes``, never from mindrl/ckpt/mapping/. A layer
+    whose fused outputs are one checkpoint tensor (the vision tower's qkv: q, k and v parts
+    in vLLM, one `attn.qkv` in HF) is digested as that one tensor, every part at its rows. Linear
     layers and output heads are digested by running them; a tied output head is a second
     place of the embedding (on CPU it keeps its own packed copy, which can go stale). At infer
     TP > 1 each worker digests the rows it holds (`digest` of a shard), so only digests
@@ -93,10 +105,21 @@ def vllm_view(worker, with_digest: bool):
     name_of_param: Dict[int, str] = {}
     out: Dict[str, list] = {}
 
-    def add(name, shape, owner, y, combine, offset=0, counts=True):
+    def add(name, shape, owner, y, combine, offset=0, counts=True, length=None):
+        """length: of the digested vector (default: rows, as W p has; a tensor digested
+        whole, like the 5-D patch embedding, passes its element count)."""
         entry = out.setdefault(name, [tuple(shape), [], owner, combine])
         if y is not None:
-            entry[1].append(digest(y if counts else torch.zeros_like(y), offset, shape[0]))
+            entry[1].append(digest(y if counts else torch.zeros_like(y), offset,
+                                   shape[0] if length is None else length))
+
+    def add_merged(name, shape, owner, ys, merged):
+        """One HF tensor holding several output parts: one digest, the parts' shard digests
+        added at their rows."""
+        entry = out.setdefault(name, [tuple(shape), [], owner, SUM])
+        if ys[0] is not None:
+            entry[1].append(sum(digest(y if counts else torch.zeros_like(y), first, shape[0])
+                                for y, (first, counts) in zip(ys, merged)))
 
     for mod_name, module in model.named_modules():
         params = dict(module.named_parameters(recurse=False))
@@ -106,15 +129,22 @@ def vllm_view(worker, with_digest: bool):
         prefix = prefix + "." if prefix else ""
         if isinstance(module, LinearBase):
             parts = [prefix + part for part in packed.get(leaf, [leaf])]
-            places = _output_parts(module, len(parts))
-            if len(places) != len(parts):
-                parts = [prefix + leaf]
+            places = _output_parts(module)
             w_parts, b_parts = (_linear_outputs(module, dtype) if with_digest
                                 else ([None] * len(places), [None] * len(places)))
-            for part, (rows, first, counts), w, b in zip(parts, places, w_parts, b_parts):
-                add(part + ".weight", (rows, module.input_size), mod_name, w, SUM, first, counts)
+            if len(places) == len(parts):      # one HF tensor per output part
+                for part, (rows, first, counts), w, b in zip(parts, places, w_parts, b_parts):
+                    add(part + ".weight", (rows, module.input_size), mod_name, w, SUM, first,
+                        counts)
+                    if "bias" in params:
+                        add(part + ".bias", (rows,), mod_name, b, SUM, first, counts)
+            else:                              # every output part in one HF tensor
+                rows, merged = _merged_places(places)
+                name = prefix + leaf if len(parts) != 1 else parts[0]
+                add_merged(name + ".weight", (rows, module.input_size), mod_name, w_parts,
+                           merged)
                 if "bias" in params:
-                    add(part + ".bias", (rows,), mod_name, b, SUM, first, counts)
+                    add_merged(name + ".bias", (rows,), mod_name, b_parts, merged)
         elif isinstance(module, ParallelLMHead):
             weight = params["weight"]
             tied = name_of_param.get(id(weight))     # a tied head is the embedding's 2nd place
@@ -133,7 +163,8 @@ def vllm_view(worker, with_digest: bool):
                         shard.org_vocab_start_index)
                 else:
                     t = p.detach()
-                    add(name, t.shape, mod_name, t.float() if with_digest else None, ONE)
+                    add(name, t.shape, mod_name, t.float() if with_digest else None, ONE,
+                        length=t.numel())
     return out
 
 

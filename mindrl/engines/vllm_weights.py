@@ -27,6 +27,17 @@ def model_dtype(worker) -> torch.dtype:
     return next(worker.model_runner.get_model().parameters()).dtype
 
 
+def name_mapper(worker):
+    """The model's own renaming of checkpoint names into the engine's names (vLLM's
+    ``hf_to_vllm_mapper``, e.g. Qwen2.5-VL's `model.` -> `language_model.model.`), or None.
+    Its stacking rules (`q_proj` -> `qkv_proj`) are left out: the engine names the parts of
+    a fused module as the checkpoint does (``packed_modules_mapping``, `vllm_view`)."""
+    import dataclasses
+
+    mapper = getattr(worker.model_runner.get_model(), "hf_to_vllm_mapper", None)
+    return None if mapper is None else dataclasses.replace(mapper, orig_to_new_stacked={})
+
+
 def load_mode(worker) -> str:
     """``in_place``, ``packed`` or ``reload`` (see the module docstring) for this model."""
     from vllm.distributed import get_tensor_model_parallel_world_size

@@ -61,9 +61,19 @@ def plan_units(spec: ModelSpec, pp_size: int) -> List[Unit]:
             local = rule.mcore_name(layer - mapping.stage_layers(spec.num_layers, stage,
                                                                  pp_size).start)
         numel = sum(math.prod(shape) for shape in mapping.expected_hf_shapes(rule, spec))
-        units.append(Unit(rule, layer, stage, local, rule.mcore_name(layer).rsplit(".", 1)[0],
-                          numel))
+        units.append(Unit(rule, layer, stage, local, fused_module(rule, layer), numel))
     return units
+
+
+def fused_module(rule: mapping.TensorRule, layer: Optional[int]) -> str:
+    """The group of tensors that must reach vLLM in one load. A Megatron module already holds
+    what vLLM fuses in the language model (qkv, gate/up); the vision tower keeps HF's
+    separate tensors, which vLLM fuses among siblings (`mlp.gate_proj` + `mlp.up_proj` ->
+    `mlp.gate_up_proj`), so a vision tensor's group is its module's parent (`blocks.N.mlp`)."""
+    module = rule.mcore_name(layer).rsplit(".", 1)[0]
+    if mapping.is_vision_tensor(rule.mcore):
+        module = module.rsplit(".", 1)[0]
+    return module
 
 
 def plan_buckets(units: List[Unit], bucket_numel: int) -> List[List[Unit]]:

@@ -35,7 +35,7 @@ class SharedWeightsTransport:
             self._weights = SharedRegion(shared.path, shared.numel, shared.dtype, create=False)
         flat = self._weights.tensor
         return [flat[o:o + math.prod(shape)].view(shape)
-                for o, shape in (shared.places[name] for name in unit.rule.hf_names(unit.layer))]
+                for o, shape in (shared.place(name) for name in unit.rule.hf_names(unit.layer))]
 
     def _write(self) -> Optional[str]:
         """This rank's shards of every tensor, straight into vLLM's weights; what failed."""

@@ -17,7 +17,7 @@ from mindrl.ckpt import mapping
 from mindrl.config.model_spec import ModelSpec
 from mindrl.weight_sync.plan import WIRE_DTYPES, Unit, plan_units
 
-_MAX_DIMS = 4
+_MAX_DIMS = 8     # a header's shape slots: the vision tower's patch embedding is 5-D
 Alloc = Callable[[tuple, torch.dtype], torch.Tensor]   # where a full tensor is built
 
 
@@ -139,6 +139,9 @@ class MegatronShards:
 
 def _send(tensor: torch.Tensor, dst: int) -> None:
     """Shape and dtype header, then the data (the receiver allocates exactly)."""
+    if tensor.dim() > _MAX_DIMS:
+        raise ValueError(f"a {tensor.dim()}-D tensor {tuple(tensor.shape)} does not fit the "
+                         f"sync's header ({_MAX_DIMS} dims): raise source._MAX_DIMS")
     shape = list(tensor.shape) + [0] * (_MAX_DIMS - tensor.dim())
     header = torch.tensor([WIRE_DTYPES.index(tensor.dtype), tensor.dim()] + shape,
                           dtype=torch.long, device=tensor.device)
