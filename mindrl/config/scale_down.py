@@ -4,9 +4,9 @@ Every device count and every tensor-parallel size (training and inference) is di
 so pipeline stages, data-parallel replicas and the number of rollout engines stay as the
 recipe has them; the devices become logical CPU slots. The model becomes tiny-qwen2 and the
 data the generated arithmetic task (made on first use, as the embedded default does), with
-lengths to match; a vision-language recipe's becomes tiny-qwen25vl and grpo_tiny_vl_cpu's
-image task (validated on its held-out images when the recipe validates); every flag stays as the recipe sets it (sequence parallel, colocation,
-offload, KL loss, verifiers, batch sizes). Precision becomes fp32, the CPU platform's.
+lengths to match; a vision-language recipe's become tiny-qwen25vl and grpo_tiny_vl_cpu's
+image task (validated on its held-out images when the recipe validates). Every flag stays as
+the recipe sets it (sequence parallel, colocation, offload, KL loss, verifiers, batch sizes). Precision becomes fp32, the CPU platform's.
 
 This is how the shipped multi-device recipes are proven on a CPU box (tests/config and
 tests/trainer run them this way), and how a user tries a recipe's topology before renting it.

@@ -65,8 +65,10 @@ class VisionPrompts:
     """Turns prompt rows (`prompt_ids` with one pad per image, `images` as bytes) into
     `VisionPrompt`s with one processor, whose pixel bounds vLLM is given per request."""
 
-    def __init__(self, processor):
-        self.processor = processor
+    def __init__(self, processor, pixel_dtype: torch.dtype = torch.float32):
+        """pixel_dtype: what the towers that read the pixel values compute in (bf16 halves what
+        crosses to the workers; they cast to their own dtype anyway)."""
+        self.processor, self.pixel_dtype = processor, pixel_dtype
         image_processor = processor.image_processor
         self.image_pad_id = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
         self.merge_size = int(image_processor.merge_size)
@@ -102,7 +104,7 @@ class VisionPrompts:
         if images:
             out = self.processor.image_processor(images=[decode_image(b) for b in images],
                                                  return_tensors="pt")
-            pixels, grid = out["pixel_values"], out["image_grid_thw"]
+            pixels, grid = out["pixel_values"].to(self.pixel_dtype), out["image_grid_thw"]
         try:
             expanded = expand_image_pads(row["prompt_ids"], grid, self.image_pad_id,
                                          self.merge_size)

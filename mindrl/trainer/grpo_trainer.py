@@ -39,8 +39,7 @@ from mindrl.trainer.advantage_step import advantage_fields
 from mindrl.trainer.dynamic_sampling import sample_informative
 from mindrl.trainer.failure_report import report_failure
 from mindrl.trainer.first_sync import check_first_sync, checkpoint_reference
-from mindrl.trainer.metrics import (batch_metrics, perf_metrics, reward_model_metrics,
-                                    vision_share)
+from mindrl.trainer.metrics import batch_metrics, perf_metrics, reward_model_metrics
 from mindrl.trainer.progress import StepProgress
 from mindrl.trainer.prompt_batches import PromptBatches, image_metrics
 from mindrl.trainer.resume import plan_resume
@@ -76,9 +75,10 @@ class GRPOTrainer:
         shared = self.run.megatron_training
         self.prompts = PromptBatches.for_model(
             shared.tokenizer_name_or_path, self.run.models.get("actor"),
-            extra_keys(shared.dataset_additional_keys), self.rl.max_prompt_length)
-        self.tokenizer, self.pad_id = self.prompts.tokenizer, self.prompts.pad_id
-        self.extra_keys = self.prompts.extra_keys
+            extra_keys(shared.dataset_additional_keys), self.rl.max_prompt_length,
+            [self.run.role(r).params_dtype for r in self.run.active_roles])
+        self.tokenizer, self.pad_id, self.extra_keys = (
+            self.prompts.tokenizer, self.prompts.pad_id, self.prompts.extra_keys)
         self.loader = PromptLoader(
             self._prompt_rows(shared.data_path, "prompt_rejects.jsonl",
                               "data/prompts_over_max_length"),
@@ -173,8 +173,8 @@ class GRPOTrainer:
             extras = [{k: batch[k][i] for k in self.extra_keys} for i in range(len(batch))]
             scores, metrics = self.reward.score(texts, batch["label"], extras)
         if self.reward_model is not None:
-            model_scores = self.reward_model.compute_scores(
-                ray.put(self.prompts.for_workers(batch)), self.run.reward_config.micro_batch_size)
+            model_scores = self.reward_model.compute_scores(ray.put(
+                self.prompts.for_workers(batch)), self.run.reward_config.micro_batch_size)
             metrics = {**metrics, **reward_model_metrics(model_scores)}
             weight = self.rl.reward_model_weight
             scores = [s + weight * m for s, m in zip(scores, model_scores.tolist())]
@@ -262,8 +262,8 @@ class GRPOTrainer:
                                          rl.entropy_decay_steps)
         with timed(timings, "update_actor"):
             update = self.actor.update(ray.put(self.prompts.for_workers(batch)),
-                                       rl.mini_batch_size * self.n,
-                                       rl.shuffle_mini_batch, step, entropy_coeff)
+                                       rl.mini_batch_size * self.n, rl.shuffle_mini_batch,
+                                       step, entropy_coeff)
         update["actor/entropy_coeff"] = entropy_coeff
         with timed(timings, "reshard"):
             self.rollout.wake(["weights"])
@@ -274,8 +274,7 @@ class GRPOTrainer:
                    **update, **sync, **self.data_metrics, **timings}
         timings["timing_s/step"] = time.perf_counter() - t_step
         metrics.update(timings)
-        metrics.update(perf_metrics(metrics["perf/total_num_tokens"], timings["timing_s/step"]))
-        metrics.update(vision_share(metrics))
+        metrics.update(perf_metrics(metrics))
         return metrics
 
     def validate(self, step: int) -> Dict[str, float]:

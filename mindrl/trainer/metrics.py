@@ -32,9 +32,12 @@ def reward_model_metrics(scores: torch.Tensor) -> Dict[str, float]:
     return _stats("critic/reward_model", scores)
 
 
-def perf_metrics(total_tokens: float, step_seconds: float) -> Dict[str, float]:
-    return {"perf/time_per_step": step_seconds,
-            "perf/throughput": total_tokens / max(step_seconds, 1e-9)}
+def perf_metrics(step: Dict[str, float]) -> Dict[str, float]:
+    """Time and tokens/s of a step's metrics; a VL model's tower share of the update."""
+    seconds = step["timing_s/step"]
+    return {"perf/time_per_step": seconds,
+            "perf/throughput": step["perf/total_num_tokens"] / max(seconds, 1e-9),
+            **vision_share(step)}
 
 
 def vision_share(metrics: Dict[str, float]) -> Dict[str, float]:

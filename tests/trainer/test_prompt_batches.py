@@ -66,3 +66,13 @@ def test_an_image_prompt_is_as_long_as_its_expanded_ids(prompts):
     expanded = prompts.vision.prepare(row, "row 0").prompt_ids
     # 112 x 84 -> 4 x 3 merged patches, 56 x 56 -> 2 x 2: 12 + 4 tokens for 2 pads.
     assert prompts.vision.prompt_length(row) == len(expanded) == len(row["prompt_ids"]) + 14
+
+
+def test_bf16_towers_get_bf16_pixel_values_at_half_the_bytes(prompts):
+    processor = prompts.vision.processor
+    row = rows(prompts, [[(112, 112, 0)]])[0]
+    fp32 = VisionPrompts(processor).prepare(row, "row 0").pixel_values
+    bf16 = VisionPrompts(processor, torch.bfloat16).prepare(row, "row 0").pixel_values
+    assert fp32.dtype == torch.float32 and bf16.dtype == torch.bfloat16
+    assert torch.equal(bf16, fp32.to(torch.bfloat16))
+    assert bf16.numel() * bf16.element_size() * 2 == fp32.numel() * fp32.element_size()

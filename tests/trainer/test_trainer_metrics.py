@@ -17,7 +17,10 @@ def test_batch_metrics_hand_computed():
     assert m["response_length/min"] == 2.0 and m["response_length/clip_ratio"] == 0.5
     assert m["prompt_length/mean"] == 2.5 and m["prompt_length/min"] == 2.0
     assert m["perf/total_num_tokens"] == 11.0
-    assert perf_metrics(11.0, 2.0) == {"perf/time_per_step": 2.0, "perf/throughput": 5.5}
+    step = {"perf/total_num_tokens": 11.0, "timing_s/step": 2.0, "timing_s/update_actor": 0.5}
+    assert perf_metrics(step) == {"perf/time_per_step": 2.0, "perf/throughput": 5.5}
+    # A VL model's update reports its tower's seconds: their share of timing_s/update_actor.
+    assert perf_metrics({**step, "actor/vision_tower_s": 0.125})["vision/update_share"] == 0.25
 
 
 def test_moving_average_window():
