@@ -150,10 +150,22 @@ def make_plan(run: RunConfig, cluster: ClusterResources,
         "roles": roles,
         "rollout": rollout,
         "batch": batch_arithmetic(run),
+        "images": _images(run),
         "fits_cluster": fits,
         "memory_bytes": memory,
         "warnings": warnings,
     }
+
+
+def _images(run: RunConfig) -> Optional[dict[str, Any]]:
+    """How a VL actor's images travel (None for a text model)."""
+    vision = run.models["actor"].vision
+    if vision is None:
+        return None
+    return {"tower": f"{vision.family}, depth {vision.depth}",
+            "tower_trains": not run.actor_config.freeze_vision_tower,
+            "pixel_dtype": "bfloat16" if {run.role(r).params_dtype for r in run.active_roles}
+            == {"bfloat16"} else "float32"}
 
 
 def _size(n: Optional[int]) -> str:
@@ -211,7 +223,17 @@ def format_plan(plan: dict[str, Any]) -> str:
               f"  micro batches per mini batch: {b['micro_batches_per_mini_batch']} of "
               f"{b['micro_batch_size']} samples over DP {b['actor_dp']} -> gradient "
               f"accumulation steps {b['gradient_accumulation_steps']} per DP rank",
-              "", "memory per device (estimate; activations and buffers not included):"]
+              ]
+    if plan.get("images"):
+        i = plan["images"]
+        lines += [f"  images: each prompt's once per step; vLLM gets the images with one pad "
+                  f"each, the actor and reference the processor's pixel values "
+                  f"({i['pixel_dtype']}) and expanded ids; max_prompt_length counts the image "
+                  f"tokens",
+                  f"  vision tower ({i['tower']}): "
+                  + ("trains with the model" if i["tower_trains"]
+                     else "frozen (actor_config.freeze_vision_tower)")]
+    lines += ["", "memory per device (estimate; activations and buffers not included):"]
     for role, mem in m["roles"].items():
         parts = ", ".join(f"{k} {_size(v)}" for k, v in mem.items() if k != "total")
         lines.append(f"  {role:<7} {parts}; total {_size(mem['total'])}")

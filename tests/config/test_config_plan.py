@@ -73,3 +73,18 @@ def test_memory_warning_when_the_plan_does_not_fit():
     run = load_recipe("r1_zero_qwen25_7b", cluster=small)
     plan = make_plan(run, small)
     assert any("exceeds" in w for w in plan["warnings"])
+
+
+def test_a_vl_plan_says_how_images_travel_and_whether_the_tower_trains(recipe_clusters):
+    cluster = recipe_clusters["grpo_qwen25vl_7b_geo3k"]
+    plan = make_plan(load_recipe("grpo_qwen25vl_7b_geo3k", cluster=cluster), cluster)
+    assert plan["images"] == {"tower": "qwen2_5_vl, depth 32", "tower_trains": True,
+                              "pixel_dtype": "bfloat16"}
+    assert (plan["roles"]["actor"]["tp"], plan["roles"]["actor"]["dp"]) == (4, 2)
+    assert plan["rollout"]["instances"] == 2
+    frozen = load_recipe("grpo_qwen25vl_7b_geo3k", ["actor_config.freeze_vision_tower=true"],
+                         cluster=cluster)
+    text = format_plan(make_plan(frozen, cluster))
+    assert "vision tower (qwen2_5_vl, depth 32): frozen" in text
+    assert make_plan(load_recipe("grpo_tiny_cpu", cluster=ClusterResources("cpu", 2)),
+                     ClusterResources("cpu", 2))["images"] is None
