@@ -82,16 +82,13 @@ def _cells(rng: random.Random, size: int, count: int) -> List[Tuple[float, float
 
 
 def draw_colour(rng: random.Random, answer: int, size: int) -> List[bytes]:
-    """One big shape in colour `answer` (1-4) and up to two small ones in other colours."""
+    """One big shape in colour `answer` (1-4) covering most of the picture, so that every
+    image token sees it: the tiny default's question, learnable by a 2.4M model in minutes
+    (with small shapes of other colours beside it, it settled at 2 of the 4 colours)."""
     image, draw = _canvas(size)
-    r = size * rng.uniform(0.26, 0.34)
-    cx, cy = rng.uniform(r, size - r), rng.uniform(r, size - r)
+    r = size * rng.uniform(0.36, 0.46)
+    cx, cy = (size / 2 + rng.uniform(-0.08, 0.08) * size for _ in range(2))
     _shape(draw, rng.choice(SHAPES[:2]), cx, cy, r, COLOURS[answer - 1][1])
-    others = [c for i, (_, c) in enumerate(COLOURS) if i != answer - 1]
-    for _ in range(rng.randint(0, 2)):
-        small = size * 0.07
-        _shape(draw, "square", rng.uniform(small, size - small), rng.uniform(small, size - small),
-               small, rng.choice(others))
     return [_png(image)]
 
 
