@@ -344,7 +344,20 @@ class MegatronEngine:
                   "params_dtype": self.params_dtype, "micro_batch_size": self.micro_batch_size}
         return megatron_checkpoint.save(self.module, self.optimizer, self.scheduler, save_dir,
                                         iteration, {"engine_iteration": self.iteration, **extra},
-                                        save_optim=save_optim, save_rng=save_rng, recipe=recipe)
+                                        save_optim=save_optim, save_rng=save_rng, recipe=recipe,
+                                        model_info=self._model_info())
+
+    def _model_info(self) -> str:
+        """What the converter needs to read a training checkpoint: the language model's spec
+        and, for a VL family, its HF config (vision tower and token ids), as converted ones."""
+        from mindrl.ckpt.mcore_io import ModelInfo, vision_info
+
+        hf_config = getattr(self.module, "hf_config", None)     # a VL family's stage
+        if hf_config is None:
+            return ModelInfo(self.spec, self.params_dtype).to_json()
+        spec = dataclasses.replace(self.spec, vision=None, mrope_section=None)
+        return ModelInfo(spec, self.params_dtype,
+                         vision_info(self.module.family, hf_config.to_dict())).to_json()
 
     def load_checkpoint(self, ckpt_dir, load_optim: bool = True, load_rng: bool = True) -> dict:
         """At any TP/PP/DP (layout_change); meta["notes"] says what a layout change left

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from mindrl import device
+from mindrl.ckpt.mcore_io import MODEL_INFO
 from mindrl.ckpt.training import checkpoint_recipe, checkpoint_vocab, layout_change
 
 LATEST = "latest_checkpointed_iteration.txt"
@@ -149,9 +150,11 @@ def _format_of(optimizer) -> str:
 
 def save(module, optimizer, scheduler, save_dir, iteration: int, extra: Dict[str, Any],
          save_optim: bool = True, save_rng: bool = True,
-         recipe: Optional[Dict[str, Any]] = None) -> Path:
+         recipe: Optional[Dict[str, Any]] = None, model_info: Optional[str] = None) -> Path:
     """Collective: every rank of the role calls it. `recipe` (model shape, batch sizes) is
-    written beside the tensors with the layout and optimizer format (checkpoint_recipe)."""
+    written beside the tensors with the layout and optimizer format (checkpoint_recipe);
+    `model_info` (mcore_io.ModelInfo's JSON) makes the checkpoint one the converter reads, so
+    a trained model goes back to HF with the mcore2hf scripts."""
     from megatron.core import dist_checkpointing
     from megatron.core import parallel_state as ps
 
@@ -169,6 +172,8 @@ def save(module, optimizer, scheduler, save_dir, iteration: int, extra: Dict[str
     dist_checkpointing.save(state, str(tmp))
     _barrier()
     if _is_rank0():
+        if model_info is not None:
+            (tmp / MODEL_INFO).write_text(model_info)
         checkpoint_recipe.write_recipe(tmp, {
             **(recipe or {}), "layout": current_layout(ps),
             "optimizer_format": _format_of(optimizer) if optimizer is not None else None})

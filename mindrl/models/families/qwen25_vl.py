@@ -131,6 +131,8 @@ class Qwen25VLModel(GPTModel):
     `visual.*` under their HF names. Built by `build_qwen25_vl_model`.
     """
 
+    family = "qwen2_5_vl"     # the vision family a checkpoint of it records (mcore_io)
+
     def __init__(self, *, hf_config, spec: ModelSpec, freeze_vision_tower: bool = False,
                  vision_seed: int = 0, **gpt_arguments):
         super().__init__(**gpt_arguments)
