@@ -6,12 +6,18 @@ A policy that ignores the image can reach at most chance (0.25: four colours, ba
 reward rising well past it and the greedy accuracy on held-out images (never trained on)
 rising from 0 mean that image features reach vLLM and the actor alike, the gradient reaches
 the tower and the sync carries it back. vLLM's sampled log-probs equal the actor's on every
-step (fp32): the image pipeline is the same on both sides.
+step (fp32): the image pipeline is the same on both sides. The trained checkpoint goes back to
+HF with the user's mcore2hf script, and transformers' greedy answers on the held-out pictures
+score what the last validation (vLLM, greedy) scored.
 """
+
+import os
+import subprocess
 
 import pytest
 
-from support.grpo_runs import metrics, train
+from support.grpo_runs import REPO, metrics, train
+from support.vl_greedy import greedy_accuracy
 
 from mindrl.trainer.learning_curve import policy_scores, summarize_curve
 
@@ -41,3 +47,12 @@ def test_tiny_vl_recipe_learns_to_read_the_picture(work, tmp_path):
     diffs = [r["rollout/logprob_diff_max"] for r in rows if "rollout/logprob_diff_max" in r]
     assert len(diffs) == STEPS and max(diffs) <= 1e-4, max(diffs)
     assert all(r["vision/image_tokens/mean"] == 4 for r in rows if "critic/score/mean" in r)
+
+    hf = tmp_path / "trained-hf"
+    env = {**os.environ, "MCORE_DIR": str(run_dir), "HF_OUT_DIR": str(hf), "TP": "1", "PP": "1",
+           "TOKENIZER": str(work / "models" / "tiny-qwen25vl-hf")}
+    proc = subprocess.run(["bash", str(REPO / "examples/ckpt/ckpt_convert_qwen25vl_mcore2hf.sh")],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    held_out = work / "data" / "vl_colour_56px" / "test"
+    assert greedy_accuracy(hf, held_out) == val[-1], report
