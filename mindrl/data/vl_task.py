@@ -4,7 +4,7 @@ Every answer needs the picture (a colour, a shape, a count, a digit), answers ar
 within each question kind, and the test split is drawn from other random draws and checked by
 image hash never to repeat a training image, so test accuracy measures seeing, not recall.
 The ``colour`` kind is the tiny CPU default: one small image (56 x 56 px = 4 LLM tokens), one
-big shape whose colour is the answer digit 1-4, which the ``arith`` verifier scores; the other
+big shape whose colour is the answer digit 1-3, which the ``arith`` verifier scores; the other
 kinds (shape, count, digit, two-image compare, or all of them: ``mixed``) are richer data in
 the same columns: problem (with `<image>` markers), answer, images as [{bytes, path}].
 """
@@ -19,19 +19,19 @@ from pathlib import Path
 from typing import Callable, Dict, List, Sequence, Tuple, Union
 
 COLOURS: Tuple[Tuple[str, Tuple[int, int, int]], ...] = (
-    ("red", (220, 40, 40)), ("green", (30, 160, 60)), ("blue", (40, 80, 225)),
+    ("red", (225, 30, 30)), ("green", (30, 185, 30)), ("blue", (30, 30, 225)),
     ("yellow", (235, 200, 20)))
 SHAPES = ("circle", "square", "triangle", "cross")
 BACKGROUND = (245, 245, 245)
 
 QUESTIONS = {
-    "colour": "<image>Big shape colour: 1 red, 2 green, 3 blue, 4 yellow?",
+    "colour": "<image>Big shape colour: 1 red, 2 green, 3 blue?",
     "shape": "<image>Which shape is drawn? Answer 1 circle, 2 square, 3 triangle, 4 cross.",
     "count": "<image>How many shapes are in the picture?",
     "digit": "<image>Which digit is written in the picture?",
     "compare": "Picture 1: <image> Picture 2: <image> Which picture has more shapes, 1 or 2?",
 }
-ANSWERS = {"colour": "1234", "shape": "1234", "count": "1234", "digit": "0123456789",
+ANSWERS = {"colour": "123", "shape": "1234", "count": "1234", "digit": "0123456789",
            "compare": "12"}
 KINDS = tuple(QUESTIONS) + ("mixed",)
 MIXED = ("shape", "count", "digit", "compare")      # the geometry3k-like kinds
@@ -82,9 +82,11 @@ def _cells(rng: random.Random, size: int, count: int) -> List[Tuple[float, float
 
 
 def draw_colour(rng: random.Random, answer: int, size: int) -> List[bytes]:
-    """One big shape in colour `answer` (1-4) covering most of the picture, so that every
-    image token sees it: the tiny default's question, learnable by a 2.4M model in minutes
-    (with small shapes of other colours beside it, it settled at 2 of the 4 colours)."""
+    """One big shape in colour `answer` covering most of the picture, so that every image
+    token sees it: the tiny default's question, learnable by a 2.4M model in minutes. Three
+    colours that differ pairwise in two channels (red, green, blue): with small shapes of
+    other colours beside the big one the tiny model settled at 2 of 4 colours, and with four
+    big-shape colours (any fourth differs from a primary in one channel) at 3 of 4."""
     image, draw = _canvas(size)
     r = size * rng.uniform(0.36, 0.46)
     cx, cy = (size / 2 + rng.uniform(-0.08, 0.08) * size for _ in range(2))

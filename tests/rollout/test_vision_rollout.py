@@ -17,6 +17,7 @@ from mindrl.distributed import spawn_local
 from mindrl.models.processors import load_vl_processor
 from mindrl.rollout.merge import PromptMismatch, rollout_prompts, with_rollout
 from support.synthetic_images import synthetic_image
+from support.tiny_vl import sharpen
 from support.vl_rollout_worker import actor_log_probs
 
 pytestmark = pytest.mark.slow   # a vLLM engine and a Megatron rank
@@ -44,23 +45,6 @@ def rows(processor):
         out.append({"prompt_ids": processor.tokenizer(text)["input_ids"],
                     "images": [png(s) for s in specs]})
     return out
-
-
-def sharpen(model_dir, gain: float = 4.0) -> None:
-    """Give the random tiny model a trained model's scale: norm weights 1 and matrices `gain`
-    times larger (random init leaves std 0.02 everywhere, and near-uniform logits that hardly
-    move with anything). Image features then weigh in the log-probs as in a real model, so a
-    pixel-level processor difference shows there."""
-    from safetensors.torch import load_file, save_file
-
-    path = str(model_dir / "model.safetensors")
-    state = load_file(path)
-    for name, value in state.items():
-        if "norm" in name or "ln_q" in name:
-            state[name] = torch.ones_like(value)
-        elif value.dim() >= 2:
-            state[name] = value * gain
-    save_file(state, path, metadata={"format": "pt"})
 
 
 def step_batch(prompts, pad_id):

@@ -18,11 +18,11 @@ import io
 import shutil
 
 import pytest
-import torch
 
 from mindrl.config.schema import GenerateConfig, SamplingConfig
 from mindrl.distributed import spawn_local
 from support.synthetic_images import synthetic_image
+from support.tiny_vl import sharpen
 from support.vl_sync_worker import PERTURBED, SWAPPED, vl_syncs
 
 pytestmark = pytest.mark.slow   # four vLLM engines and a Megatron rank (about 2 min)
@@ -31,20 +31,6 @@ TP1 = GenerateConfig(max_num_seqs=4, max_model_len=256, kv_cache_memory_bytes=32
                      sampling_config=SamplingConfig(max_tokens=8, seed=0, ignore_eos=True))
 TP2 = dataclasses.replace(TP1, infer_tensor_parallel_size=2)
 SAME, MOVED = 1e-5, 1e-3
-
-
-def sharpen(path, gain=4.0):
-    """A trained model's scale for the random tiny model (norms 1, matrices `gain` x): image
-    features then weigh in the log-probs, so a tower change shows there."""
-    from safetensors.torch import load_file, save_file
-
-    state = load_file(path)
-    for name, value in state.items():
-        if "norm" in name or "ln_q" in name:
-            state[name] = torch.ones_like(value)
-        elif value.dim() >= 2:
-            state[name] = value * gain
-    save_file(state, path, metadata={"format": "pt"})
 
 
 def perturb(path):
@@ -75,7 +61,7 @@ def run(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("vl_sync")
     model_dir = make_tiny_model("tiny-qwen25vl", "char", root / "base")
-    sharpen(str(model_dir / "model.safetensors"))
+    sharpen(model_dir)
     perturbed_dir = root / "perturbed"
     shutil.copytree(model_dir, perturbed_dir)
     perturb(str(perturbed_dir / "model.safetensors"))
