@@ -150,7 +150,7 @@ class _ResponseStats(torch.autograd.Function):
             part = slice(start, start + ctx.chunk_tokens)
             shifted, _ = _shifted_chunk(logits, rows[part], cols[part], ctx.vocab_size,
                                         ctx.temperature, global_max=out[0, part])
-            probs = torch.exp(shifted - out[1, part].unsqueeze(-1))
+            probs = (shifted - out[1, part].unsqueeze(-1)).exp_()
             # d logp / dz_j = [j = target] - p_j;  d H / dz_j = -p_j (z_j - E_p[z])
             if grad_entropy is not None:   # coef reuses the shifted slab
                 coef = shifted.sub_(out[2, part].unsqueeze(-1)).mul_(
@@ -170,6 +170,7 @@ class _ResponseStats(torch.autograd.Function):
             grad.div_(ctx.temperature)
             grad_logits.index_put_((rows[part], cols[part]), grad.to(grad_logits.dtype),
                                    accumulate=True)
+            del shifted, probs, coef, grad   # before the next chunk allocates its slabs
         return grad_logits, None, None, None, None, None, None
 
 
