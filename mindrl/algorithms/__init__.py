@@ -1,8 +1,8 @@
 """Pure tensor maths of RL post-training: advantages, KL estimators, policy losses.
 
 Imports only torch; no I/O, no torch.distributed. Each family is a registry keyed by the
-config's names (ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATORS, POLICY_LOSSES);
-get_* looks a name up and raises ValueError listing the known names.
+config's names (ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATORS, POLICY_LOSSES,
+ROLLOUT_CORRECTIONS); get_* looks a name up and raises ValueError listing the known names.
 Shapes: token quantities and masks [B, R], scores and group_id [B].
 """
 
@@ -20,7 +20,12 @@ from mindrl.algorithms.advantages import (
 )
 from mindrl.algorithms.aggregation import LOSS_AGGREGATORS, aggregate_loss, get_loss_aggregator
 from mindrl.algorithms.entropy import entropy_bonus, entropy_coeff_at, entropy_from_logits
-from mindrl.algorithms.importance import truncated_is_weight
+from mindrl.algorithms.importance import (
+    ROLLOUT_CORRECTIONS,
+    get_rollout_correction,
+    rollout_is_weights,
+    truncated_is_weight,
+)
 from mindrl.algorithms.kl import KL_ESTIMATORS, get_kl_estimator, kl_loss, token_kl
 from mindrl.algorithms.masked import (
     masked_count,
@@ -34,6 +39,7 @@ from mindrl.algorithms.registry import Registry
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS", "KL_ESTIMATORS", "LOSS_AGGREGATORS", "POLICY_LOSSES", "Registry",
+    "ROLLOUT_CORRECTIONS", "get_rollout_correction", "rollout_is_weights",
     "aggregate_loss", "apply_kl_penalty", "compute_advantages", "discounted_returns",
     "entropy_bonus", "entropy_coeff_at", "entropy_from_logits", "gae_advantages", "get_advantage_estimator",
     "get_kl_estimator", "get_loss_aggregator", "get_policy_loss", "group_norm_advantages",

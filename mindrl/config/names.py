@@ -10,6 +10,7 @@ the registries.
 ADV_ESTIMATORS: tuple[str, ...] = ("group_norm", "rloo", "reinforce_plus_plus", "gae")
 KL_PENALTIES: tuple[str, ...] = ("kl", "mse", "low_var_kl", "abs")
 LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
+ROLLOUT_IS_MODES: tuple[str, ...] = ("off", "token", "sequence")
 
 ROLES: tuple[str, ...] = ("actor", "ref", "reward")
 ROLE_SECTIONS = {"actor": "actor_config", "ref": "ref_config", "reward": "reward_config"}

@@ -59,6 +59,7 @@ def check_algorithm(run: RunConfig) -> list[Problem]:
     if rl.adv_estimator in ("gae", "reinforce_plus_plus") and not 0 < rl.gamma <= 1:
         out.append(Problem("rl_config.gamma", f"must be in (0, 1] for {rl.adv_estimator}",
                            "use 1.0 (no discount) for outcome rewards", rl.gamma))
+    out += check_rollout_correction(rl)
     if gen.infer_expert_parallel_size != 1:
         out.append(Problem("generate_config.infer_expert_parallel_size", "must be 1: no "
                            "mixture-of-experts model exists in MindRL yet, so there are no "
@@ -90,4 +91,31 @@ def check_algorithm(run: RunConfig) -> list[Problem]:
         out.append(Problem("generate_config.gpu_memory_utilization", "must be in (0, 1]",
                            "use e.g. 0.5 when training shares the devices",
                            gen.gpu_memory_utilization))
+    return out
+
+
+def check_rollout_correction(rl) -> list[Problem]:
+    """Rollout correction and the log-prob drift alarm: a mode the engine knows, a cap that
+    truncates, an alarm that can fire; the log-prob chunk is a positive number of tokens."""
+    out: list[Problem] = []
+    if rl.rollout_is not in names.ROLLOUT_IS_MODES:
+        out.append(Problem("rl_config.rollout_is", "is not a known mode",
+                           suggest(rl.rollout_is, names.ROLLOUT_IS_MODES), rl.rollout_is))
+    if not rl.rollout_is_cap > 1:
+        out.append(Problem("rl_config.rollout_is_cap", "must be > 1: the importance weights "
+                           "are truncated at it, and a cap <= 1 would shrink every on-policy "
+                           "token's weight", "use e.g. 2.0", rl.rollout_is_cap))
+    threshold = rl.logprob_drift_threshold
+    if threshold is not None and not threshold > 0:
+        out.append(Problem("rl_config.logprob_drift_threshold", "must be positive (the "
+                           "rollout/logprob_diff_mean above which the drift alarm counts a "
+                           "step)", "use e.g. 0.01, or null to turn the alarm off", threshold))
+    if rl.logprob_drift_steps < 1:
+        out.append(Problem("rl_config.logprob_drift_steps", "must be >= 1 (consecutive steps "
+                           "above the threshold before the alarm warns)", "use e.g. 3",
+                           rl.logprob_drift_steps))
+    if rl.logprob_chunk_tokens < 1:
+        out.append(Problem("rl_config.logprob_chunk_tokens", "must be >= 1 (response tokens "
+                           "per fp32 log-softmax slab)", "use e.g. 512",
+                           rl.logprob_chunk_tokens))
     return out

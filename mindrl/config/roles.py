@@ -36,6 +36,9 @@ class LossConfig:
     kl_penalty: str = "low_var_kl"
     temperature: float = 1.0
     policy_loss: str = "ppo_clip"
+    rollout_is: str = "off"            # ROLLOUT_CORRECTIONS: off, token, sequence
+    rollout_is_cap: float = 2.0
+    logprob_chunk_tokens: int = 512    # response tokens per fp32 log-softmax slab
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,9 @@ def loss_config(run: RunConfig) -> LossConfig:
                       entropy_coeff=rl.entropy_coeff,
                       use_kl_loss=rl.use_kl_loss and rl.kl_coef > 0, kl_coef=rl.kl_coef,
                       kl_penalty=rl.kl_penalty,
-                      temperature=run.generate_config.sampling_config.temperature)
+                      temperature=run.generate_config.sampling_config.temperature,
+                      rollout_is=rl.rollout_is, rollout_is_cap=rl.rollout_is_cap,
+                      logprob_chunk_tokens=rl.logprob_chunk_tokens)
 
 
 def optim_config(run: RunConfig, role: str) -> OptimConfig:

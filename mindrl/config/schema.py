@@ -112,6 +112,11 @@ class RLConfig:
     entropy_coeff_final: Optional[float] = None   # null = entropy_coeff throughout
     entropy_decay_steps: int = 0               # steps from entropy_coeff to entropy_coeff_final
     loss_agg_mode: str = "token-mean"
+    rollout_is: str = "off"           # truncated IS on old / rollout log-probs: off, token, sequence
+    rollout_is_cap: float = 2.0       # the weights' upper bound (> 1)
+    logprob_drift_threshold: Optional[float] = 1e-2   # rollout/logprob_diff_mean alarm; null = off
+    logprob_drift_steps: int = 3      # consecutive steps above the threshold before it warns
+    logprob_chunk_tokens: int = 512   # response tokens per fp32 log-softmax slab in the engines
     n_samples_per_prompt: int = 8
     epochs: int = 1
     shuffle_mini_batch: bool = False

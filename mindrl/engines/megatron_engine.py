@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Optional
 import torch
 
 from mindrl import device
-from mindrl.algorithms import aggregate_loss, get_policy_loss, kl_loss
+from mindrl.algorithms import aggregate_loss, get_policy_loss, kl_loss, rollout_is_weights
 from mindrl.config.model_spec import ModelSpec
 from mindrl.config.roles import LossConfig, OptimConfig, Parallelism
 from mindrl.data.batch import Batch
@@ -29,6 +29,22 @@ def _minibatch_weight(mask: torch.Tensor, agg_mode: str) -> torch.Tensor:
     if agg_mode == "token-mean":
         return mask.sum()
     return (mask.sum(-1) > 0).sum()
+
+
+def _merge_mini_batches(history: List[Dict[str, float]]) -> Dict[str, float]:
+    """One step's metrics from its mini batches': losses averaged; the log-prob diff from the
+    first (before any update); the IS weights pooled exactly over all (they depend on the old
+    and rollout log-probs only)."""
+    out = {k: sum(h[k] for h in history) / len(history) for k in history[0]
+           if not k.startswith("rollout/")}
+    out.update({k: v for k, v in history[0].items()
+                if k.startswith("rollout/") and not k.startswith("rollout/is_")})
+    count = sum(h.get("rollout/is_count", 0.0) for h in history)
+    if count > 0:
+        for key in ("rollout/is_weight_mean", "rollout/is_capped_fraction"):
+            out[key] = sum(h[key] * h["rollout/is_count"] for h in history
+                           if h.get("rollout/is_count", 0.0) > 0) / count
+    return out
 
 
 class MegatronEngine:
@@ -112,16 +128,16 @@ class MegatronEngine:
                                         pad_id=self.pad_id, multiple_of=tp)
 
     def _token_stats(self, output: torch.Tensor, micro: dict, with_entropy: bool):
-        """Response-aligned log-probs (and entropy) [mb, R] from vocab-parallel logits."""
-        targets = model_rows.next_token_targets(micro["tokens"], self.pad_id)
-        logp = vocab_parallel.token_log_probs(output, targets, self.spec.vocab_size,
-                                              self.loss_cfg.temperature)
-        logp = torch.gather(logp, 1, micro["positions"])
-        return logp, self._entropy(output, micro) if with_entropy else None
-
-    def _entropy(self, output: torch.Tensor, micro: dict) -> torch.Tensor:
-        ent = vocab_parallel.entropy(output, self.spec.vocab_size, self.loss_cfg.temperature)
-        return torch.gather(ent, 1, micro["positions"])
+        """Response-aligned log-probs (and entropy) [mb, R] from vocab-parallel logits, computed
+        at the response positions only, loss.logprob_chunk_tokens tokens at a time (one pass
+        gives both; see vocab_parallel.response_token_stats for the memory bound)."""
+        positions = micro["positions"]
+        targets = torch.gather(model_rows.next_token_targets(micro["tokens"], self.pad_id), 1,
+                               positions)
+        logp, ent = vocab_parallel.response_token_stats(
+            output, positions, targets, self.spec.vocab_size, self.loss_cfg.temperature,
+            self.loss_cfg.logprob_chunk_tokens)
+        return logp, ent if with_entropy else None
 
     # ------------------------------------------------------------------ passes
 
@@ -203,18 +219,37 @@ class MegatronEngine:
 
     # ------------------------------------------------------------------ update
 
+    def _rollout_correction(self, old: torch.Tensor, micro: dict, mask: torch.Tensor,
+                            cfg: LossConfig):
+        """Truncated IS weights on old / rollout (rl_config.rollout_is) and their summed stats
+        as metrics; (None, {}) when off."""
+        if cfg.rollout_is == "off":
+            return None, {}
+        if "rollout_log_probs" not in micro:
+            raise ValueError(f"rl_config.rollout_is={cfg.rollout_is!r} needs the batch's "
+                             f"rollout_log_probs (the rollout engine's sampled-token "
+                             f"log-probs); set rl_config.rollout_is to 'off' without them")
+        weights, stats = rollout_is_weights(cfg.rollout_is, old, micro["rollout_log_probs"],
+                                            mask, cfg.rollout_is_cap)
+        return weights, {"rollout/is_weight_sum": stats["weight_sum"],
+                         "rollout/is_count": stats["count"],
+                         "rollout/is_capped_count": stats["capped"]}
+
     def _policy_loss(self, output, micro, cfg: LossConfig, mb_weight: torch.Tensor,
                      num_micro: int):
         mask = micro["response_mask"].float()
         # Entropy is always reported; it enters the loss (and the graph) only with a coefficient.
-        logp, _ = self._token_stats(output, micro, with_entropy=False)
-        with torch.set_grad_enabled(torch.is_grad_enabled() and cfg.entropy_coeff > 0):
-            ent = self._entropy(output, micro)
+        logp, ent = self._token_stats(output, micro, with_entropy=True)
+        if not cfg.entropy_coeff > 0:
+            ent = ent.detach()
+        # No old-logprob pass (one on-policy mini batch): the current detached log-probs.
         old = micro.get("old_log_probs", logp.detach())
+        is_weights, is_metrics = self._rollout_correction(old, micro, mask, cfg)
         pg, stats = get_policy_loss(cfg.policy_loss)(
             logp, old, micro["advantages"], mask, clip_ratio=cfg.clip_ratio,
             clip_ratio_low=cfg.clip_ratio_low, clip_ratio_high=cfg.clip_ratio_high,
-            clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode)
+            clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode,
+            is_weights=is_weights)
         loss = pg
         kl = torch.zeros((), device=logp.device)
         if cfg.use_kl_loss and cfg.kl_coef > 0:
@@ -230,7 +265,7 @@ class MegatronEngine:
         metrics = {"actor/pg_loss": pg.detach() * share, "actor/kl_loss": kl.detach() * share,
                    "actor/entropy": entropy.detach() * share,
                    "actor/pg_clipfrac": stats["pg_clipfrac"] * share,
-                   "actor/ppo_kl": stats["ppo_kl"] * share}
+                   "actor/ppo_kl": stats["ppo_kl"] * share, **is_metrics}
         if "rollout_log_probs" in micro:
             # How far the rollout engine's sampled log-probs are from the trainer's on the
             # same tokens: exact on the first mini batch (nothing updated yet).
@@ -264,9 +299,7 @@ class MegatronEngine:
         for start in range(0, n, mini_batch_size):
             mini = batch.select(order[start:start + mini_batch_size])
             history.append(self._train_mini_batch(mini, entropy_coeff))
-        out = {k: sum(h[k] for h in history) / len(history) for k in history[0]
-               if not k.startswith("rollout/")}
-        out.update({k: v for k, v in history[0].items() if k.startswith("rollout/")})
+        out = _merge_mini_batches(history)
         if clock is not None:
             out["actor/vision_tower_s"] = clock.take()
         return out
@@ -307,7 +340,8 @@ class MegatronEngine:
 
     def _reduce_metrics(self, losses: list, grad_norm) -> Dict[str, float]:
         keys = ["actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/pg_clipfrac",
-                "actor/ppo_kl", "rollout/logprob_diff_sum", "rollout/logprob_diff_count"]
+                "actor/ppo_kl", "rollout/logprob_diff_sum", "rollout/logprob_diff_count",
+                "rollout/is_weight_sum", "rollout/is_count", "rollout/is_capped_count"]
         # On the device: the all-reduce below runs on nccl / hccl there.
         vec = torch.zeros(len(keys) + 1, device=device.current_device())   # sums, then a max
         zero = torch.zeros((), device=vec.device)   # not a view of vec: vec is summed into
@@ -326,6 +360,12 @@ class MegatronEngine:
             out["rollout/logprob_diff_mean"] = (values["rollout/logprob_diff_sum"]
                                                 / values["rollout/logprob_diff_count"])
             out["rollout/logprob_diff_max"] = vec[-1].item()
+        if values["rollout/is_count"] > 0:   # over tokens, or sequences in sequence mode
+            out["rollout/is_weight_mean"] = (values["rollout/is_weight_sum"]
+                                             / values["rollout/is_count"])
+            out["rollout/is_capped_fraction"] = (values["rollout/is_capped_count"]
+                                                 / values["rollout/is_count"])
+            out["rollout/is_count"] = values["rollout/is_count"]
         out["actor/grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
         out["actor/lr"] = self.optimizer.param_groups[0]["lr"]
         return out

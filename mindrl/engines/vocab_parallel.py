@@ -3,11 +3,21 @@
 Each TP rank holds logits for a slice of the (padded) vocabulary; the reductions that need the
 whole vocabulary (max, sum of exp) are all-reduced across the TP group. Padded vocabulary rows
 are masked to -inf so that Megatron's distribution equals the HF / vLLM one.
+
+The engine's passes use `response_token_stats`: only the response positions, in chunks of
+tokens, so fp32 copies of the logits stay bounded whatever the sequence length and micro batch.
+`token_log_probs` / `entropy` work on every position (tests and the parity tools use them).
 """
 
 from __future__ import annotations
 
+from typing import Optional, Tuple
+
 import torch
+
+# Tokens per chunk in response_token_stats: at a 152k vocabulary and TP1 one fp32 slab of
+# 512 x 152064 is 311 MB (a pass holds about two at once).
+DEFAULT_CHUNK_TOKENS = 512
 
 
 def _tp():
@@ -57,3 +67,130 @@ def entropy(logits: torch.Tensor, vocab_size: int, temperature: float = 1.0) -> 
     sums = reduce_from_tensor_model_parallel_region(sums) if tp_size > 1 else sums
     sum_exp, sum_exp_shifted = sums.unbind(-1)
     return torch.log(sum_exp) - sum_exp_shifted / sum_exp
+
+
+def _all_reduce(tensor: torch.Tensor, op) -> torch.Tensor:
+    _, tp_size = _tp()
+    if tp_size > 1:
+        from megatron.core import parallel_state as ps
+
+        torch.distributed.all_reduce(tensor, op=op, group=ps.get_tensor_model_parallel_group())
+    return tensor
+
+
+def _shifted_chunk(logits: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
+                   vocab_size: int, temperature: float,
+                   global_max: Optional[torch.Tensor] = None):
+    """fp32 logits / T at the chunk's positions [c, V/TP], padded vocabulary at -inf, minus
+    the row's max over the whole (TP) vocabulary; and that max [c]."""
+    scaled = logits[rows, cols].float()   # advanced indexing copies: in-place ops are safe
+    scaled.div_(temperature)
+    scaled = mask_padded_vocab(scaled, vocab_size)
+    if global_max is None:
+        global_max = _all_reduce(scaled.max(dim=-1).values, torch.distributed.ReduceOp.MAX)
+    return scaled.sub_(global_max.unsqueeze(-1)), global_max
+
+
+def _local_targets(targets: torch.Tensor, shard: int):
+    """Column of each target in this rank's vocabulary slice, and whether it is here."""
+    rank, _ = _tp()
+    local = targets - rank * shard
+    here = (local >= 0) & (local < shard)
+    return local.clamp(0, shard - 1), here
+
+
+class _ResponseStats(torch.autograd.Function):
+    """log p(target) and entropy at chosen positions of vocab-parallel logits, chunk by chunk.
+
+    Nothing of size [chunk, V/TP] is kept for backward: it recomputes each chunk's softmax
+    from the logits (already alive as the model's output) and three saved scalars per token,
+    with no collective (the gradient of the local slice needs only global per-token sums).
+    """
+
+    @staticmethod
+    def forward(ctx, logits, rows, cols, targets, vocab_size, temperature, chunk_tokens):
+        n = rows.numel()
+        shard = logits.shape[-1]
+        out = torch.empty(3, n, dtype=torch.float32, device=logits.device)  # max, lse, E[z]
+        logp = torch.empty(n, dtype=torch.float32, device=logits.device)
+        with torch.no_grad():
+            for start in range(0, n, chunk_tokens):
+                part = slice(start, start + chunk_tokens)
+                shifted, global_max = _shifted_chunk(logits, rows[part], cols[part],
+                                                     vocab_size, temperature)
+                local, here = _local_targets(targets[part], shard)
+                target_logit = shifted.gather(1, local.unsqueeze(1))[:, 0]
+                target_logit = torch.where(here, target_logit, torch.zeros_like(target_logit))
+                probs = torch.exp(shifted)   # unnormalised
+                sum_exp = probs.sum(-1)
+                # exp(-inf) = 0 and 0 * -inf = nan: padded (and underflowed) columns add 0.
+                shifted.masked_fill_(probs == 0, 0.0)
+                sum_exp_shifted = probs.mul_(shifted).sum(-1)
+                del probs, shifted
+                sums = _all_reduce(torch.stack([sum_exp, sum_exp_shifted, target_logit]),
+                                   torch.distributed.ReduceOp.SUM)
+                log_sum_exp = torch.log(sums[0])
+                logp[part] = sums[2] - log_sum_exp
+                out[0, part] = global_max
+                out[1, part] = log_sum_exp
+                out[2, part] = sums[1] / sums[0]   # E_p[shifted logit]
+        ctx.save_for_backward(logits, rows, cols, targets, out)
+        ctx.vocab_size, ctx.temperature, ctx.chunk_tokens = vocab_size, temperature, chunk_tokens
+        ctx.set_materialize_grads(False)
+        return logp, out[1] - out[2]   # entropy = log sum exp - E_p[z] (shift-invariant)
+
+    @staticmethod
+    def backward(ctx, grad_logp, grad_entropy):
+        logits, rows, cols, targets, out = ctx.saved_tensors
+        grad_logits = torch.zeros_like(logits)
+        if grad_logp is None and grad_entropy is None:
+            return grad_logits, None, None, None, None, None, None
+        shard = logits.shape[-1]
+        for start in range(0, rows.numel(), ctx.chunk_tokens):
+            part = slice(start, start + ctx.chunk_tokens)
+            shifted, _ = _shifted_chunk(logits, rows[part], cols[part], ctx.vocab_size,
+                                        ctx.temperature, global_max=out[0, part])
+            probs = (shifted - out[1, part].unsqueeze(-1)).exp_()
+            # d logp / dz_j = [j = target] - p_j;  d H / dz_j = -p_j (z_j - E_p[z])
+            if grad_entropy is not None:   # coef reuses the shifted slab
+                coef = shifted.sub_(out[2, part].unsqueeze(-1)).mul_(
+                    -grad_entropy[part].float().unsqueeze(-1))
+            else:
+                coef = shifted.zero_()
+            if grad_logp is not None:
+                coef.sub_(grad_logp[part].float().unsqueeze(-1))
+            coef.masked_fill_(probs == 0, 0.0)   # padded columns: p = 0, z = -inf
+            grad = probs.mul_(coef)
+            if grad_logp is not None:
+                local, here = _local_targets(targets[part], shard)
+                grad.scatter_add_(1, local.unsqueeze(1),
+                                  torch.where(here, grad_logp[part].float(),
+                                              torch.zeros_like(grad_logp[part].float()))
+                                  .unsqueeze(1))
+            grad.div_(ctx.temperature)
+            grad_logits.index_put_((rows[part], cols[part]), grad.to(grad_logits.dtype),
+                                   accumulate=True)
+            del shifted, probs, coef, grad   # before the next chunk allocates its slabs
+        return grad_logits, None, None, None, None, None, None
+
+
+def response_token_stats(logits: torch.Tensor, positions: torch.Tensor, targets: torch.Tensor,
+                         vocab_size: int, temperature: float = 1.0,
+                         chunk_tokens: int = DEFAULT_CHUNK_TOKENS
+                         ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """log p(targets) and entropy [mb, R] under softmax(logits / T), at `positions` only.
+
+    logits [mb, S, V/TP] (any dtype, vocab-parallel), positions [mb, R] (the logit predicting
+    each response token), targets [mb, R] (the token ids). Differentiable in `logits`.
+    Memory bound: apart from the gradient the model's output needs anyway ([mb, S, V/TP] in
+    the logits' dtype), a pass holds at most two fp32 slabs of chunk_tokens x V/TP x 4 bytes
+    (plus a bool slab), never a [mb, S, V] fp32 copy; forward and backward alike.
+    """
+    if chunk_tokens < 1:
+        raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
+    mb, r = positions.shape
+    rows = torch.arange(mb, device=logits.device).repeat_interleave(r)
+    logp, ent = _ResponseStats.apply(logits, rows, positions.reshape(-1).to(logits.device),
+                                     targets.reshape(-1).to(logits.device), vocab_size,
+                                     float(temperature), int(chunk_tokens))
+    return logp.view(mb, r), ent.view(mb, r)

@@ -39,7 +39,7 @@ from mindrl.trainer.advantage_step import advantage_fields
 from mindrl.trainer.dynamic_sampling import sample_informative
 from mindrl.trainer.failure_report import report_failure
 from mindrl.trainer.first_sync import check_first_sync, checkpoint_reference
-from mindrl.trainer.metrics import batch_metrics, perf_metrics, reward_model_metrics
+from mindrl.trainer.metrics import batch_metrics, perf_metrics, reward_model_metrics, warn_on_drift
 from mindrl.trainer.progress import StepProgress
 from mindrl.trainer.prompt_batches import PromptBatches, image_metrics
 from mindrl.trainer.resume import plan_resume
@@ -324,6 +324,7 @@ class GRPOTrainer:
                 if self._validation_due(step, start):
                     metrics.update(self.validate(step))
                 self.tracker.log(step, metrics)
+                warn_on_drift(self.tracker.history, self.rl, self.log)   # vLLM vs actor
                 progress.step_done(step, metrics)
                 if save_freq and (step % save_freq == 0 or step == total):
                     self._save(step)

@@ -6,6 +6,8 @@ from typing import Dict, Sequence
 
 import torch
 
+from mindrl.trainer.drift import warn_on_drift  # noqa: F401  (the trainer's import of the alarm)
+
 
 def _stats(prefix: str, values: torch.Tensor) -> Dict[str, float]:
     values = values.float()
