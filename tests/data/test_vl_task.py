@@ -27,8 +27,8 @@ def _hashes(rows):
 def test_colour_task_is_balanced_and_held_out(tmp_path):
     paths = write_vl_task(tmp_path, num_train=48, num_val=16, seed=3, question="colour")
     train, test = _rows(paths["train"]), _rows(paths["test"])
-    assert Counter(r["answer"] for r in train) == {a: 12 for a in "1234"}
-    assert Counter(r["answer"] for r in test) == {a: 4 for a in "1234"}
+    assert Counter(r["answer"] for r in train) == {a: 16 for a in "123"}
+    assert Counter(r["answer"] for r in test) == {"1": 6, "2": 5, "3": 5}
     assert not _hashes(train) & _hashes(test) and len(_hashes(test)) == 16
     for row in train + test:
         assert row["problem"] == QUESTIONS["colour"] and row["problem"].count("<image>") == 1

@@ -2,7 +2,7 @@
 Qwen2.5-VL, the colour question on synthetic images, as the README runs it) through the CLI,
 one seed, shortened to STEPS.
 
-A policy that ignores the image can reach at most chance (0.25: four colours, balanced): the
+A policy that ignores the image can reach at most chance (1/3: three colours, balanced): the
 reward rising well past it and the greedy accuracy on held-out images (never trained on)
 rising from 0 mean that image features reach vLLM and the actor alike, the gradient reaches
 the tower and the sync carries it back. vLLM's sampled log-probs equal the actor's on every
@@ -27,7 +27,7 @@ STEPS = 100
 EDGE = 50            # the bar: last-50 mean reward >= first-50 + 0.4
 GAIN = 0.4
 VAL_GAIN = 0.3       # held-out greedy accuracy, last validation minus the one before training
-CHANCE = 0.25
+CHANCE = 1 / 3
 
 
 def test_tiny_vl_recipe_learns_to_read_the_picture(work, tmp_path):
