@@ -57,6 +57,10 @@ def test_cpu_settings_are_the_engines_own():
     assert (cpu["dtype"], cpu["enforce_eager"], cpu["block_size"]) == ("float32", True, 32)
     assert cpu["kv_cache_memory_bytes"] > 0 and "gpu_memory_utilization" not in cpu
     assert cpu["enable_prefix_caching"] is False
+    # Never a split prefill on CPU: its seeded sampling cannot rewind (vllm_build.py).
+    small = GenerateConfig(max_num_seqs=128, max_model_len=128, max_num_batched_tokens=4096)
+    assert llm_kwargs(small, seed=1, logprobs_mode="processed_logprobs",
+                      build=CPUVLLMBuild())["max_num_batched_tokens"] == 128 * 128
     gpu = llm_kwargs(GenerateConfig(), seed=1, logprobs_mode="processed_logprobs",
                      build=VLLMBuild())
     assert gpu["dtype"] == "bfloat16" and gpu["enable_sleep_mode"] is False

@@ -22,6 +22,12 @@ class CPUVLLMBuild(VLLMBuild):
         out = {**kw, **cpu_vllm}
         out.setdefault("block_size", BLOCK_SIZE)
         out.setdefault("kv_cache_memory_bytes", KV_CACHE_BYTES)
+        # A seeded request whose prefill is split over two steps stops the CPU runner when the
+        # first chunk's sampled token is discarded ("CPU Generator does not use offset",
+        # gpu_model_runner._bookkeeping_sync; 128 image prompts of ~64 tokens in a 4096-token
+        # budget did it). A budget that holds every schedulable prompt whole never splits one.
+        out["max_num_batched_tokens"] = max(out["max_num_batched_tokens"],
+                                            out["max_num_seqs"] * out["max_model_len"])
         return out
 
     # Worker side (vllm_loaders.py): vLLM's model and what else they need as arguments.
