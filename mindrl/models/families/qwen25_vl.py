@@ -100,8 +100,10 @@ class TowerClock:
 
     def __init__(self, visual):
         self.seconds, self._backward_start = 0.0, None
-        visual.merger.register_full_backward_pre_hook(self._backward_started)
-        visual.patch_embed.proj.weight.register_post_accumulate_grad_hook(self._backward_done)
+        weight = visual.patch_embed.proj.weight
+        if weight.requires_grad:                 # a frozen tower has no backward to time
+            visual.merger.register_full_backward_pre_hook(self._backward_started)
+            weight.register_post_accumulate_grad_hook(self._backward_done)
 
     @contextlib.contextmanager
     def forward(self):
