@@ -237,6 +237,7 @@ class VLLMEngine:
         if plain_cpu_linears:
             build.use_plain_linears()
         self.llm = LLM(model=str(model_path), **kwargs)
+        self.build, self._segments = build, build.engine_segments()   # removed at close
         self.dtype = self.llm.collective_rpc(vllm_weights.model_dtype)[0]
         modes = set(self.llm.collective_rpc(vllm_weights.load_mode))
         self.load_mode = modes.pop() if len(modes) == 1 else "reload"
@@ -515,6 +516,7 @@ class VLLMEngine:
         core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
         if core is not None:
             core.shutdown()
+            self.build.release_segments(self._segments)
         self.llm = None
 
 

@@ -22,6 +22,13 @@ class VLLMBuild:
         return {**kw, "gpu_memory_utilization": cfg.gpu_memory_utilization,
                 "enable_sleep_mode": cfg.sleep_level > 0}
 
+    def engine_segments(self) -> list:
+        """Host shared-memory segments the engine's workers made and leave behind: none."""
+        return []
+
+    def release_segments(self, paths) -> None:
+        """Nothing to remove on this build."""
+
     def use_plain_linears(self) -> None:
         """Keep linear weights as loaded (nothing to do: this build never repacks them)."""
 

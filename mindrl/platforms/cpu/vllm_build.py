@@ -3,7 +3,7 @@ eager, a KV cache sized in bytes, and the loaders of vllm_loaders.py."""
 
 from __future__ import annotations
 
-from mindrl.platforms.cpu import vllm_loaders
+from mindrl.platforms.cpu import vllm_loaders, vllm_shm
 from mindrl.platforms.vllm_build import VLLMBuild
 
 # PLATFORM_NOTES "vLLM on CPU": without an explicit KV-cache size start-up demands 92% of the
@@ -29,6 +29,14 @@ class CPUVLLMBuild(VLLMBuild):
         out["max_num_batched_tokens"] = max(out["max_num_batched_tokens"],
                                             out["max_num_seqs"] * out["max_model_len"])
         return out
+
+    def engine_segments(self) -> list:
+        """Shared-memory segments this engine's TP workers map (AVX-512 kernels only)."""
+        return vllm_shm.child_segments()
+
+    def release_segments(self, paths) -> None:
+        """Remove them once the workers have stopped (vLLM leaves them behind)."""
+        vllm_shm.remove_segments(paths)
 
     # Worker side (vllm_loaders.py): vLLM's model and what else they need as arguments.
     use_plain_linears = staticmethod(vllm_loaders.use_plain_linears)

@@ -66,3 +66,30 @@ def sweep_stale_segments(min_age_s: float = 120.0, shm_dir: str = SHM_DIR) -> li
         except OSError:
             continue
     return removed
+
+
+def child_segments() -> list:
+    """The TP segments this process's descendants (an engine's vLLM workers) map: what the
+    engine removes when it closes. vLLM's workers leave them behind at shutdown, and the
+    sweep at the next start only takes segments older than its grace period."""
+    import psutil
+
+    paths = set()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            with open(f"/proc/{child.pid}/maps") as f:
+                for line in f:
+                    path = line.rstrip("\n").split(None, 5)[5:]
+                    if path and fnmatch.fnmatch(os.path.basename(path[0]), SEGMENTS):
+                        paths.add(path[0].removesuffix(" (deleted)"))
+        except OSError:
+            continue
+    return sorted(paths)
+
+
+def remove_segments(paths) -> None:
+    for path in paths:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
