@@ -14,7 +14,6 @@ from typing import Union
 
 import torch
 
-from mindrl.models.hf_config import hf_config_from_spec
 from mindrl.config.model_spec import load_model_spec
 from mindrl.models.tokenizers import build_tokenizer
 from mindrl.paths import model_config_path
@@ -53,6 +52,10 @@ def make_tiny_model(model: str, tokenizer: str, out_dir: Union[str, Path], seed:
     head="scalar" writes a reward model (*ForSequenceClassification, num_labels=1)."""
     from transformers import (AutoModelForCausalLM, AutoModelForSequenceClassification,
                               GenerationConfig)
+
+    # Here, not at the top: hf_config pulls transformers' image/video utilities (torchvision,
+    # ~2 s), which a run whose model already exists (prepare's check) must not pay.
+    from mindrl.models.hf_config import hf_config_from_spec
 
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r} is not supported; choose one of {', '.join(DTYPES)}")
@@ -93,6 +96,7 @@ def _make_tiny_vl_model(spec, tokenizer: str, out_dir: Path, seed: int, dtype: s
     config takes, so AutoProcessor, AutoModelForImageTextToText and vLLM load it offline."""
     from transformers import AutoModelForImageTextToText, GenerationConfig
 
+    from mindrl.models.hf_config import hf_config_from_spec
     from mindrl.models.processors import write_vl_tokenizer_and_processor
 
     if tokenizer != "char":

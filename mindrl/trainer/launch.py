@@ -27,6 +27,10 @@ def init_ray(num_local_devices: int) -> str:
                  runtime_env=STACK_DUMPS)
         return "joined the running Ray cluster"
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")   # local, single-user cluster
+    # No idle workers prestarted for the driver: every actor of the run has its own
+    # runtime_env (worker_env), so Ray never reuses them, and on a small CPU box their start
+    # competes with the actors' own (one Python process per CPU slot).
+    os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
     from mindrl import device
 
     kwargs = device.local_ray_resources(num_local_devices)
