@@ -45,7 +45,7 @@ endif
 	touch $@
 
 test: setup
-	$(PY) -m pytest tests -q -p no:cacheprovider
+	$(PY) -m pytest tests -q -p no:cacheprovider --durations=40
 
 # For iteration: the suite minus the runs marked slow (training runs, miniatures, learning).
 test-fast: setup
