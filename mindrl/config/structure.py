@@ -61,6 +61,8 @@ def _convert(tp: Any, value: Any, key: str, problems: list[Problem]) -> Any:
             else:
                 return _convert(inner[0], value, key, problems)
     elif origin is Literal:
+        if isinstance(value, bool) and ("on" if value else "off") in get_args(tp):
+            return "on" if value else "off"     # YAML reads a bare `off` as a boolean
         if value in get_args(tp):
             return value
         if isinstance(value, str):
@@ -87,6 +89,8 @@ def _convert(tp: Any, value: Any, key: str, problems: list[Problem]) -> Any:
     elif tp is str:
         if isinstance(value, str):
             return value
+        if isinstance(value, bool):   # YAML reads a bare `off` (or `on`) as a boolean
+            return "on" if value else "off"
     else:  # pragma: no cover - schema author error
         raise TypeError(f"unsupported annotation {tp!r} at {key}")
     problems.append(Problem(key, f"has type {type(value).__name__}, expected {_describe(tp)}",

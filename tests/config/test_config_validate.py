@@ -270,3 +270,19 @@ def test_plain_dict_input(cpu2):
     plain["rl_config"]["epochs"] = "two"
     with pytest.raises(ConfigError, match=r"rl_config.epochs='two'"):
         validate(plain, cpu2)
+
+
+def test_a_bare_off_in_yaml_means_off():
+    """YAML 1.1 reads `rollout_is: off` and `verify_sync: off` as false: they mean "off"."""
+    from omegaconf import OmegaConf
+
+    from mindrl.config.schema import GenerateConfig, RLConfig
+    from mindrl.config.structure import check_partial
+
+    raw = OmegaConf.to_container(OmegaConf.create("rollout_is: off\nverify_sync: off\n"))
+    problems = []
+    assert check_partial(RLConfig, {"rollout_is": raw["rollout_is"]}, "rl_config",
+                         problems) == {"rollout_is": "off"}
+    assert check_partial(GenerateConfig, {"verify_sync": raw["verify_sync"]},
+                         "generate_config", problems) == {"verify_sync": "off"}
+    assert problems == []
