@@ -205,7 +205,7 @@ def load_vision_setup(cfg: PreprocessConfig) -> Optional[VisionSetup]:
     outside the processor's are refused, since the processor would then resize again."""
     if not is_vision_handler(cfg.handler_name):
         return None
-    from mindrl.data.vl_prompts import _pixel_bounds
+    from mindrl.data.vl_prompts import pixel_bounds
     from mindrl.models.processors import ProcessorError, load_vl_processor
 
     if not Path(cfg.tokenizer_name_or_path).is_dir():
@@ -218,7 +218,7 @@ def load_vision_setup(cfg: PreprocessConfig) -> Optional[VisionSetup]:
         processor = load_vl_processor(cfg.tokenizer_name_or_path)
     except ProcessorError as e:
         raise PreprocessError(str(e)) from None
-    low, high = _pixel_bounds(processor.image_processor)
+    low, high = pixel_bounds(processor.image_processor)
     min_pixels = low if cfg.min_pixels is None else cfg.min_pixels
     max_pixels = high if cfg.max_pixels is None else cfg.max_pixels
     if not low <= min_pixels <= max_pixels <= high:

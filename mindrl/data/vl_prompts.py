@@ -73,7 +73,7 @@ class VisionPrompts:
         self.image_pad_id = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
         self.merge_size = int(image_processor.merge_size)
         self.patch_size = int(image_processor.patch_size)
-        self.min_pixels, self.max_pixels = _pixel_bounds(image_processor)
+        self.min_pixels, self.max_pixels = pixel_bounds(image_processor)
 
     @property
     def mm_processor_kwargs(self) -> dict:
@@ -113,7 +113,7 @@ class VisionPrompts:
         return VisionPrompt(list(map(int, row["prompt_ids"])), expanded, images, pixels, grid)
 
 
-def _pixel_bounds(image_processor) -> tuple:
+def pixel_bounds(image_processor) -> tuple:
     """(min_pixels, max_pixels) of a Qwen2-VL image processor (transformers 5 keeps them in
     `size` as shortest_edge / longest_edge)."""
     size = getattr(image_processor, "size", None) or {}
