@@ -2,21 +2,17 @@
 gradient equal the hand-computed IS-weighted GRPO loss on transformers' log-probs, and
 rollout/is_weight_mean / is_capped_fraction equal the plain-torch values, at DP2 and PP2."""
 
-import dataclasses
-
 import pytest
 import torch
 
 from mindrl.algorithms import ppo_clip_loss
 from mindrl.ckpt import mapping
-from mindrl.config.model_spec import load_model_spec
 from mindrl.distributed import spawn_local
 from mindrl.engines.megatron_engine import LossConfig
 
 from support.engine_worker import full_gradients
 from support.rollout_is_worker import update_metrics
-from support.hf_reference import reference_hf_model
-from test_megatron_engine import hf_token_stats, make_batch
+from test_megatron_engine import hf_token_stats, tiny_engine_setup
 
 pytestmark = pytest.mark.slow   # see tests/conftest.py
 
@@ -40,11 +36,7 @@ def hand_weights(batch, mode):
 
 @pytest.fixture(scope="module")
 def setup():
-    spec = dataclasses.replace(load_model_spec("tiny-qwen2"), vocab_size=126,
-                               make_vocab_size_divisible_by=4)
-    hf = reference_hf_model(spec)
-    full_by_tp = {tp: mapping.full_mcore_from_hf(hf.state_dict(), spec, tp) for tp in (1, 2)}
-    batch = make_batch(spec.vocab_size)
+    spec, hf, full_by_tp, batch = tiny_engine_setup()
     g = torch.Generator().manual_seed(5)
     # vLLM's log-probs: the old ones shifted by up to +-1.2 (ratios 0.3 .. 3.3, some capped)
     shift = (torch.rand(batch["old_log_probs"].shape, generator=g) * 2.4 - 1.2)

@@ -49,13 +49,19 @@ def hf_token_stats(model, batch, temperature):
     return torch.stack(logps), torch.stack(ents)
 
 
-@pytest.fixture(scope="module")
-def setup():
+def tiny_engine_setup():
+    """(spec, transformers model, full Megatron tensors at TP1 and TP2, a batch): the tiny
+    model every engine test here compares against transformers."""
     spec = dataclasses.replace(load_model_spec("tiny-qwen2"), vocab_size=126,
                                make_vocab_size_divisible_by=4)
     hf = reference_hf_model(spec)
     full_by_tp = {tp: mapping.full_mcore_from_hf(hf.state_dict(), spec, tp) for tp in (1, 2)}
     return spec, hf, full_by_tp, make_batch(spec.vocab_size)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    return tiny_engine_setup()
 
 
 def test_log_probs_and_entropy_match_transformers_at_every_layout(setup):
