@@ -164,8 +164,7 @@ def _images(run: RunConfig) -> Optional[dict[str, Any]]:
         return None
     return {"tower": f"{vision.family}, depth {vision.depth}",
             "tower_trains": not run.actor_config.freeze_vision_tower,
-            "pixel_dtype": "bfloat16" if {run.role(r).params_dtype for r in run.active_roles}
-            == {"bfloat16"} else "float32"}
+            "pixel_dtype": run.pixel_dtype}
 
 
 def _size(n: Optional[int]) -> str:

@@ -291,6 +291,13 @@ class RunConfig:
             roles.append("reward")
         return roles
 
+    @property
+    def pixel_dtype(self) -> str:
+        """What a VL batch's pixel values travel in: bf16 when every active role's tower
+        computes in bf16 (half the bytes), else fp32."""
+        dtypes = {self.role(r).params_dtype for r in self.active_roles}
+        return "bfloat16" if dtypes == {"bfloat16"} else "float32"
+
     def role(self, name: str) -> MegatronConfig:
         return {"actor": self.actor_config, "ref": self.ref_config,
                 "reward": self.reward_config}[name]

@@ -72,7 +72,6 @@ class VisionPrompts:
         image_processor = processor.image_processor
         self.image_pad_id = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
         self.merge_size = int(image_processor.merge_size)
-        self.patch_size = int(image_processor.patch_size)
         self.min_pixels, self.max_pixels = pixel_bounds(image_processor)
 
     @property
@@ -82,15 +81,14 @@ class VisionPrompts:
 
     def image_tokens(self, data: bytes) -> int:
         """LLM tokens an image takes after the processor's resize, read from its header alone
-        (no pixel decode): what its one pad expands to."""
+        (no pixel decode): what its one pad expands to (data/vl_images.py's count)."""
         from PIL import Image
-        from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
+
+        from mindrl.data.vl_images import image_token_count, target_size
 
         with Image.open(io.BytesIO(data)) as image:
             width, height = image.size
-        factor = self.patch_size * self.merge_size
-        h, w = smart_resize(height, width, factor, self.min_pixels, self.max_pixels)
-        return (h // factor) * (w // factor)
+        return image_token_count(*target_size(height, width, self.min_pixels, self.max_pixels))
 
     def prompt_length(self, row: dict) -> int:
         """The expanded prompt's length (what Megatron takes and max_prompt_length bounds)."""

@@ -76,7 +76,7 @@ class GRPOTrainer:
         self.prompts = PromptBatches.for_model(
             shared.tokenizer_name_or_path, self.run.models.get("actor"),
             extra_keys(shared.dataset_additional_keys), self.rl.max_prompt_length,
-            [self.run.role(r).params_dtype for r in self.run.active_roles])
+            self.run.pixel_dtype)
         self.tokenizer, self.pad_id, self.extra_keys = (
             self.prompts.tokenizer, self.prompts.pad_id, self.prompts.extra_keys)
         self.loader = PromptLoader(

@@ -32,18 +32,16 @@ class PromptBatches:
 
     @classmethod
     def for_model(cls, tokenizer_path: str, spec, extra_keys: Sequence[str],
-                  max_prompt_length: int, tower_dtypes: Sequence[str] = ("float32",)
-                  ) -> "PromptBatches":
+                  max_prompt_length: int, pixel_dtype: str = "float32") -> "PromptBatches":
         """A VL model (`spec.vision`) reads its checked processor from `tokenizer_path`
-        (models.processors.load_vl_processor), a text model its tokenizer. Pixel values go
-        out in bf16 when every role's tower computes in bf16 (`tower_dtypes`), else fp32."""
+        (models.processors.load_vl_processor), a text model its tokenizer; pixel values go
+        out in `pixel_dtype` (RunConfig.pixel_dtype)."""
         if spec is not None and spec.vision is not None:
             from mindrl.models.processors import load_vl_processor
 
             processor = load_vl_processor(tokenizer_path)
-            bf16 = set(tower_dtypes) == {"bfloat16"}
             return cls(processor.tokenizer, extra_keys, max_prompt_length,
-                       VisionPrompts(processor, torch.bfloat16 if bf16 else torch.float32))
+                       VisionPrompts(processor, getattr(torch, pixel_dtype)))
         from mindrl.models.tokenizers import load_tokenizer
 
         return cls(load_tokenizer(tokenizer_path), extra_keys, max_prompt_length)

@@ -31,19 +31,23 @@ def tp_collectives_use_segments() -> bool:
     return hasattr(torch.ops._C, "init_shm_manager")
 
 
+def _maps(pid) -> list:
+    """Paths under SHM_DIR that process `pid` has mapped (none if it is gone)."""
+    out = []
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                path = line.rstrip("\n").split(None, 5)[5:]
+                if path and path[0].startswith(SHM_DIR):
+                    out.append(path[0].removesuffix(" (deleted)"))
+    except OSError:
+        pass
+    return out
+
+
 def mapped_files() -> set:
     """Paths of every file some live process on this machine has mapped."""
-    out = set()
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/maps") as f:
-                for line in f:
-                    path = line.rstrip("\n").split(None, 5)[5:]
-                    if path and path[0].startswith(SHM_DIR):
-                        out.add(path[0].removesuffix(" (deleted)"))
-        except (OSError, IndexError):
-            continue
-    return out
+    return {path for pid in filter(str.isdigit, os.listdir("/proc")) for path in _maps(pid)}
 
 
 def sweep_stale_segments(min_age_s: float = 120.0, shm_dir: str = SHM_DIR) -> list:
@@ -74,17 +78,9 @@ def child_segments() -> list:
     sweep at the next start only takes segments older than its grace period."""
     import psutil
 
-    paths = set()
-    for child in psutil.Process().children(recursive=True):
-        try:
-            with open(f"/proc/{child.pid}/maps") as f:
-                for line in f:
-                    path = line.rstrip("\n").split(None, 5)[5:]
-                    if path and fnmatch.fnmatch(os.path.basename(path[0]), SEGMENTS):
-                        paths.add(path[0].removesuffix(" (deleted)"))
-        except OSError:
-            continue
-    return sorted(paths)
+    return sorted({path for child in psutil.Process().children(recursive=True)
+                   for path in _maps(child.pid)
+                   if fnmatch.fnmatch(os.path.basename(path), SEGMENTS)})
 
 
 def remove_segments(paths) -> None:
