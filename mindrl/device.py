@@ -163,6 +163,17 @@ def weights_in_host_memory() -> bool:
     return is_cpu()
 
 
+def varlen_attention(dtype: torch.dtype):
+    """The device's packed causal attention for `dtype` (attend(q, k, v, cu_seqlens,
+    max_seqlen, scale) on [T, heads, D]), or None: the caller then runs exact SDPA per
+    sequence (mindrl/platforms/varlen_attention.py says which device has which)."""
+    if device_type() == "cuda":
+        from mindrl.platforms.varlen_attention import cuda_varlen
+
+        return cuda_varlen(dtype)
+    return None
+
+
 def megatron_config() -> dict:
     """TransformerConfig values this platform decides (host initialisation, fused kernels,
     pipeline stream sync: mindrl/platforms/cpu/megatron_settings.py)."""

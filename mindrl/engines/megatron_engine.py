@@ -3,8 +3,9 @@ scores, offload, checkpoints.
 
 One instance lives in each rank of a role (TP x PP x DP processes). Every rank of the role
 receives the same step Batch (mindrl/data/batch.py: tensors and per-sample lists), each DP
-rank takes its own slice of it on the host, and engines/model_rows.py turns each micro batch
-into model inputs on the device.
+rank takes its own samples of it on the host (a plan from data/packing.py: by rows, or by a
+token budget balanced over the DP ranks), and engines/model_rows.py turns each micro batch into
+model inputs on the device, padded rows or one packed row per micro batch.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from mindrl import device
 from mindrl.algorithms import aggregate_loss, get_policy_loss, kl_loss, rollout_is_weights
 from mindrl.config.model_spec import ModelSpec
 from mindrl.config.roles import LossConfig, OptimConfig, Parallelism
+from mindrl.data import packing
 from mindrl.data.batch import Batch
 from mindrl.engines import model_rows, vocab_parallel
 from mindrl.models.builder import build_gpt_model
@@ -47,21 +49,40 @@ def _merge_mini_batches(history: List[Dict[str, float]]) -> Dict[str, float]:
     return out
 
 
+def _in_batch_order(result: Dict[str, torch.Tensor], plan: packing.Plan
+                    ) -> Dict[str, torch.Tensor]:
+    """Per-sample results gathered in plan order (rank by rank, micro batch by micro batch)
+    -> the batch's order."""
+    order = [i for rank in plan for micro in rank for i in micro]
+    if order == list(range(len(order))):
+        return result
+    index = torch.tensor(order)
+    return {k: torch.empty_like(v).index_copy_(0, index.to(v.device), v)
+            for k, v in result.items()}
+
+
 class MegatronEngine:
     """A policy (or frozen reference) held in Megatron TP/PP shards on this rank."""
 
     def __init__(self, spec: ModelSpec, parallel: Parallelism, params_dtype: str = "float32",
                  micro_batch_size: int = 1, optim: Optional[OptimConfig] = None,
                  loss: Optional[LossConfig] = None, pad_id: int = 0, seed: int = 1234,
-                 build_model: Optional[Callable] = None):
+                 build_model: Optional[Callable] = None, packed: bool = False,
+                 max_tokens_per_micro_batch: Optional[int] = None):
         """build_model(spec, parallel, params_dtype) -> this rank's stage: a model family's
         builder (mindrl/models/families/); default the text GPTModel. `spec` stays the
-        language model's (vocabulary, head)."""
+        language model's (vocabulary, head). `packed`: micro batches as packed rows of real
+        tokens; `max_tokens_per_micro_batch`: micro batches by that many real tokens (packed
+        only) instead of `micro_batch_size` samples."""
+        if max_tokens_per_micro_batch is not None and not packed:
+            raise ValueError("max_tokens_per_micro_batch needs packed sequences (padded rows of "
+                             "varying counts would break the pipeline's fixed shapes)")
         from megatron.core import parallel_state as ps
 
         self.spec, self.parallel, self.pad_id = spec, parallel, pad_id
         self.params_dtype = params_dtype
         self.micro_batch_size = micro_batch_size
+        self.packed, self.max_tokens = packed, max_tokens_per_micro_batch
         self.loss_cfg = loss or LossConfig()
         self.ps = ps
         module = (build_model or build_gpt_model)(spec, parallel, params_dtype)
@@ -113,27 +134,29 @@ class MegatronEngine:
 
     # ------------------------------------------------------------------ data split
 
-    def _dp_slice(self, batch: Batch) -> Batch:
-        rank, size = self.ps.get_data_parallel_rank(), self.ps.get_data_parallel_world_size()
-        n = len(batch)
-        if n % size:
-            raise ValueError(f"batch of {n} samples does not split over DP={size}")
-        per = n // size
-        return batch.select(range(rank * per, (rank + 1) * per))
+    def _plan(self, batch: Batch, micro_batch_size: int) -> packing.Plan:
+        """[DP rank][micro batch] -> sample indices of `batch`, the same on every rank."""
+        dp = self.ps.get_data_parallel_world_size()
+        if self.max_tokens is None:
+            return packing.plan_by_rows(len(batch), dp, micro_batch_size)
+        lengths = packing.sample_lengths(batch["prompt_mask"], batch["response_mask"])
+        return packing.plan_by_tokens(lengths.tolist(), dp, self.max_tokens)
 
-    def _micro_batches(self, local: Batch, micro_batch_size: int):
+    def _micro_batches(self, batch: Batch, plan: packing.Plan):
         """This DP rank's micro batches on its device, and their sequence length."""
         tp = self.parallel.tensor_model_parallel_size if self.parallel.sequence_parallel else 1
-        return model_rows.micro_batches(local, micro_batch_size, device.current_device(),
-                                        pad_id=self.pad_id, multiple_of=tp)
+        return model_rows.micro_batches(
+            batch, plan[self.ps.get_data_parallel_rank()], device.current_device(),
+            pad_id=self.pad_id, multiple_of=tp, packed=self.packed,
+            common_length=self.ps.get_pipeline_model_parallel_world_size() > 1)
 
     def _token_stats(self, output: torch.Tensor, micro: dict, with_entropy: bool):
         """Response-aligned log-probs (and entropy) [mb, R] from vocab-parallel logits, computed
         at the response positions only, loss.logprob_chunk_tokens tokens at a time (one pass
         gives both; see vocab_parallel.response_token_stats for the memory bound)."""
         positions = micro["positions"]
-        targets = torch.gather(model_rows.next_token_targets(micro["tokens"], self.pad_id), 1,
-                               positions)
+        targets = model_rows.at_positions(
+            model_rows.next_token_targets(micro["tokens"], self.pad_id), positions)
         logp, ent = vocab_parallel.response_token_stats(
             output, positions, targets, self.spec.vocab_size, self.loss_cfg.temperature,
             self.loss_cfg.logprob_chunk_tokens)
@@ -146,11 +169,30 @@ class MegatronEngine:
         return run_schedule(self.model, micro_batches, seq_length, forward_only, loss_fn)
 
     def compute_log_probs(self, batch: Batch, micro_batch_size: Optional[int] = None,
-                          with_entropy: bool = False) -> Dict[str, torch.Tensor]:
-        """log p(response_ids[:, t]) [B, R] for the whole batch, identical on every rank."""
+                          with_entropy: bool = False,
+                          like_update: Optional[tuple] = None) -> Dict[str, torch.Tensor]:
+        """log p(response_ids[:, t]) [B, R] for the whole batch, identical on every rank.
+
+        like_update (mini_batch_size, shuffle, seed): plan the pass as `update` plans its mini
+        batches, so the old log-probs come from the very micro batches the first update
+        recomputes (importance ratio 1 on an on-policy mini batch, to the last bit the
+        kernels allow)."""
         self.model.eval()
-        local = self._dp_slice(batch)
-        micro, seq_length = self._micro_batches(local, micro_batch_size or self.micro_batch_size)
+        mbs = micro_batch_size or self.micro_batch_size
+        parts = ([list(range(len(batch)))] if like_update is None
+                 else packing.mini_batches(len(batch), *like_update))
+        results = [self._log_probs_of(batch.select(p) if like_update else batch, mbs,
+                                      with_entropy) for p in parts]
+        index = torch.tensor([i for p in parts for i in p])
+        out = {}
+        for key in results[0]:
+            merged = torch.cat([r[key] for r in results])
+            out[key] = torch.empty_like(merged).index_copy_(0, index.to(merged.device), merged)
+        return out
+
+    def _log_probs_of(self, batch: Batch, micro_batch_size: int, with_entropy: bool):
+        plan = self._plan(batch, micro_batch_size)
+        micro, seq_length = self._micro_batches(batch, plan)
 
         def collect(output, m):
             logp, ent = self._token_stats(output, m, with_entropy)
@@ -158,10 +200,11 @@ class MegatronEngine:
 
         with torch.no_grad():
             outputs = self._run_schedule(micro, seq_length, True, collect)
-        shape = tuple(local["response_ids"].shape)
+        local = sum(len(m) for m in plan[self.ps.get_data_parallel_rank()])
+        shape = (local, batch["response_ids"].shape[1])
         keys = ["log_probs"] + (["entropy"] if with_entropy else [])
-        result = self._from_last_stage(outputs, {k: shape for k in keys})
-        return self._gather_dp(result)
+        result = self._gather_dp(self._from_last_stage(outputs, {k: shape for k in keys}))
+        return _in_batch_order(result, plan)
 
     def compute_scores(self, batch: Batch, micro_batch_size: Optional[int] = None
                        ) -> torch.Tensor:
@@ -178,18 +221,20 @@ class MegatronEngine:
         self.model.eval()
         mbs = micro_batch_size or self.micro_batch_size
         n = len(batch)
-        extra = -n % (mbs * self.ps.get_data_parallel_world_size())
-        local = self._dp_slice(batch.select(list(range(n)) + [0] * extra))
-        micro, seq_length = self._micro_batches(local, mbs)
+        extra = -n % ((1 if self.max_tokens else mbs) * self.ps.get_data_parallel_world_size())
+        padded = batch.select(list(range(n)) + [0] * extra)
+        plan = self._plan(padded, mbs)
+        micro, seq_length = self._micro_batches(padded, plan)
 
-        def collect(output, m):   # output [mb, L, 1]: one score per position
-            last = m["prompt_mask"].sum(-1) + m["response_mask"].sum(-1) - 1
-            return {"scores": output[..., 0].float().gather(1, last.long().unsqueeze(1))[:, 0]}
+        def collect(output, m):   # output [mb, L, 1] or a packed [1, T, 1]: a score per token
+            last = m["last_positions"].long().unsqueeze(1)
+            return {"scores": model_rows.at_positions(output[..., 0].float(), last)[:, 0]}
 
         with torch.no_grad():
             outputs = self._run_schedule(micro, seq_length, True, collect)
-        result = self._from_last_stage(outputs, {"scores": (len(local),)})
-        return self._gather_dp(result)["scores"][:n]
+        local = sum(len(m) for m in plan[self.ps.get_data_parallel_rank()])
+        result = self._gather_dp(self._from_last_stage(outputs, {"scores": (local,)}))
+        return _in_batch_order(result, plan)["scores"][:n]
 
     def _from_last_stage(self, outputs, shapes: Dict[str, tuple]) -> Dict[str, torch.Tensor]:
         """Broadcast the last pipeline stage's results ({key: shape}) to every stage of this
@@ -285,20 +330,12 @@ class MegatronEngine:
         """
         if self.optimizer is None:
             raise RuntimeError("this engine was built without an optimizer (reference role)")
-        n = len(batch)
-        if n % mini_batch_size:
-            raise ValueError(f"batch of {n} samples does not split into mini batches of "
-                             f"{mini_batch_size}")
-        order = torch.arange(n)
-        if shuffle:
-            order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
         history: List[Dict[str, float]] = []
         clock = getattr(self.module, "tower_clock", None)   # a VL model's first stage
         if clock is not None:
             clock.take()
-        for start in range(0, n, mini_batch_size):
-            mini = batch.select(order[start:start + mini_batch_size])
-            history.append(self._train_mini_batch(mini, entropy_coeff))
+        for rows in packing.mini_batches(len(batch), mini_batch_size, shuffle, seed):
+            history.append(self._train_mini_batch(batch.select(rows), entropy_coeff))
         out = _merge_mini_batches(history)
         if clock is not None:
             out["actor/vision_tower_s"] = clock.take()
@@ -312,8 +349,7 @@ class MegatronEngine:
                else dataclasses.replace(self.loss_cfg, entropy_coeff=entropy_coeff))
         mb_weight = _minibatch_weight(mini["response_mask"].float(), cfg.loss_agg_mode
                                       ).to(device.current_device())
-        local = self._dp_slice(mini)
-        micro, seq_length = self._micro_batches(local, self.micro_batch_size)
+        micro, seq_length = self._micro_batches(mini, self._plan(mini, self.micro_batch_size))
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
         return self._run_schedule(

@@ -1,23 +1,29 @@
 """The one seam between the step's Batch and Megatron's model inputs.
 
-Rollouts arrive as left-padded prompts [B, P] and right-padded responses [B, R]. Megatron runs
-causal attention with no padding mask, so each sample becomes one right-padded row
-`prompt_valid ++ response` starting at position 0: trailing padding can never be attended by a
-real token, so the log-probs are exact without any attention mask. `micro_batches` cuts a
-(DP-local) Batch into the dicts the forward schedule consumes, each on this rank's device:
-the rows' tokens, the logit position of every response token, each row's prompt length
-(a multimodal model places image features in the prompt only), and the Batch's fields for
-those samples (tensors sliced, per-sample lists such as images picked).
+Rollouts arrive as left-padded prompts [B, P] and right-padded responses [B, R]. A micro batch
+(the sample indices a plan from data/packing.py gives this rank) becomes one of two layouts:
+- padded rows: each sample one right-padded row `prompt_valid ++ response` from position 0,
+  every row as long as the rank's longest (causal attention and no padding mask: trailing
+  padding is never attended by a real token, so the log-probs are exact);
+- packed: the samples' real tokens back to back in one row with `cu_seqlens` (Megatron's thd
+  layout): no padding but a tail to a multiple of TP (sequence parallel) or to the rank's
+  longest pack (pipeline stages exchange tensors of one shape).
+Each micro batch is a dict on this rank's device: the row(s), the logit position of every
+response token (`positions` [mb, R], indexing the packed row when packed), each sample's last
+real token (`last_positions`), its prompt length (a multimodal model places image features in
+the prompt only), and the Batch's fields for those samples (tensors sliced, per-sample lists
+such as images picked).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List
+from typing import Dict, List, Sequence
 
 import torch
 
 from mindrl.data.batch import Batch
+from mindrl.data.packing import packed_rows, sample_lengths
 
 
 @dataclass
@@ -54,7 +60,9 @@ def padded_rows(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
 
 
 def next_token_targets(tokens: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
-    """targets[:, j] = tokens[:, j + 1] (the last position predicts padding, ignored)."""
+    """targets[:, j] = tokens[:, j + 1] (the last position predicts padding, ignored). In a
+    packed row a sample's last position predicts the next sample's first token: never read
+    (`positions` stop one before each sample's last token)."""
     return torch.cat([tokens[:, 1:], torch.full_like(tokens[:, :1], pad_id)], dim=1)
 
 
@@ -67,24 +75,86 @@ def _to(value, target: torch.device):
     return value
 
 
-def micro_batches(batch: Batch, micro_batch_size: int, target: torch.device, pad_id: int = 0,
-                  multiple_of: int = 1) -> tuple[List[Dict[str, object]], int]:
-    """The schedule's micro batches for `batch` (its rows in order) and their common sequence
-    length (every micro batch is padded to the batch's longest row: pipeline stages exchange
-    tensors of one shape)."""
-    n = len(batch)
-    if n % micro_batch_size:
-        raise ValueError(f"{n} samples per DP rank do not split into micro batches of "
-                         f"{micro_batch_size}")
-    rows = padded_rows(batch["prompt_ids"], batch["prompt_mask"], batch["response_ids"],
+def _packed_params(cu_seqlens: torch.Tensor, max_seqlen: int, host_cu_seqlens: List[int]):
+    """Megatron's thd parameters; `host_cu_seqlens` spares the per-sequence attention a
+    device-to-host copy in every layer."""
+    from megatron.core.packed_seq_params import PackedSeqParams
+
+    params = PackedSeqParams(qkv_format="thd", cu_seqlens_q=cu_seqlens,
+                             cu_seqlens_kv=cu_seqlens, max_seqlen_q=max_seqlen,
+                             max_seqlen_kv=max_seqlen)
+    params.host_cu_seqlens = host_cu_seqlens
+    return params
+
+
+def _padded_micro_batches(batch: Batch, micro: Sequence[Sequence[int]], pad_id: int,
+                          multiple_of: int):
+    order = [i for m in micro for i in m]
+    local = batch.select(order)
+    rows = padded_rows(local["prompt_ids"], local["prompt_mask"], local["response_ids"],
                        pad_id=pad_id, multiple_of=multiple_of)
     positions = rows.response_positions()
-    out = []
-    for start in range(0, n, micro_batch_size):
-        part = batch.select(range(start, start + micro_batch_size))
-        fields = {**part.tensors, **part.meta,
-                  "tokens": rows.tokens[start:start + micro_batch_size],
-                  "positions": positions[start:start + micro_batch_size],
-                  "prompt_lengths": rows.prompt_lengths[start:start + micro_batch_size]}
-        out.append({k: _to(v, target) for k, v in fields.items()})
+    last = sample_lengths(local["prompt_mask"], local["response_mask"]) - 1
+    out, start = [], 0
+    for indices in micro:
+        part = slice(start, start + len(indices))
+        start += len(indices)
+        tokens = rows.tokens[part]
+        out.append((indices, {
+            "tokens": tokens,
+            "position_ids": torch.arange(tokens.shape[1]).unsqueeze(0).expand_as(tokens),
+            "positions": positions[part], "last_positions": last[part],
+            "prompt_lengths": rows.prompt_lengths[part]}))
     return out, int(rows.tokens.shape[1])
+
+
+def _packed_micro_batches(batch: Batch, micro: Sequence[Sequence[int]], pad_id: int,
+                          multiple_of: int, common_length: bool):
+    lengths = sample_lengths(batch["prompt_mask"], batch["response_mask"])
+    longest = max(-(-int(lengths[list(m)].sum()) // multiple_of) * multiple_of for m in micro)
+    out = []
+    for indices in micro:
+        part = batch.select(indices)
+        rows = packed_rows(part["prompt_ids"], part["prompt_mask"], part["response_ids"],
+                           part["response_mask"], pad_id=pad_id, multiple_of=multiple_of,
+                           pad_to=longest if common_length else None)
+        out.append((indices, {
+            "tokens": rows.tokens, "position_ids": rows.position_ids,
+            "positions": rows.response_positions(), "last_positions": rows.last_positions(),
+            "prompt_lengths": rows.prompt_lengths, "cu_seqlens": rows.cu_seqlens,
+            "max_seqlen": rows.max_seqlen}))
+    return out, longest
+
+
+def micro_batches(batch: Batch, micro: Sequence[Sequence[int]], target: torch.device,
+                  pad_id: int = 0, multiple_of: int = 1, packed: bool = False,
+                  common_length: bool = False) -> tuple[List[Dict[str, object]], int]:
+    """The schedule's micro batches (`micro`: sample indices of `batch` per micro batch) and
+    their sequence length (padded: every row as long as the longest; packed: the longest pack,
+    which every pack is padded to when `common_length`, as pipeline parallelism needs)."""
+    if not micro or any(not m for m in micro):
+        raise ValueError(f"every micro batch needs at least one sample, got sizes "
+                         f"{[len(m) for m in micro]}")
+    build = (_packed_micro_batches(batch, micro, pad_id, multiple_of, common_length) if packed
+             else _padded_micro_batches(batch, micro, pad_id, multiple_of))
+    rows, seq_length = build
+    out = []
+    for indices, inputs in rows:
+        part = batch.select(indices)
+        fields = {**part.tensors, **part.meta, **inputs}
+        host_cu_seqlens = fields["cu_seqlens"].tolist() if packed else None
+        fields = {k: _to(v, target) for k, v in fields.items()}
+        if packed:
+            fields["packed_seq_params"] = _packed_params(
+                fields.pop("cu_seqlens"), fields.pop("max_seqlen"), host_cu_seqlens)
+        out.append(fields)
+    return out, seq_length
+
+
+def at_positions(values: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """values [mb, S, ...] at positions [mb, k] per row -> [mb, k, ...]; or, from one packed
+    row [1, T, ...], every sample's positions in that row."""
+    if values.shape[0] == 1:
+        return values[0][positions]
+    index = positions.reshape(*positions.shape, *([1] * (values.dim() - 2)))
+    return values.gather(1, index.expand(*positions.shape, *values.shape[2:]))

@@ -180,8 +180,9 @@ def response_token_stats(logits: torch.Tensor, positions: torch.Tensor, targets:
                          ) -> Tuple[torch.Tensor, torch.Tensor]:
     """log p(targets) and entropy [mb, R] under softmax(logits / T), at `positions` only.
 
-    logits [mb, S, V/TP] (any dtype, vocab-parallel), positions [mb, R] (the logit predicting
-    each response token), targets [mb, R] (the token ids). Differentiable in `logits`.
+    logits [mb, S, V/TP] (any dtype, vocab-parallel) or one packed row [1, T, V/TP] that
+    `positions` index for every sample; positions [mb, R] (the logit predicting each response
+    token), targets [mb, R] (the token ids). Differentiable in `logits`.
     Memory bound: apart from the gradient the model's output needs anyway ([mb, S, V/TP] in
     the logits' dtype), a pass holds at most two fp32 slabs of chunk_tokens x V/TP x 4 bytes
     (plus a bool slab), never a [mb, S, V] fp32 copy; forward and backward alike.
@@ -189,7 +190,10 @@ def response_token_stats(logits: torch.Tensor, positions: torch.Tensor, targets:
     if chunk_tokens < 1:
         raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
     mb, r = positions.shape
-    rows = torch.arange(mb, device=logits.device).repeat_interleave(r)
+    if logits.shape[0] == 1:    # a packed row (or a single padded row): positions index it
+        rows = torch.zeros(mb * r, dtype=torch.long, device=logits.device)
+    else:
+        rows = torch.arange(mb, device=logits.device).repeat_interleave(r)
     logp, ent = _ResponseStats.apply(logits, rows, positions.reshape(-1).to(logits.device),
                                      targets.reshape(-1).to(logits.device), vocab_size,
                                      float(temperature), int(chunk_tokens))

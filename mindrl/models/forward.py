@@ -17,7 +17,8 @@ def _position_ids(tokens: torch.Tensor) -> torch.Tensor:
 
 def run_schedule(model, micro_batches: List[dict], seq_length: int, forward_only: bool,
                  on_output: Callable[[torch.Tensor, dict], Any]) -> List[Any]:
-    """One pass of Megatron's pipeline schedule over micro batches (dicts with "tokens").
+    """One pass of Megatron's pipeline schedule over micro batches (dicts with "tokens", and
+    optionally "position_ids" and "packed_seq_params": a packed row, engines/model_rows.py).
 
     on_output(logits_vocab_parallel [mb, S, V/TP], micro) runs on the last stage: forward-only
     its results are collected; in training it returns (loss, metrics) and the schedule runs
@@ -30,13 +31,17 @@ def run_schedule(model, micro_batches: List[dict], seq_length: int, forward_only
 
     def forward_step(data_iterator, stage):
         micro = next(data_iterator)
+        packed = micro.get("packed_seq_params")
         if "image_grid_thw" in micro:
             # A multimodal family makes its own [3, B, S] positions from tokens and grids.
             out = stage(micro["tokens"], None, None, pixel_values=micro.get("pixel_values"),
                         image_grid_thw=micro["image_grid_thw"],
-                        prompt_lengths=micro.get("prompt_lengths"))
+                        prompt_lengths=micro.get("prompt_lengths"), packed_seq_params=packed)
         else:
-            out = stage(micro["tokens"], _position_ids(micro["tokens"]), None)
+            positions = micro.get("position_ids")
+            out = stage(micro["tokens"],
+                        _position_ids(micro["tokens"]) if positions is None else positions,
+                        None, packed_seq_params=packed)
 
         def last_stage(output, non_loss_data=False):
             return on_output(output, micro)

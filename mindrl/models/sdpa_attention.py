@@ -1,42 +1,103 @@
-"""Megatron core attention through torch's scaled_dot_product_attention.
+"""Megatron core attention through torch's scaled_dot_product_attention, padded and packed.
 
 Megatron-core's local DotProductAttention (the only core attention without Transformer
 Engine) materialises the [b, heads, s, s] scores, masks, softmaxes and multiplies them in
 separate kernels, with copies between: at the 75M bench shape it was 7 s of a 42 s update on
 CPU, where SDPA's fused kernel (flash attention on CPU and CUDA) takes about half, with less
 memory. Same maths: causal softmax(q k^T * scale) v per query group.
+
+Packed input (Megatron's thd layout: [T, heads, d] with cu_seqlens, engines/model_rows.py),
+which the local attention refuses: the device's varlen kernel where it has one for the dtype
+(device.varlen_attention), else exact causal SDPA per sequence, sequences of similar length
+right-padded to a common bucket and batched into one call (a causal row never attends to the
+padding after it, so the real rows are exact; one call per short sequence costs more than
+the padding saves).
 Cases SDPA does not cover here (an explicit mask with another meaning, attention bias, a
-softmax offset, sliding windows, packed sequences, dropout) go to Megatron's own forward.
+softmax offset, sliding windows, dropout) go to Megatron's own forward.
 """
 
 from __future__ import annotations
+
+from typing import Dict, List
 
 import torch
 from megatron.core.transformer.dot_product_attention import DotProductAttention
 from megatron.core.transformer.enums import AttnMaskType
 
+from mindrl import device
+
+# Packed sequences are batched by their length rounded up to this many tokens.
+LENGTH_BUCKET = 32
+
+
+def _sdpa(q, k, v, scale):
+    """Causal SDPA on [b, heads, s, d], grouped KV heads kept as they are."""
+    return torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, is_causal=True, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+
+
+def length_buckets(lengths: List[int], bucket: int = LENGTH_BUCKET) -> Dict[int, List[int]]:
+    """{padded length: sequence indices}: lengths rounded up to `bucket`; a bucket that would
+    hold one sequence keeps its exact length."""
+    groups: Dict[int, List[int]] = {}
+    for i, n in enumerate(lengths):
+        groups.setdefault(-(-n // bucket) * bucket, []).append(i)
+    out: Dict[int, List[int]] = {}
+    for width, members in groups.items():
+        if len(members) == 1:
+            out.setdefault(lengths[members[0]], []).extend(members)
+        else:
+            out.setdefault(width, []).extend(members)
+    return out
+
+
+def packed_sdpa(q, k, v, cu_seqlens: List[int], scale: float) -> torch.Tensor:
+    """Causal attention within each sequence of a packed [T, heads, d] row, exact."""
+    starts, lengths = cu_seqlens[:-1], [b - a for a, b in zip(cu_seqlens, cu_seqlens[1:])]
+    pieces: List[torch.Tensor] = [None] * len(lengths)
+    for width, members in length_buckets(lengths).items():
+        def stacked(t):   # [n, heads, width, d]
+            return torch.stack([torch.nn.functional.pad(
+                t[starts[i]:starts[i] + lengths[i]], (0, 0, 0, 0, 0, width - lengths[i]))
+                for i in members]).transpose(1, 2)
+
+        out = _sdpa(stacked(q), stacked(k), stacked(v), scale).transpose(1, 2)
+        for j, i in enumerate(members):
+            pieces[i] = out[j, :lengths[i]]
+    return torch.cat(pieces)
+
 
 class SDPAttention(DotProductAttention):
-    def _sdpa_applies(self, attention_mask, attn_mask_type, attention_bias,
-                      packed_seq_params) -> bool:
+    def _sdpa_applies(self, attention_mask, attn_mask_type, attention_bias) -> bool:
         mask_type = attn_mask_type if attn_mask_type is not None else self.attn_mask_type
         return (attention_mask is None and mask_type == AttnMaskType.causal
-                and attention_bias is None and packed_seq_params is None
-                and self.softmax_offset is None
+                and attention_bias is None and self.softmax_offset is None
                 and self.scale_mask_softmax.window_size is None
                 and not (self.training and self.attention_dropout.p > 0))
 
     def forward(self, query, key, value, attention_mask, attn_mask_type=None,
                 attention_bias=None, packed_seq_params=None):
-        if not self._sdpa_applies(attention_mask, attn_mask_type, attention_bias,
-                                  packed_seq_params):
+        if not self._sdpa_applies(attention_mask, attn_mask_type, attention_bias):
             return super().forward(query, key, value, attention_mask, attn_mask_type,
                                    attention_bias, packed_seq_params)
+        if packed_seq_params is not None:
+            return self._packed(query, key, value, packed_seq_params)
         # [s, b, heads, d] -> [b, heads, s, d]; key/value keep their query groups (GQA).
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
-        context = torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, is_causal=True, scale=self.softmax_scale,
-            enable_gqa=q.shape[1] != k.shape[1])
+        context = _sdpa(q, k, v, self.softmax_scale)
         # [b, heads, s, d] -> [s, b, heads * d]
         return context.permute(2, 0, 1, 3).reshape(query.shape[0], query.shape[1],
                                                    self.hidden_size_per_partition)
+
+    def _packed(self, query, key, value, params):
+        """[T, heads, d] (Megatron squeezed the batch of 1) -> [T, heads * d]."""
+        if params.qkv_format != "thd":
+            raise ValueError(f"packed attention takes the thd layout, got {params.qkv_format}")
+        varlen = device.varlen_attention(query.dtype)
+        if varlen is not None:
+            context = varlen(query, key, value, params.cu_seqlens_q, params.max_seqlen_q,
+                             self.softmax_scale)
+        else:
+            bounds = getattr(params, "host_cu_seqlens", None) or params.cu_seqlens_q.tolist()
+            context = packed_sdpa(query, key, value, bounds, self.softmax_scale)
+        return context.reshape(query.shape[0], self.hidden_size_per_partition)

@@ -67,16 +67,21 @@ def setup():
 def test_log_probs_and_entropy_match_transformers_at_every_layout(setup):
     spec, hf, full_by_tp, batch = setup
     temperature = 0.7
-    layouts = [(1, 1), (2, 1), (1, 2)]
+    # (tp, pp[, sequence parallel, packed, token budget]); (1, 1) in a world of 2 is DP2.
+    layouts = [(1, 1), (2, 1), (1, 2), (1, 1, False, True, 11), (2, 1, True, True, None),
+               (1, 2, False, True, None)]
     results = spawn_local(log_probs_at_layouts, 2, spec, full_by_tp, batch, layouts, temperature)[0]
     with torch.no_grad():
         ref_logp, ref_ent = hf_token_stats(hf, batch, temperature)
     for layout in layouts:
         got = results[layout]
+        # Packed rows hold real tokens only: past a response's end there is nothing to score.
+        keep = (batch["response_mask"].bool() if len(layout) > 2
+                else torch.ones(B, R, dtype=torch.bool))
         assert got["log_probs"].shape == (B, R)
-        assert (got["log_probs"] - ref_logp).abs().max() <= 1e-5, layout
-        assert (got["entropy"] - ref_ent).abs().max() <= 1e-5, layout
-        assert (got["log_probs"] - results[(1, 1)]["log_probs"]).abs().max() <= 1e-5
+        assert (got["log_probs"] - ref_logp)[keep].abs().max() <= 1e-5, layout
+        assert (got["entropy"] - ref_ent)[keep].abs().max() <= 1e-5, layout
+        assert (got["log_probs"] - results[(1, 1)]["log_probs"])[keep].abs().max() <= 1e-5
 
 
 def test_update_gradient_equals_plain_torch_grpo_loss(setup):
@@ -100,20 +105,23 @@ def test_update_gradient_equals_plain_torch_grpo_loss(setup):
     # summed over TP by Megatron's finalize_model_grads.
     no_bonus = dataclasses.replace(cfg, entropy_coeff=0.0)
     by_layout = {}
-    for tp, pp, sp, loss_cfg, coeff in [(2, 1, False, cfg, None), (2, 1, True, cfg, None),
-                                        (1, 2, False, cfg, None),
-                                        (1, 1, False, no_bonus, cfg.entropy_coeff)]:
+    # Packed: TP2 with sequence parallel, and PP2 (packs padded to one shape).
+    for tp, pp, sp, loss_cfg, coeff, packed in [
+            (2, 1, False, cfg, None, False), (2, 1, True, cfg, None, False),
+            (1, 2, False, cfg, None, False), (1, 1, False, no_bonus, cfg.entropy_coeff, False),
+            (2, 1, True, cfg, None, True), (1, 2, False, cfg, None, True)]:
         grads = spawn_local(full_gradients, 2, spec, full_by_tp, batch, tp, pp, loss_cfg,
-                            coeff, sp)[0]
-        by_layout[(tp, pp, sp)] = grads
+                            coeff, sp, packed)[0]
+        by_layout[(tp, pp, sp, packed)] = grads
         for rule, layer in mapping.iter_rules(spec):
             hf_grads = mapping.mcore_to_hf(rule, grads[rule.mcore_name(layer)], spec, layer)
             for name, g in hf_grads.items():
                 ref = expected[name]
                 rel = (g - ref).norm() / ref.norm().clamp(min=1e-12)
-                assert rel <= 1e-5, f"TP{tp} PP{pp} SP{sp} {name}: relative error {rel:.2e}"
-    for name, g in by_layout[(2, 1, True)].items():      # SP against TP2 without it
-        ref = by_layout[(2, 1, False)][name]
+                assert rel <= 1e-5, (f"TP{tp} PP{pp} SP{sp} packed {packed} {name}: relative "
+                                     f"error {rel:.2e}")
+    for name, g in by_layout[(2, 1, True, False)].items():   # SP against TP2 without it
+        ref = by_layout[(2, 1, False, False)][name]
         rel = (g - ref).norm() / ref.norm().clamp(min=1e-12)
         assert rel <= 1e-5, f"TP2 SP vs TP2 {name}: relative error {rel:.2e}"
 

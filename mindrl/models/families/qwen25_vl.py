@@ -189,6 +189,26 @@ class Qwen25VLModel(GPTModel):
                                                        image_grid_thw=image_grid_thw)
         return positions
 
+    def _packed_slots_and_positions(self, input_ids: torch.Tensor, packed,
+                                    prompt_lengths: Optional[torch.Tensor],
+                                    image_grid_thw: Optional[torch.Tensor]):
+        """A packed row [1, T] (engines/model_rows.py): image slots [1, T] and M-RoPE positions
+        [3, 1, T] computed per sample, exactly as for that sample's own padded row, then laid
+        back to back (Megatron's thd RoPE then takes each token's own frequencies)."""
+        bounds = getattr(packed, "host_cu_seqlens", None) or packed.cu_seqlens_q.tolist()
+        lengths = [b - a for a, b in zip(bounds, bounds[1:])]
+        rows = torch.nn.utils.rnn.pad_sequence(list(input_ids[0].split(lengths)),
+                                               batch_first=True)
+        prompts = None
+        if prompt_lengths is not None:   # the pad tail (its own entry) has no prompt
+            prompts = torch.zeros(len(lengths), dtype=torch.long, device=input_ids.device)
+            prompts[:len(prompt_lengths)] = prompt_lengths
+        row_slots = self.image_slots(rows, prompts)
+        positions = self.mrope_position_ids(rows, image_grid_thw, row_slots)
+        keep = [slice(0, n) for n in lengths]
+        slots = torch.cat([row_slots[i, k] for i, k in enumerate(keep)]).unsqueeze(0)
+        return slots, torch.cat([positions[:, i, k] for i, k in enumerate(keep)], 1).unsqueeze(1)
+
     def embed(self, input_ids: torch.Tensor, pixel_values: Optional[torch.Tensor],
               image_grid_thw: Optional[torch.Tensor],
               slots: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -224,7 +244,13 @@ class Qwen25VLModel(GPTModel):
         their prompt): image features go to the prompt's pads only (`image_slots`). Returns
         what GPTModel returns."""
         pixel_values, image_grid_thw = batch_images(pixel_values, image_grid_thw)
-        slots = self.image_slots(input_ids, prompt_lengths)
+        packed = kwargs.get("packed_seq_params")
+        if packed is not None:
+            slots, packed_positions = self._packed_slots_and_positions(
+                input_ids, packed, prompt_lengths, image_grid_thw)
+            position_ids = packed_positions if position_ids is None else position_ids
+        else:
+            slots = self.image_slots(input_ids, prompt_lengths)
         if position_ids is None:
             position_ids = self.mrope_position_ids(input_ids, image_grid_thw, slots)
         elif position_ids.dim() != 3:

@@ -1,0 +1,160 @@
+"""Which samples go to which DP rank and micro batch, and how a micro batch is packed.
+
+Two plans over one batch (every rank holds the whole Batch and computes the same plan, with no
+communication):
+- by rows (`micro_batch_size`): DP rank r takes the r-th contiguous slice, cut in order into
+  micro batches of that many samples (the layout before packing; kept for padded rows);
+- by tokens (`max_tokens`): samples spread over the DP ranks in equal numbers with balanced
+  token totals, then each rank's samples into the same number k of micro batches of at most
+  `max_tokens` real tokens (the smallest k every rank fits; longest-first into the lightest
+  micro batch). verl's `rearrange_micro_batches` has this shape.
+A sample's length is its real tokens: the valid prompt plus the response up to its last
+unmasked token. The loss stays exact under any plan (the engine weighs each micro batch by its
+share of the mini batch's tokens or sequences), so a plan only changes speed.
+
+`packed_rows` lays a micro batch out as one row of real tokens with cumulative sequence
+lengths, Megatron's "thd" layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
+
+import torch
+
+Plan = List[List[List[int]]]   # [DP rank][micro batch] -> sample indices, ascending
+
+
+def sample_lengths(prompt_mask: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """[B] real tokens per sample: valid prompt + response through its last unmasked token."""
+    prompt = prompt_mask.sum(dim=1).long()
+    width = response_mask.shape[1]
+    column = torch.arange(1, width + 1, device=response_mask.device)
+    response = (response_mask.bool() * column).amax(dim=1).long() if width else prompt * 0
+    return prompt + response
+
+
+def _lightest_first(lengths: Sequence[int], members: Sequence[int], bins: int,
+                    capacity: Optional[int] = None) -> List[List[int]]:
+    """`members` into `bins` groups, longest first into the lightest group that still has
+    room (`capacity` samples); every group ascending."""
+    groups: List[List[int]] = [[] for _ in range(bins)]
+    load = [0] * bins
+    for i in sorted(members, key=lambda i: (-lengths[i], i)):
+        open_bins = [b for b in range(bins) if capacity is None or len(groups[b]) < capacity]
+        b = min(open_bins, key=lambda b: (load[b], b))
+        groups[b].append(i)
+        load[b] += lengths[i]
+    return [sorted(g) for g in groups]
+
+
+def plan_by_rows(n: int, dp_size: int, micro_batch_size: int) -> Plan:
+    """Contiguous DP slices cut in order into micro batches of `micro_batch_size` samples."""
+    if n % dp_size:
+        raise ValueError(f"batch of {n} samples does not split over DP={dp_size}")
+    per = n // dp_size
+    if per % micro_batch_size:
+        raise ValueError(f"{per} samples per DP rank do not split into micro batches of "
+                         f"{micro_batch_size}")
+    return [[list(range(start, start + micro_batch_size))
+             for start in range(r * per, (r + 1) * per, micro_batch_size)]
+            for r in range(dp_size)]
+
+
+def plan_by_tokens(lengths: Sequence[int], dp_size: int, max_tokens: int,
+                   budget_key: str = "max_tokens_per_micro_batch") -> Plan:
+    """Equal sample counts per DP rank with balanced tokens; on every rank the same number of
+    micro batches, each within `max_tokens` real tokens."""
+    lengths = [int(x) for x in lengths]
+    n = len(lengths)
+    if n % dp_size:
+        raise ValueError(f"batch of {n} samples does not split over DP={dp_size}")
+    longest = max(lengths, default=0)
+    if longest > max_tokens:
+        raise ValueError(f"{budget_key}={max_tokens} is smaller than the longest sample "
+                         f"({longest} tokens: prompt + response); raise it to at least "
+                         f"{longest}")
+    per = n // dp_size
+    ranks = _lightest_first(lengths, range(n), dp_size, capacity=per)
+    k = max(-(-sum(lengths[i] for i in r) // max_tokens) for r in ranks) if n else 0
+    while True:
+        plan = [_lightest_first(lengths, r, k) for r in ranks]
+        if all(sum(lengths[i] for i in micro) <= max_tokens for r in plan for micro in r):
+            return plan
+        k += 1   # k = per always fits (one sample each, every sample within the budget)
+
+
+@dataclass
+class PackedRows:
+    """One micro batch as a single row of real tokens ("thd": total tokens, heads, dim)."""
+
+    tokens: torch.Tensor          # [1, T] the samples' prompt ++ response, back to back
+    position_ids: torch.Tensor    # [1, T] 0.. within each sample
+    cu_seqlens: torch.Tensor      # [n + 1] int32, or [n + 2] with a padding tail entry
+    max_seqlen: int               # the longest entry, the tail included (RoPE's table size)
+    starts: torch.Tensor          # [n] each sample's first index in the row
+    prompt_lengths: torch.Tensor  # [n] valid prompt tokens per sample
+    lengths: torch.Tensor         # [n] real tokens per sample
+    response_length: int          # R of the Batch's response fields
+
+    def response_positions(self) -> torch.Tensor:
+        """[n, R] index in the row of the logit predicting response token t; positions past a
+        sample's last real token stay inside it (masked by response_mask in the loss)."""
+        t = torch.arange(self.response_length, device=self.tokens.device)
+        last = (self.starts + self.lengths - 1).unsqueeze(1)
+        first = (self.starts + self.prompt_lengths - 1).unsqueeze(1)
+        return torch.minimum(first + t.unsqueeze(0), last)
+
+    def last_positions(self) -> torch.Tensor:
+        """[n] index of each sample's last real token (where a reward model's score is read)."""
+        return self.starts + self.lengths - 1
+
+
+def packed_rows(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor,
+                response_mask: torch.Tensor, pad_id: int = 0, multiple_of: int = 1,
+                pad_to: Optional[int] = None) -> PackedRows:
+    """Left-padded prompts + right-padded responses -> one packed row.
+
+    The row is padded at its end to a multiple of `multiple_of` (TP under sequence parallel)
+    or to `pad_to` (a pipeline's common shape); the padding is its own cu_seqlens entry, so no
+    sample attends to it and RoPE sees whole sequences.
+    """
+    prompt_lengths = prompt_mask.sum(dim=1).long()
+    if (prompt_lengths == 0).any():
+        raise ValueError("a sample has an empty prompt: every prompt needs at least one token")
+    lengths = sample_lengths(prompt_mask, response_mask)
+    pieces, positions = [], []
+    for b in range(prompt_ids.shape[0]):
+        response = response_ids[b, :int(lengths[b] - prompt_lengths[b])]
+        pieces.append(torch.cat([prompt_ids[b][prompt_mask[b].bool()], response]))
+        positions.append(torch.arange(int(lengths[b]), device=prompt_ids.device))
+    total = int(lengths.sum())
+    padded = max(pad_to or 0, -(-total // multiple_of) * multiple_of)
+    if padded % multiple_of:
+        raise ValueError(f"pack length {padded} is not a multiple of {multiple_of}")
+    tail = padded - total
+    if tail:
+        pieces.append(torch.full((tail,), pad_id, dtype=prompt_ids.dtype,
+                                 device=prompt_ids.device))
+        positions.append(torch.arange(tail, device=prompt_ids.device))
+    bounds = torch.cat([lengths, lengths.new_tensor([tail] if tail else [])])
+    cu_seqlens = torch.zeros(len(bounds) + 1, dtype=torch.int32, device=prompt_ids.device)
+    cu_seqlens[1:] = torch.cumsum(bounds, 0)
+    starts = cu_seqlens[:len(lengths)].long()
+    return PackedRows(torch.cat(pieces).unsqueeze(0), torch.cat(positions).unsqueeze(0),
+                      cu_seqlens, max(int(lengths.max()), tail), starts, prompt_lengths, lengths,
+                      response_ids.shape[1])
+
+
+def mini_batches(n: int, mini_batch_size: int, shuffle: bool = False,
+                 seed: int = 0) -> List[List[int]]:
+    """The update's mini batches (sample indices, in the order they train): the same split
+    for the update and for an old-log-prob pass that plans like it."""
+    if n % mini_batch_size:
+        raise ValueError(f"batch of {n} samples does not split into mini batches of "
+                         f"{mini_batch_size}")
+    order = torch.arange(n)
+    if shuffle:
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    return [order[s:s + mini_batch_size].tolist() for s in range(0, n, mini_batch_size)]

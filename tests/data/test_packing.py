@@ -1,0 +1,64 @@
+"""Plans and packed rows, checked by hand."""
+
+import pytest
+import torch
+
+from mindrl.data import packing
+
+
+def test_sample_lengths_count_the_valid_prompt_and_the_response_through_its_last_token():
+    prompt_mask = torch.tensor([[0, 1, 1], [1, 1, 1], [0, 0, 1]])
+    response_mask = torch.tensor([[1, 1, 0, 0], [1, 0, 1, 0], [0, 0, 0, 0]])
+    assert packing.sample_lengths(prompt_mask, response_mask).tolist() == [4, 6, 1]
+
+
+def test_rows_plan_is_contiguous_slices_in_order():
+    assert packing.plan_by_rows(8, 2, 2) == [[[0, 1], [2, 3]], [[4, 5], [6, 7]]]
+    with pytest.raises(ValueError, match="micro batches of 3"):
+        packing.plan_by_rows(8, 2, 3)
+
+
+def test_token_plan_balances_ranks_and_keeps_every_micro_batch_in_budget():
+    lengths = [30, 3, 7, 25, 12, 9, 18, 2]
+    plan = packing.plan_by_tokens(lengths, dp_size=2, max_tokens=32)
+    assert sorted(i for rank in plan for m in rank for i in m) == list(range(8))
+    assert [sum(len(m) for m in rank) for rank in plan] == [4, 4]       # equal samples
+    assert len({len(rank) for rank in plan}) == 1                       # equal micro batches
+    totals = [sum(lengths[i] for m in rank for i in m) for rank in plan]
+    assert abs(totals[0] - totals[1]) <= 2                              # 53 vs 53 possible
+    assert all(sum(lengths[i] for i in m) <= 32 for rank in plan for m in rank)
+    assert all(m == sorted(m) for rank in plan for m in rank)
+    # 106 tokens over 2 ranks of 32-token micro batches: 2 each is the floor.
+    assert len(plan[0]) == 2
+
+
+def test_token_plan_refuses_a_budget_below_the_longest_sample_naming_both():
+    with pytest.raises(ValueError, match=r"max_tokens_per_micro_batch=10 .* longest sample "
+                                         r"\(11 tokens"):
+        packing.plan_by_tokens([3, 11], 1, 10)
+
+
+def test_packed_row_lays_samples_back_to_back_with_a_tail_entry():
+    prompt_ids = torch.tensor([[0, 5, 6], [7, 8, 9]])
+    prompt_mask = torch.tensor([[0, 1, 1], [1, 1, 1]])
+    response_ids = torch.tensor([[11, 12, 0], [13, 0, 0]])
+    response_mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    rows = packing.packed_rows(prompt_ids, prompt_mask, response_ids, response_mask,
+                               pad_id=0, multiple_of=4)
+    assert rows.tokens.tolist() == [[5, 6, 11, 12, 7, 8, 9, 13]]
+    assert rows.cu_seqlens.tolist() == [0, 4, 8] and rows.max_seqlen == 4
+    assert rows.position_ids.tolist() == [[0, 1, 2, 3, 0, 1, 2, 3]]
+    # Logit predicting response token t: prompt end - 1 + t, kept inside the sample.
+    assert rows.response_positions().tolist() == [[1, 2, 3], [6, 7, 7]]
+    assert rows.last_positions().tolist() == [3, 7]
+    padded = packing.packed_rows(prompt_ids, prompt_mask, response_ids, response_mask,
+                                 pad_id=0, pad_to=11)
+    assert padded.tokens.shape == (1, 11)
+    assert padded.cu_seqlens.tolist() == [0, 4, 8, 11]   # the tail is its own sequence
+
+
+def test_mini_batches_are_the_updates_split():
+    assert packing.mini_batches(4, 2) == [[0, 1], [2, 3]]
+    shuffled = packing.mini_batches(6, 3, shuffle=True, seed=5)
+    assert sorted(sum(shuffled, [])) == list(range(6))
+    assert shuffled == packing.mini_batches(6, 3, shuffle=True, seed=5)
