@@ -16,8 +16,10 @@ from support.vl_engine_worker import RESPONSE, run_engine, vl_batch
 
 pytestmark = pytest.mark.slow   # see tests/conftest.py
 
-LAYOUTS = [(2, 1), (1, 2), (1, 1)]   # on 2 ranks: TP2, PP2, DP2
-IDS = ["tp2", "pp2", "dp2"]
+# On 2 ranks: TP2, PP2, DP2; then packed rows by a token budget (several samples, each with
+# its own images and M-RoPE positions, in one row): TP2 with sequence parallel, PP2, DP2.
+LAYOUTS = [(2, 1), (1, 2), (1, 1), (2, 1, 4096), (1, 2, 40), (1, 1, 4096)]
+IDS = ["tp2", "pp2", "dp2", "tp2-sp-packed", "pp2-packed", "dp2-packed"]
 
 
 def hf_response_log_probs(hf, sample):

@@ -25,7 +25,7 @@ def vl_batch(samples, pad_id=0):
 
 
 def run_engine(rank, world_size, hf_config, hf_state, batch, layouts):
-    """Per layout (tp, pp): log-probs before and after one GRPO update, the update's metrics,
+    """Per layout (tp, pp[, token budget: packed rows, sequence parallel at TP > 1]): log-probs before and after one GRPO update, the update's metrics,
     how far the vision tower moved (first stage), and the samples' rows in `batch`. Where the
     layout leaves a data-parallel group (tp * pp < world size), the batch's rows are repeated
     up to a multiple of DP (sample 1 again), so every DP rank holds other samples' images."""
@@ -38,13 +38,16 @@ def run_engine(rank, world_size, hf_config, hf_state, batch, layouts):
     from support.mcore_load import load_hf_state_dict
 
     out = {}
-    for tp, pp in layouts:
-        parallel = Parallelism(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+    for layout in layouts:
+        tp, pp, budget = (*layout, None)[:3]
+        parallel = Parallelism(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+                               sequence_parallel=budget is not None and tp > 1)
         initialize_parallel(parallel)
         spec = text_spec(hf_config, make_vocab_size_divisible_by=4)
         engine = MegatronEngine(
             spec, parallel, micro_batch_size=1, optim=OptimConfig(lr=1e-3, train_iters=1),
-            loss=LossConfig(clip_ratio=0.2), build_model=lambda s, p, d: build_qwen25_vl_model(
+            loss=LossConfig(clip_ratio=0.2), packed=budget is not None,
+            max_tokens_per_micro_batch=budget, build_model=lambda s, p, d: build_qwen25_vl_model(
                 hf_config, p, d, make_vocab_size_divisible_by=4))
         load_hf_state_dict(engine.module, hf_state)
         vision = {n: p.detach().clone() for n, p in engine.module.named_parameters()
@@ -58,7 +61,7 @@ def run_engine(rank, world_size, hf_config, hf_state, batch, layouts):
         after = engine.compute_log_probs(samples)["log_probs"]
         moved = max(((p.detach() - vision[n]).abs().max().item()
                      for n, p in engine.module.named_parameters() if n in vision), default=None)
-        out[(tp, pp)] = {"before": before, "after": after, "metrics": metrics,
+        out[layout] = {"before": before, "after": after, "metrics": metrics,
                          "vision_moved": moved, "rows": rows}
         ps.destroy_model_parallel()
     return out
