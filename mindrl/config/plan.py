@@ -47,7 +47,30 @@ def batch_arithmetic(run: RunConfig) -> dict[str, Any]:
         "actor_forward_micro_batches_per_rank": _ratio(gbs * n, fwd * dp),
         "max_tokens_per_sample": (rl.max_prompt_length
                                   + run.generate_config.sampling_config.max_tokens),
+        "pack_sequences": run.actor_config.pack_sequences,
+        "max_tokens_per_micro_batch": run.actor_config.max_tokens_per_micro_batch,
     }
+
+
+def _micro_batch_text(role: dict) -> str:
+    rows = "packed" if role["pack_sequences"] else "padded"
+    if role["max_tokens_per_micro_batch"] is not None:
+        return f"micro_batch<={role['max_tokens_per_micro_batch']} tokens ({rows})"
+    return f"micro_batch={role['micro_batch_size']} ({rows})"
+
+
+def _micro_batches_text(b: dict) -> str:
+    rows = ("packed rows of real tokens" if b["pack_sequences"]
+            else "padded rows (to the longest sample)")
+    if b["max_tokens_per_micro_batch"] is not None:
+        return (f"  micro batches per mini batch: by tokens, <= "
+                f"{b['max_tokens_per_micro_batch']} real tokens each, {rows}; "
+                f"{b['samples_per_dp_rank_per_mini_batch']} samples per DP rank balanced over "
+                f"DP {b['actor_dp']}, the same count on every rank; the old-log-prob pass "
+                f"plans like the update")
+    return (f"  micro batches per mini batch: {b['micro_batches_per_mini_batch']} of "
+            f"{b['micro_batch_size']} samples over DP {b['actor_dp']} -> gradient "
+            f"accumulation steps {b['gradient_accumulation_steps']} per DP rank; {rows}")
 
 
 def _memory(run: RunConfig, cluster: ClusterResources,
@@ -115,6 +138,8 @@ def make_plan(run: RunConfig, cluster: ClusterResources,
             "pp": cfg.pipeline_model_parallel_size,
             "dp": data_parallel_size(run, role),
             "micro_batch_size": cfg.micro_batch_size,
+            "pack_sequences": cfg.pack_sequences,
+            "max_tokens_per_micro_batch": cfg.max_tokens_per_micro_batch,
             "params_dtype": cfg.params_dtype,
         }
     gen = run.generate_config
@@ -203,7 +228,7 @@ def format_plan(plan: dict[str, Any]) -> str:
                  else "does not fit this cluster")
         lines.append(f"  {role:<7} devices {_ranges(r['devices'])} ({nodes}{share}): "
                      f"TP={r['tp']} PP={r['pp']} "
-                     f"DP={r['dp']} micro_batch={r['micro_batch_size']} {r['params_dtype']} "
+                     f"DP={r['dp']} {_micro_batch_text(r)} {r['params_dtype']} "
                      f"[{r['model']}]")
         if r["rank_nodes"] and c["num_nodes"] > 1:
             lines.append(f"          node of each rank: {r['rank_nodes']}")
@@ -219,9 +244,7 @@ def format_plan(plan: dict[str, Any]) -> str:
               f"  mini batches per step: {b['mini_batches_per_step']} of "
               f"{b['mini_batch_prompts']} prompts = {b['mini_batch_samples']} samples; "
               f"epochs {b['epochs']} -> {b['optimizer_steps_per_step']} optimizer step(s)",
-              f"  micro batches per mini batch: {b['micro_batches_per_mini_batch']} of "
-              f"{b['micro_batch_size']} samples over DP {b['actor_dp']} -> gradient "
-              f"accumulation steps {b['gradient_accumulation_steps']} per DP rank",
+              _micro_batches_text(b),
               ]
     if plan.get("images"):
         i = plan["images"]

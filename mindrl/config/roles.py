@@ -72,6 +72,8 @@ class RoleSetup:
     pad_id: int = 0
     cpu_threads: int = 1           # torch threads of this rank (CPU device only)
     freeze_vision_tower: bool = False   # a VL model's tower and merger out of the optimizer
+    pack_sequences: bool = False   # packed rows of real tokens in every pass
+    max_tokens_per_micro_batch: Optional[int] = None   # micro batches by tokens (packed)
 
 
 def loss_config(run: RunConfig) -> LossConfig:
@@ -105,4 +107,5 @@ def role_setup(run: RunConfig, role: str, pad_id: int) -> RoleSetup:
         params_dtype=cfg.params_dtype, micro_batch_size=cfg.micro_batch_size, seed=cfg.seed,
         load=cfg.load, optim=optim_config(run, role) if role == "actor" else None,
         loss=loss_config(run), pad_id=pad_id, cpu_threads=cfg.cpu_threads,
-        freeze_vision_tower=cfg.freeze_vision_tower)
+        freeze_vision_tower=cfg.freeze_vision_tower, pack_sequences=cfg.pack_sequences,
+        max_tokens_per_micro_batch=cfg.max_tokens_per_micro_batch)

@@ -6,7 +6,9 @@ recipe has them; the devices become logical CPU slots. The model becomes tiny-qw
 data the generated arithmetic task (made on first use, as the embedded default does), with
 lengths to match; a vision-language recipe's become tiny-qwen25vl and grpo_tiny_vl_cpu's
 image task (validated on its held-out images when the recipe validates). Every flag stays as
-the recipe sets it (sequence parallel, colocation, offload, KL loss, verifiers, batch sizes). Precision becomes fp32, the CPU platform's.
+the recipe sets it (sequence parallel, colocation, offload, KL loss, verifiers, batch sizes);
+a micro-batch token budget keeps its count of longest samples. Precision becomes fp32, the CPU
+platform's.
 
 This is how the shipped multi-device recipes are proven on a CPU box (tests/config and
 tests/trainer run them this way), and how a user tries a recipe's topology before renting it.
@@ -106,6 +108,7 @@ def scale_down(raw: Any) -> Any:
     for section in ("actor_config", "ref_config"):
         if (data.get(section) or {}).get("load"):
             data[section]["load"] = f"{WORK}/models/{tiny}-mcore"
+    longest = _longest(data)
     for (section, key), value in (VL_LENGTHS if vision else LENGTHS).items():
         data.setdefault(section, {})[key] = value
     for section in ("actor_config", "ref_config", "reward_config"):
@@ -118,8 +121,28 @@ def scale_down(raw: Any) -> Any:
     sampling = gen.setdefault("sampling_config", {})
     sampling["max_tokens"] = min(sampling.get("max_tokens", MAX_TOKENS), MAX_TOKENS)
     sampling["min_tokens"] = min(sampling.get("min_tokens", 0), MAX_TOKENS)
+    _scale_token_budgets(data, longest, _longest(data))
     del data["scale_down"]
     return OmegaConf.create(data)
+
+
+def _longest(data: dict) -> int:
+    """max_prompt_length + max_tokens of a recipe (the schema's defaults where unset)."""
+    from mindrl.config.schema import RLConfig, SamplingConfig
+
+    sampling = (data.get("generate_config") or {}).get("sampling_config") or {}
+    return (int((data.get("rl_config") or {}).get("max_prompt_length",
+                                                   RLConfig.max_prompt_length))
+            + int(sampling.get("max_tokens", SamplingConfig.max_tokens)))
+
+
+def _scale_token_budgets(data: dict, longest: int, tiny_longest: int) -> None:
+    """A token budget keeps the recipe's longest samples per micro batch at the tiny lengths."""
+    for section in ROLE_SECTIONS:
+        values = data.get(section) or {}
+        budget = values.get("max_tokens_per_micro_batch")
+        if isinstance(budget, int):
+            values["max_tokens_per_micro_batch"] = max(1, budget // longest) * tiny_longest
 
 
 def _model_file(name: str):

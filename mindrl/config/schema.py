@@ -41,6 +41,11 @@ class MegatronConfig:
     tensor_model_parallel_size: int = 1
     pipeline_model_parallel_size: int = 1
     micro_batch_size: int = 1
+    # Megatron passes on packed rows of real tokens (no padding; exact, config/packing_checks).
+    pack_sequences: bool = True
+    # Micro batches of at most this many real tokens, balanced over DP (packed only); null =
+    # micro_batch_size samples each. The actor's forward pass plans like its update.
+    max_tokens_per_micro_batch: Optional[int] = None
     lr: float = 1.0e-6
     lr_decay_style: Literal["constant", "cosine", "linear"] = "constant"
     min_lr: float = 0.0

@@ -21,6 +21,7 @@ from mindrl.config.parse import parse
 from mindrl.config.placement import (data_parallel_size, engine_devices, place_roles,
                                      rollout_data_parallel_size)
 from mindrl.config.ported import check_ported
+from mindrl.config.packing_checks import check_packing, has_token_budget
 from mindrl.config.rl_checks import check_algorithm
 from mindrl.config.scale_down import scale_down, with_cpu_slots
 from mindrl.config.schema import ResourceSpec, RunConfig
@@ -242,7 +243,12 @@ def check_batches(run: RunConfig) -> list[Problem]:
         return out
     samples, mini_samples = gbs * n, mini * n
     dp = data_parallel_size(run, "actor")
-    if dp:
+    if dp and has_token_budget(run, "actor"):   # any sample count per rank: only DP divides
+        if mini_samples % dp:
+            out.append(Problem("rl_config.mini_batch_size", f"x n = {mini_samples} samples do "
+                               f"not split over actor DP {dp}", f"make it x n a multiple of "
+                               f"{dp}", mini))
+    elif dp:
         micro = run.actor_config.micro_batch_size
         if mini_samples % (micro * dp):
             key = _role_key(run, "actor", "micro_batch_size")
@@ -262,6 +268,8 @@ def check_batches(run: RunConfig) -> list[Problem]:
             continue
         rdp = data_parallel_size(run, role)
         fwd = (getattr(rl, fwd_key) if fwd_key else None) or run.role(role).micro_batch_size
+        if has_token_budget(run, role):
+            fwd = 1                      # by tokens: the samples need only split over DP
         if rdp and samples % (fwd * rdp):
             key = (f"rl_config.{fwd_key}" if fwd_key and getattr(rl, fwd_key)
                    else _role_key(run, role, "micro_batch_size"))
@@ -423,6 +431,7 @@ def find_problems(run: RunConfig, cluster: ClusterResources, *,
     out += check_resources(run, cluster)
     out += check_batches(run)
     out += check_algorithm(run)
+    out += check_packing(run)
     out += check_ported(run)
     out += check_roles(run, cluster)
     out += check_reward(run)

@@ -193,28 +193,33 @@ class GRPOTrainer:
             lambda r: self._generate_and_score(self.loader.next_batch(), seed + r * 1_000_003,
                                                timings))
 
-    def _log_prob_passes(self, batch_ref, timings: Dict[str, float]) -> Dict[str, torch.Tensor]:
+    def _log_prob_passes(self, batch_ref, step: int,
+                         timings: Dict[str, float]) -> Dict[str, torch.Tensor]:
         """Old (actor) and reference log-probs. They read the same batch and run on different
         workers: with rl_config.blocking false both are in flight at once."""
         rl = self.rl
-        passes = []   # (timing key, output field, group, micro batch size)
+        passes = []   # (timing key, output field, group, micro batch size, update's layout)
         if self._needs_old_log_probs():
+            # Without a forward micro batch of its own, the pass plans like the update it
+            # feeds: the first mini batch's importance ratio is then exactly 1.
+            like_update = (None if rl.actor_forward_micro_batch_size else
+                           (rl.mini_batch_size * self.n, rl.shuffle_mini_batch, step))
             passes.append(("old_log_prob", "old_log_probs", self.actor,
                            rl.actor_forward_micro_batch_size
-                           or self.run.actor_config.micro_batch_size))
+                           or self.run.actor_config.micro_batch_size, like_update))
         if rl.uses_reference:
             passes.append(("ref", "ref_log_probs", self.groups["ref"],
                            rl.ref_forward_micro_batch_size
-                           or self.run.ref_config.micro_batch_size))
+                           or self.run.ref_config.micro_batch_size, None))
         out: Dict[str, torch.Tensor] = {}
         if rl.blocking:
-            for key, field_name, group, mbs in passes:
+            for key, field_name, group, mbs, like in passes:
                 with timed(timings, key):
-                    out[field_name] = group.compute_log_probs(batch_ref, mbs)["log_probs"]
+                    out[field_name] = group.compute_log_probs(batch_ref, mbs, like)["log_probs"]
             return out
         start = time.perf_counter()
-        pending = [(key, field_name, group, group.submit_log_probs(batch_ref, mbs))
-                   for key, field_name, group, mbs in passes]
+        pending = [(key, field_name, group, group.submit_log_probs(batch_ref, mbs, like))
+                   for key, field_name, group, mbs, like in passes]
         spans = []
         for key, field_name, group, refs in pending:
             result = group.wait(refs, MegatronWorker.compute_log_probs)[0]
@@ -255,7 +260,8 @@ class GRPOTrainer:
         batch, reward_metrics = self._sample(step, timings)
         slept = self.rollout.sleep()          # device memory to the actor until the sync
         scores = batch["scores"]
-        batch.add(**self._log_prob_passes(ray.put(self.prompts.for_workers(batch)), timings))
+        batch.add(**self._log_prob_passes(ray.put(self.prompts.for_workers(batch)), step,
+                                          timings))
         with timed(timings, "adv"):
             batch.add(**advantage_fields(batch, rl))
         entropy_coeff = entropy_coeff_at(step, rl.entropy_coeff, rl.entropy_coeff_final,

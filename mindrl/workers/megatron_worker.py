@@ -49,7 +49,9 @@ class MegatronWorker:
                                      setup.micro_batch_size, optim=setup.optim, loss=setup.loss,
                                      pad_id=setup.pad_id, seed=setup.seed,
                                      build_model=model_builder(setup.spec, setup.load,
-                                                               setup.freeze_vision_tower))
+                                                               setup.freeze_vision_tower),
+                                     packed=setup.pack_sequences,
+                                     max_tokens_per_micro_batch=setup.max_tokens_per_micro_batch)
         if setup.load:
             load_mcore_checkpoint(self.engine.module, setup.load)
             if self.engine.optimizer is not None:
@@ -59,11 +61,12 @@ class MegatronWorker:
     # ---------------------------------------------------------------- training role
 
     def compute_log_probs(self, batch: Batch, micro_batch_size: int,
-                          with_entropy: bool = False):
+                          with_entropy: bool = False, like_update: Optional[tuple] = None):
         """{"log_probs" [B, R], ("entropy"), "span": (start, end) wall-clock seconds of this
-        pass, so the driver can show two roles' passes overlapping} on rank 0."""
+        pass, so the driver can show two roles' passes overlapping} on rank 0. like_update:
+        (mini_batch_size, shuffle, seed) of the update this pass feeds (the same plan)."""
         start = time.time()
-        out = self.engine.compute_log_probs(batch, micro_batch_size, with_entropy)
+        out = self.engine.compute_log_probs(batch, micro_batch_size, with_entropy, like_update)
         if self.rank != 0:
             return None
         return {**{k: v.cpu() for k, v in out.items()}, "span": (start, time.time())}

@@ -112,14 +112,18 @@ class RoleGroup:
 
     # ---------------------------------------------------------------- verbs
 
-    def submit_log_probs(self, batch: Batch, micro_batch_size: int) -> List[Any]:
+    def submit_log_probs(self, batch: Batch, micro_batch_size: int,
+                         like_update: Optional[tuple] = None) -> List[Any]:
         """`compute_log_probs` started on every rank (`wait(refs, MegatronWorker.
         compute_log_probs)[0]` is rank 0's {"log_probs", "span"}): two roles' passes can run
         at once."""
-        return self.submit(MegatronWorker.compute_log_probs, batch, micro_batch_size)
+        return self.submit(MegatronWorker.compute_log_probs, batch, micro_batch_size, False,
+                           like_update)
 
-    def compute_log_probs(self, batch: Batch, micro_batch_size: int) -> Dict[str, Any]:
-        return self.call(MegatronWorker.compute_log_probs, batch, micro_batch_size)[0]
+    def compute_log_probs(self, batch: Batch, micro_batch_size: int,
+                          like_update: Optional[tuple] = None) -> Dict[str, Any]:
+        return self.call(MegatronWorker.compute_log_probs, batch, micro_batch_size, False,
+                         like_update)[0]
 
     def start_setup(self, setup: RoleSetup) -> List[Any]:
         """Begin building every rank's engine (returns at once, so roles set up in parallel);

@@ -64,7 +64,8 @@ def test_7b_is_planned_on_a_cpu_box_with_warnings(cpu2):
     plan = make_plan(run, cpu2, warnings)
     assert not plan["fits_cluster"] and plan["roles"]["actor"]["nodes"] is None
     text = format_plan(plan)
-    assert "TP=4 PP=2 DP=2" in text and "gradient accumulation steps 32" in text
+    assert "TP=4 PP=2 DP=2" in text and "micro_batch<=6144 tokens (packed)" in text
+    assert "<= 6144 real tokens each" in text
     assert "rl_config.actor_resource.num_npus" in text and "warnings" in text
 
 

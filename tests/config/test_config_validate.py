@@ -150,17 +150,45 @@ def test_mini_batch_must_divide_global_batch():
                  "global_batch_size=16", "[1, 2, 4, 8, 16]")
 
 
+BY_ROWS = ["megatron_training.max_tokens_per_micro_batch=null",
+           "ref_config.max_tokens_per_micro_batch=null"]
+
+
 def test_micro_batch_must_divide_mini_batch():
     # mini batch = 8 prompts x 16 samples = 128; 24 does not divide it
-    assert_names(rejected(["megatron_training.micro_batch_size=24"]),
+    assert_names(rejected(["megatron_training.micro_batch_size=24", *BY_ROWS]),
                  "megatron_training.micro_batch_size", "128")
 
 
 def test_micro_batch_times_dp(cpu8):
     # 4 CPUs at TP1 -> DP 4; 4 x 64 = 256 does not divide a mini batch of 8 x 16 = 128
     err = rejected(["rl_config.actor_resource.num_cpus=4",
-                    "megatron_training.micro_batch_size=64"], cpu8)
+                    "megatron_training.micro_batch_size=64", *BY_ROWS], cpu8)
     assert_names(err, "megatron_training.micro_batch_size", "DP 4")
+
+
+def test_a_token_budget_ignores_the_row_count_and_needs_only_dp_to_divide(cpu8):
+    # 128 samples over DP 4: any micro batch size is fine when micro batches go by tokens.
+    run = load_recipe(TINY, ["rl_config.actor_resource.num_cpus=4",
+                             "megatron_training.micro_batch_size=64"], cluster=cpu8)
+    assert run.actor_config.max_tokens_per_micro_batch == 432
+    err = rejected(["rl_config.actor_resource.num_cpus=3"], cpu8)
+    assert_names(err, "rl_config.mini_batch_size", "actor DP 3")
+
+
+def test_a_token_budget_below_the_longest_sample_is_refused_naming_both():
+    err = rejected(["megatron_training.max_tokens_per_micro_batch=20"])
+    assert_names(err, "megatron_training.max_tokens_per_micro_batch",
+                 "max_prompt_length 24 + max_tokens 3 = 27 tokens", "at least 27")
+
+
+def test_a_token_budget_needs_packed_rows_and_no_forward_row_count():
+    err = rejected(["+megatron_training.pack_sequences=false",
+                    "ref_config.max_tokens_per_micro_batch=null"])
+    assert_names(err, "megatron_training.max_tokens_per_micro_batch", "packed sequences")
+    err = rejected(["+rl_config.actor_forward_micro_batch_size=8"])
+    assert_names(err, "rl_config.actor_forward_micro_batch_size", "by megatron_training."
+                 "max_tokens_per_micro_batch")
 
 
 def test_world_size_multiple_of_tp_pp(cpu8):
