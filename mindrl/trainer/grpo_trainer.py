@@ -39,24 +39,15 @@ from mindrl.trainer.advantage_step import advantage_fields
 from mindrl.trainer.dynamic_sampling import sample_informative
 from mindrl.trainer.failure_report import report_failure
 from mindrl.trainer.first_sync import check_first_sync, checkpoint_reference
+from mindrl.trainer.log_prob_passes import LogProbPass, run_passes, timed
 from mindrl.trainer.metrics import batch_metrics, perf_metrics, reward_model_metrics, warn_on_drift
 from mindrl.trainer.progress import StepProgress
 from mindrl.trainer.prompt_batches import PromptBatches, image_metrics
 from mindrl.trainer.resume import plan_resume
 from mindrl.trainer.tracking import Tracker
 from mindrl.weight_sync.manager import WeightSync
-from mindrl.workers.megatron_worker import MegatronWorker
 from mindrl.workers.placement import create_placement
 from mindrl.workers.worker_group import ROLE_GROUPS, ActorGroup, RoleGroup, worker_env
-
-
-@contextmanager
-def timed(timings: Dict[str, float], key: str):
-    """Adds the block's seconds to timing_s/KEY (a phase may run more than once a step)."""
-    start = time.perf_counter()
-    yield
-    key = f"timing_s/{key}"
-    timings[key] = timings.get(key, 0.0) + time.perf_counter() - start
 
 
 class GRPOTrainer:
@@ -195,41 +186,21 @@ class GRPOTrainer:
 
     def _log_prob_passes(self, batch_ref, step: int,
                          timings: Dict[str, float]) -> Dict[str, torch.Tensor]:
-        """Old (actor) and reference log-probs. They read the same batch and run on different
-        workers: with rl_config.blocking false both are in flight at once."""
-        rl = self.rl
-        passes = []   # (timing key, output field, group, micro batch size, update's layout)
+        """Old (actor) and reference log-probs (trainer/log_prob_passes.py)."""
+        rl, passes = self.rl, []
         if self._needs_old_log_probs():
             # Without a forward micro batch of its own, the pass plans like the update it
             # feeds: the first mini batch's importance ratio is then exactly 1.
             like_update = (None if rl.actor_forward_micro_batch_size else
                            (rl.mini_batch_size * self.n, rl.shuffle_mini_batch, step))
-            passes.append(("old_log_prob", "old_log_probs", self.actor,
-                           rl.actor_forward_micro_batch_size
-                           or self.run.actor_config.micro_batch_size, like_update))
+            passes.append(LogProbPass("old_log_prob", "old_log_probs", self.actor,
+                                      rl.actor_forward_micro_batch_size
+                                      or self.run.actor_config.micro_batch_size, like_update))
         if rl.uses_reference:
-            passes.append(("ref", "ref_log_probs", self.groups["ref"],
-                           rl.ref_forward_micro_batch_size
-                           or self.run.ref_config.micro_batch_size, None))
-        out: Dict[str, torch.Tensor] = {}
-        if rl.blocking:
-            for key, field_name, group, mbs, like in passes:
-                with timed(timings, key):
-                    out[field_name] = group.compute_log_probs(batch_ref, mbs, like)["log_probs"]
-            return out
-        start = time.perf_counter()
-        pending = [(key, field_name, group, group.submit_log_probs(batch_ref, mbs, like))
-                   for key, field_name, group, mbs, like in passes]
-        spans = []
-        for key, field_name, group, refs in pending:
-            result = group.wait(refs, MegatronWorker.compute_log_probs)[0]
-            out[field_name] = result["log_probs"]
-            spans.append(result["span"])
-            timings[f"timing_s/{key}"] = time.perf_counter() - start   # until it was ready
-        if len(spans) == 2:   # seconds both passes were running at once
-            timings["timing_s/log_prob_overlap"] = max(
-                0.0, min(spans[0][1], spans[1][1]) - max(spans[0][0], spans[1][0]))
-        return out
+            passes.append(LogProbPass("ref", "ref_log_probs", self.groups["ref"],
+                                      rl.ref_forward_micro_batch_size
+                                      or self.run.ref_config.micro_batch_size))
+        return run_passes(passes, batch_ref, rl.blocking, timings)
 
     @contextmanager
     def _training_state_offloaded(self):

@@ -19,7 +19,10 @@ pytestmark = pytest.mark.slow   # see tests/conftest.py
 PAD = 0
 B, P, R = 4, 5, 6
 # TP, PP, sequence parallel (SP needs Apex / TE norms: it cannot run on this CPU stack)
-LAYOUTS = [(1, 1, False), (2, 1, False), (1, 2, False)]
+# (tp, pp, sequence parallel[, token budget: packed rows, the score read at each sample's
+# last real token inside the pack]); (1, 1) on 2 ranks is DP2.
+LAYOUTS = [(1, 1, False), (2, 1, False), (1, 2, False), (1, 1, False, 20), (2, 1, True, 40),
+           (1, 2, False, 20)]
 
 
 def read_hf_tensors(directory):

@@ -13,7 +13,7 @@ def convert(rank, world, hf_dir, mg_dir, back_dir):
 
 
 def scores_at_layouts(rank, world, ckpt, batch, layouts):
-    """{(tp, pp, sequence_parallel): scores [B]} from MegatronEngine.compute_scores after loading the checkpoint;
+    """{(tp, pp, sequence_parallel[, token budget: packed]): scores [B]} from MegatronEngine.compute_scores after loading the checkpoint;
     plus the error of loading the reward checkpoint into a vocab-head model."""
     from megatron.core import parallel_state as ps
 
@@ -25,14 +25,16 @@ def scores_at_layouts(rank, world, ckpt, batch, layouts):
 
     spec = mcore_io.read_model_info(mcore_io.resolve_checkpoint_dir(ckpt)).spec
     out = {}
-    for tp, pp, sp in layouts:
+    for layout in layouts:
+        tp, pp, sp, budget = (*layout, None)[:4]
         parallel = Parallelism(tp, pp, sequence_parallel=sp)
         initialize_parallel(parallel, seed=1000 + tp * 10 + pp)   # random, not the weights
-        engine = MegatronEngine(spec, parallel, micro_batch_size=3)   # 4 samples: padded
+        engine = MegatronEngine(spec, parallel, micro_batch_size=3,   # 4 samples: padded
+                                packed=budget is not None, max_tokens_per_micro_batch=budget)
         mcore_io.load_mcore_checkpoint(engine.module, ckpt)
         scores = engine.compute_scores(Batch.of(**batch))
         if rank == 0:
-            out[(tp, pp, sp)] = scores
+            out[layout] = scores
         ps.destroy_model_parallel()
     out["lm_error"] = load_error(dataclasses.replace(spec, head="lm"), ckpt)
     return out

@@ -173,7 +173,9 @@ def test_resume_honours_no_save_optim_and_no_load_optim(work, straight):
     assert [r["step"] for r in got] == [1, 2, 3, 4]
     assert got[:2] == straight[:2]
     assert got[2]["actor/grad_norm"] == straight[2]["actor/grad_norm"]   # same weights
-    assert got[3]["actor/pg_loss"] != straight[3]["actor/pg_loss"]       # another update
+    # Step 3's update ran from a fresh optimizer: step 4's weights differ (its gradient does;
+    # its pg_loss need not: on-policy it is -token-mean(A), ~0 for equal-length answers).
+    assert got[3]["actor/grad_norm"] != straight[3]["actor/grad_norm"]
 
 
 def test_a_wrong_mapping_entry_stops_the_run_at_the_first_sync_naming_it(work):
