@@ -174,6 +174,26 @@ def varlen_attention(dtype: torch.dtype):
     return None
 
 
+@functools.lru_cache(maxsize=None)
+def bf16_supported() -> bool:
+    """Whether this device computes in bfloat16 natively, as torch itself reports it; a recipe
+    asking for bf16 where this is False is refused before start (config/dtype_checks.py).
+
+    Asked, never assumed: CPUs of one size differ. An AVX-512 bf16 (or AMX bf16, or Arm bf16)
+    CPU runs bf16 matmuls in its own instructions; an AVX2-only one has none, and there torch's
+    bf16 linear ran 8-40x slower than fp32 (PLATFORM_NOTES). CUDA: native bf16 only
+    (`including_emulation=False`: compute capability 8.0 and up), by the same rule; emulated
+    bf16 on an older GPU would train, slowly. Ascend NPUs all compute in bf16."""
+    kind = device_type()
+    if kind == "npu":
+        return True
+    if kind == "cuda":
+        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+    caps = torch.cpu.get_capabilities()
+    return any(bool(caps.get(name, False))
+               for name in ("avx512_bf16", "amx_bf16", "bf16", "sve_bf16"))
+
+
 def megatron_config() -> dict:
     """TransformerConfig values this platform decides (host initialisation, fused kernels,
     pipeline stream sync: mindrl/platforms/cpu/megatron_settings.py)."""

@@ -29,13 +29,16 @@ class ClusterNode:
 class ClusterResources:
     """device_type in {npu, cuda, cpu}; num_devices per node; device_memory_gib if known.
     `nodes`, when read from a running Ray cluster, lists every node with its own device
-    count (num_nodes and num_devices then follow from it: the largest node's count)."""
+    count (num_nodes and num_devices then follow from it: the largest node's count).
+    `bf16`: whether the devices compute in bfloat16 (device.bf16_supported()); None when
+    unknown (a Ray cluster's nodes are not asked), and then not checked."""
 
     device_type: str
     num_devices: int
     num_nodes: int = 1
     device_memory_gib: Optional[float] = None
     nodes: tuple[ClusterNode, ...] = ()
+    bf16: Optional[bool] = None
 
     def __post_init__(self) -> None:
         kind = ALIASES.get(self.device_type)
@@ -73,6 +76,8 @@ class ClusterResources:
 
     def describe(self) -> str:
         mem = f", {self.device_memory_gib:g} GiB each" if self.device_memory_gib else ""
+        if self.bf16 is False:
+            mem += ", no bf16"
         if self.nodes:
             each = "; ".join(f"{n.label(i)}: {n.num_devices}" for i, n in enumerate(self.nodes))
             return f"{self.num_nodes} node(s) of {self.device_type} devices{mem}: {each}"
@@ -80,15 +85,16 @@ class ClusterResources:
                 f"device(s){mem}")
 
 
-def _local_device() -> tuple[str, int]:
-    """mindrl.device is the only place that knows the accelerator; CPU if it is absent."""
+def _local_device() -> tuple[str, int, Optional[bool]]:
+    """mindrl.device is the only place that knows the accelerator (and whether it computes in
+    bf16); CPU of unknown bf16 if it is absent."""
     try:
         from mindrl import device
     except ImportError:
-        return "cpu", os.cpu_count() or 1
-    return device.device_type(), device.device_count()
+        return "cpu", os.cpu_count() or 1, None
+    return device.device_type(), device.device_count(), device.bf16_supported()
 
 
 def local_cluster() -> ClusterResources:
-    kind, count = _local_device()
-    return ClusterResources(kind, max(1, int(count)), 1)
+    kind, count, bf16 = _local_device()
+    return ClusterResources(kind, max(1, int(count)), 1, bf16=bf16)

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Optional
 
 from mindrl.config import names
 from mindrl.config.cluster import ClusterResources, local_cluster
+from mindrl.config.dtype_checks import check_bf16
 from mindrl.config.errors import (CLUSTER, MACHINE_DEPENDENT, PATHS, STRUCTURE, ConfigError,
                                   Problem)
 from mindrl.config.hf_files import IMAGE_PROCESSOR_FILES, PROCESSOR_FILES, has_image_processor
@@ -434,6 +435,7 @@ def find_problems(run: RunConfig, cluster: ClusterResources, *,
     out += check_packing(run)
     out += check_ported(run)
     out += check_roles(run, cluster)
+    out += check_bf16(run, cluster)
     out += check_reward(run)
     if paths:
         out += check_paths(run)
