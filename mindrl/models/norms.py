@@ -27,7 +27,10 @@ class SequenceParallelNorm:
         except KeyError:
             raise ValueError(f"normalization {config.normalization!r}: use one of "
                              f"{sorted(_NORMS)}") from None
-        norm = norm_cls(hidden_size, eps=eps)
+        # In the params dtype, as Megatron's own norms: a bf16 model with fp32 norms mixes
+        # dtypes in one optimizer group, and Megatron's optimizers then map a param to another's
+        # fp32 main copy when saving (tests/engines/test_megatron_bf16.py).
+        norm = norm_cls(hidden_size, eps=eps, dtype=config.params_dtype)
         for param in norm.parameters():
             param.sequence_parallel = bool(config.sequence_parallel)
         return norm
