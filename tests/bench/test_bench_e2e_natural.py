@@ -100,6 +100,7 @@ def test_every_shape_passes_mindrl_validation_packed_with_a_token_budget(bench, 
         assert mt.seq_length == gen.max_model_len == 24 + shape.max_tokens
         assert gen.sampling_config.max_tokens == shape.max_tokens
         assert shape.completions % shape.micro_batch == 0
+        assert set(shape.frameworks) <= {"mindrl", *bench.TRL_VARIANTS}
     natural = bench.SHAPES["natural"]
     assert (natural.max_tokens, natural.exact_length, natural.steps) == (1024, False, 6)
     assert "+generate_config.sampling_config.ignore_eos=false" in bench.mindrl_overrides(
