@@ -1,9 +1,9 @@
 """MindRL against TRL's GRPOTrainer: same model, task, precision and hyperparameters.
 
     pip install -c constraints.txt -r bench/requirements.txt   # TRL, for this benchmark only
-    python bench/bench_e2e.py                     # every shape (about 55 min on 2 quiet cores)
+    python bench/bench_e2e.py                     # every shape (about 1 h on 2 quiet cores)
     python bench/bench_e2e.py --shapes tiny       # the tiny CPU recipe only
-    python bench/bench_e2e.py --shapes natural    # free completion lengths at 75M
+    python bench/bench_e2e.py --shapes natural    # free completion lengths at 75M (~30 min)
     python bench/bench_e2e.py --shapes natural --steps 2 --prompts 2 --n 4 \
         --frameworks mindrl,trl                   # smoke run: both frameworks end to end
 
