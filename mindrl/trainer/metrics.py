@@ -23,6 +23,9 @@ def batch_metrics(batch: Dict[str, torch.Tensor], scores: torch.Tensor,
     rewards = batch["token_rewards"].sum(-1)
     out = {**_stats("critic/score", scores), **_stats("critic/rewards", rewards),
            **_stats("response_length", response_len), **_stats("prompt_length", prompt_len)}
+    # Completions vary several-fold inside a batch: the spread, not only the mean.
+    quantiles = torch.quantile(response_len.float(), torch.tensor([0.5, 0.9]))
+    out["response_length/p50"], out["response_length/p90"] = quantiles.tolist()
     out["response_length/clip_ratio"] = (
         sum(r == "length" for r in finish_reasons) / max(len(finish_reasons), 1))
     out["perf/total_num_tokens"] = float(response_len.sum() + prompt_len.sum())

@@ -15,6 +15,8 @@ def test_batch_metrics_hand_computed():
     assert m["critic/rewards/min"] == -0.5 and m["critic/rewards/mean"] == 0.25
     assert m["response_length/mean"] == 3.0 and m["response_length/max"] == 4.0
     assert m["response_length/min"] == 2.0 and m["response_length/clip_ratio"] == 0.5
+    # lengths 2 and 4: the median halfway, p90 at 2 + 0.9 x 2 (linear interpolation)
+    assert m["response_length/p50"] == 3.0 and m["response_length/p90"] == pytest.approx(3.8)
     assert m["prompt_length/mean"] == 2.5 and m["prompt_length/min"] == 2.0
     assert m["perf/total_num_tokens"] == 11.0
     step = {"perf/total_num_tokens": 11.0, "timing_s/step": 2.0, "timing_s/update_actor": 0.5}
