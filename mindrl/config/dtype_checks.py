@@ -18,13 +18,6 @@ from mindrl.config.errors import CLUSTER, Problem
 from mindrl.config.schema import RunConfig
 
 
-def _key(run: RunConfig, role: str, key: str) -> str:
-    """The role's own section if it overrides the shared value, else megatron_training's."""
-    if getattr(run.role(role), key) == getattr(run.megatron_training, key):
-        return f"megatron_training.{key}"
-    return f"{names.ROLE_SECTIONS[role]}.{key}"
-
-
 def _no_bf16(cluster: ClusterResources) -> str:
     return (f"this cluster's {cluster.device_type} devices do not compute in bfloat16 "
             f"({cluster.describe()})")
@@ -39,7 +32,7 @@ def check_bf16(run: RunConfig, cluster: ClusterResources) -> list[Problem]:
     roles_by_key: dict[str, list[str]] = {}
     for role in run.active_roles:
         if run.role(role).bf16:
-            roles_by_key.setdefault(_key(run, role, "bf16"), []).append(role)
+            roles_by_key.setdefault(names.role_key(run, role, "bf16"), []).append(role)
     out = [Problem(key, f"puts the {' and '.join(roles)} in bfloat16, but {_no_bf16(cluster)}",
                    f"set {key}: false: the {' and '.join(roles)} then train"
                    f"{'s' if len(roles) == 1 else ''} in fp32", True, CLUSTER)

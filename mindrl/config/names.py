@@ -18,6 +18,14 @@ ROLE_RESOURCES = {"actor": "actor_resource", "ref": "reference_resource",
                   "reward": "reward_resource"}
 
 
+def role_key(run, role: str, key: str) -> str:
+    """Where a role's value came from, as an error names it: the role's own section if it
+    overrides, else the shared megatron_training one."""
+    if getattr(run.role(role), key) == getattr(run.megatron_training, key):
+        return f"megatron_training.{key}"
+    return f"{ROLE_SECTIONS[role]}.{key}"
+
+
 def known_verifiers() -> tuple[str, ...]:
     """The verifier registry's names, read at call time. mindrl.rewards imports only the
     standard library (the math checker loads lazily), so it sits below config and importing

@@ -8,13 +8,6 @@ from mindrl.config.errors import Problem
 from mindrl.config.schema import RunConfig
 
 
-def _key(run: RunConfig, role: str, key: str) -> str:
-    """The role's own section if it overrides the shared value, else megatron_training's."""
-    if getattr(run.role(role), key) == getattr(run.megatron_training, key):
-        return f"megatron_training.{key}"
-    return f"{names.ROLE_SECTIONS[role]}.{key}"
-
-
 def has_token_budget(run: RunConfig, role: str) -> bool:
     return run.role(role).max_tokens_per_micro_batch is not None
 
@@ -33,12 +26,12 @@ def check_packing(run: RunConfig) -> list[Problem]:
         budget = cfg.max_tokens_per_micro_batch
         if budget is None:
             continue
-        key = _key(run, role, "max_tokens_per_micro_batch")
+        key = names.role_key(run, role, "max_tokens_per_micro_batch")
         if not cfg.pack_sequences:
             out.append(Problem(key, "needs packed sequences (padded rows of varying counts "
                                "would break the pipeline's fixed shapes)",
-                               f"set {_key(run, role, 'pack_sequences')} true, or use "
-                               "micro_batch_size", budget))
+                               f"set {names.role_key(run, role, 'pack_sequences')} true, or "
+                               "use micro_batch_size", budget))
         elif budget < longest:
             out.append(Problem(key, f"is smaller than the longest sample a step can hold: "
                                f"max_prompt_length {rl.max_prompt_length} + max_tokens "

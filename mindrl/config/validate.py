@@ -30,14 +30,6 @@ from mindrl.device_kinds import BACKENDS
 
 
 
-def _role_key(run: RunConfig, role: str, key: str) -> str:
-    """Where a role's value came from: its own section if it overrides, else the shared one."""
-    value = getattr(run.role(role), key)
-    if value == getattr(run.megatron_training, key):
-        return f"megatron_training.{key}"
-    return f"{names.ROLE_SECTIONS[role]}.{key}"
-
-
 def _common_divisors(*values: int) -> list[int]:
     g = math.gcd(*values)
     return [d for d in range(1, g + 1) if g % d == 0]
@@ -77,7 +69,7 @@ def check_positive(run: RunConfig) -> list[Problem]:
     for role in run.active_roles:
         for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
                     "micro_batch_size", "cpu_threads", "log_interval"):
-            items.append((_role_key(run, role, key), getattr(run.role(role), key)))
+            items.append((names.role_key(run, role, key), getattr(run.role(role), key)))
     seen: set[str] = set()
     out = []
     for key, value in items:
@@ -94,8 +86,8 @@ def check_parallelism(run: RunConfig) -> list[Problem]:
     reported: set[str] = set()
     for role in run.active_roles:
         cfg, spec = run.role(role), run.models[role]
-        tp_key = _role_key(run, role, "tensor_model_parallel_size")
-        pp_key = _role_key(run, role, "pipeline_model_parallel_size")
+        tp_key = names.role_key(run, role, "tensor_model_parallel_size")
+        pp_key = names.role_key(run, role, "pipeline_model_parallel_size")
         tp, pp = cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size
         if tp >= 1 and tp_key not in reported:
             for what, n in (("num_attention_heads", spec.num_attention_heads),
@@ -252,7 +244,7 @@ def check_batches(run: RunConfig) -> list[Problem]:
     elif dp:
         micro = run.actor_config.micro_batch_size
         if mini_samples % (micro * dp):
-            key = _role_key(run, "actor", "micro_batch_size")
+            key = names.role_key(run, "actor", "micro_batch_size")
             out.append(Problem(key, f"x actor DP {dp} = {micro * dp} does not divide a mini "
                                f"batch of {mini} prompts x {n} samples = {mini_samples}",
                                (f"use a micro batch size in {_divisors(mini_samples // dp)}"
@@ -273,7 +265,7 @@ def check_batches(run: RunConfig) -> list[Problem]:
             fwd = 1                      # by tokens: the samples need only split over DP
         if rdp and samples % (fwd * rdp):
             key = (f"rl_config.{fwd_key}" if fwd_key and getattr(rl, fwd_key)
-                   else _role_key(run, role, "micro_batch_size"))
+                   else names.role_key(run, role, "micro_batch_size"))
             out.append(Problem(key, f"x {role} DP {rdp} does not divide the {samples} "
                                "samples of a step", "use a smaller forward micro batch",
                                fwd))
@@ -309,15 +301,15 @@ def check_roles(run: RunConfig, cluster: ClusterResources) -> list[Problem]:
     for role in run.active_roles:
         cfg = run.role(role)
         if cfg.bf16 and cfg.fp16:
-            out.append(Problem(_role_key(run, role, "fp16"), "and bf16 are both true",
+            out.append(Problem(names.role_key(run, role, "fp16"), "and bf16 are both true",
                                "choose one params dtype", True))
         spec = run.models.get(role)
         if cfg.freeze_vision_tower and spec is not None and spec.vision is None:
-            out.append(Problem(_role_key(run, role, "freeze_vision_tower"),
+            out.append(Problem(names.role_key(run, role, "freeze_vision_tower"),
                                f"is set but model {spec.name} has no vision tower",
                                "remove it: it applies to vision-language models", True))
         if spec is not None and spec.vision is not None and not cfg.load:
-            out.append(Problem(_role_key(run, role, "load"), f"is not set, but model "
+            out.append(Problem(names.role_key(run, role, "load"), f"is not set, but model "
                                f"{spec.name} has a vision tower whose HF config only a "
                                f"converted checkpoint records", "convert the VL model "
                                "(examples/ckpt/ckpt_convert_qwen25vl_hf2mcore.sh) and point "
@@ -325,7 +317,7 @@ def check_roles(run: RunConfig, cluster: ClusterResources) -> list[Problem]:
         backend = cfg.distributed_backend
         want = BACKENDS[cluster.device_type]
         if backend is not None and backend != want:
-            out.append(Problem(_role_key(run, role, "distributed_backend"), f"does not suit "
+            out.append(Problem(names.role_key(run, role, "distributed_backend"), f"does not suit "
                                f"{cluster.device_type} devices", f"use {want} or leave it "
                                "null to follow the device", backend, CLUSTER))
     actor = run.models.get("actor")
@@ -354,7 +346,7 @@ def check_reward(run: RunConfig) -> list[Problem]:
                            "weights", "convert the HF reward model with cli/convert_ckpt.py "
                            "(README: reward model) and point reward_config.load at it", None))
     elif load == run.actor_config.load:
-        out.append(Problem(_role_key(run, "reward", "load"), "is the actor's checkpoint: a "
+        out.append(Problem(names.role_key(run, "reward", "load"), "is the actor's checkpoint: a "
                            "reward model has a score head, not an LM head",
                            "set reward_config.load to a converted reward model", load))
     return out
@@ -381,15 +373,15 @@ def check_paths(run: RunConfig) -> list[Problem]:
         cfg = run.role(role)
         tok = cfg.tokenizer_name_or_path
         if tok is None:
-            out.append(Problem(_role_key(run, role, "tokenizer_name_or_path"), "is not set",
+            out.append(Problem(names.role_key(run, role, "tokenizer_name_or_path"), "is not set",
                                "point it at a tokenizer directory", None, PATHS))
         elif not os.path.exists(tok):
-            out.append(Problem(_role_key(run, role, "tokenizer_name_or_path"), "does not "
+            out.append(Problem(names.role_key(run, role, "tokenizer_name_or_path"), "does not "
                                "exist", "point it at a local tokenizer directory", tok, PATHS))
         else:
             out += check_processor_files(run, role)
         if cfg.load is not None and not os.path.exists(cfg.load):
-            out.append(Problem(_role_key(run, role, "load"), "does not exist",
+            out.append(Problem(names.role_key(run, role, "load"), "does not exist",
                                "convert the HF checkpoint (examples/ckpt) or set load: null "
                                "for a random start", cfg.load, PATHS))
     return _dedupe(out)
@@ -404,7 +396,7 @@ def check_processor_files(run: RunConfig, role: str) -> list[Problem]:
     if spec is None or spec.vision is None or tok is None or has_image_processor(tok):
         return []
     missing = " nor ".join(os.path.join(tok, name) for name in IMAGE_PROCESSOR_FILES)
-    return [Problem(_role_key(run, role, "tokenizer_name_or_path"),
+    return [Problem(names.role_key(run, role, "tokenizer_name_or_path"),
                     f"has no image processor (neither {missing} exists), which the "
                     f"vision-language model {spec.name} needs to train and to preprocess data",
                     f"copy the original HF model's processor files ({', '.join(PROCESSOR_FILES)}"

@@ -5,9 +5,10 @@ device computes in bf16 (device.bf16_supported()); the refusal elsewhere is test
 machine in tests/config/test_config_bf16.py."""
 
 import pytest
+
+from support.capabilities import needs_bf16
 import torch
 
-from mindrl import device
 from mindrl.distributed import spawn_local
 
 from support.bf16_engine_worker import bf16_against_fp32, bf16_checkpoint_roundtrip
@@ -15,9 +16,7 @@ from test_megatron_engine import tiny_engine_setup
 
 pytestmark = [
     pytest.mark.slow,   # see tests/conftest.py
-    pytest.mark.skipif(not device.bf16_supported(),
-                       reason=f"this {device.device_type()} device does not compute in bf16 "
-                              f"(device.bf16_supported() is False)"),
+    needs_bf16,
 ]
 
 # Measured on the tiny model (2026-11, AVX-512 bf16 AMD EPYC): max |bf16 - fp32| log-prob 1.8e-3

@@ -17,16 +17,15 @@ step's checkpoint like the fp32 test.
 
 import pytest
 
+from support.capabilities import needs_bf16
+
 from support.grpo_runs import metrics, train
 
-from mindrl import device
 from mindrl.trainer.learning_curve import policy_scores, summarize_curve
 
 pytestmark = [
     pytest.mark.slow,   # see tests/conftest.py
-    pytest.mark.skipif(not device.bf16_supported(),
-                       reason=f"this {device.device_type()} device does not compute in bf16 "
-                              f"(device.bf16_supported() is False)"),
+    needs_bf16,
 ]
 
 SEED = 1
