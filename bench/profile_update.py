@@ -1,0 +1,135 @@
+"""Where a packed update step's time goes, on whatever device mindrl.device picks.
+
+    python bench/profile_update.py                       # qwen25-0.5b shape, bf16, 64 samples
+    python bench/profile_update.py --model tiny-qwen2 --samples 16 --dtype float32   # CPU smoke
+
+One rank builds the Megatron engine with packed rows and a token budget (bench/check_device.py's
+part 5c layout: natural lengths, budget 4 x the longest sample), runs one warm-up update and
+then one under torch.profiler. Prints the step's seconds, the device's busy seconds (its
+kernels), the top ops by self device time and by self host time, and MFU: the step's FLOPs (6 x
+parameters x real tokens, plus causal attention on the real lengths) over the seconds and the
+device's bf16/fp32 matmul rate measured in the same run. One JSON line at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.check_device import natural_batch, pack_engine, pack_layout  # noqa: E402
+
+
+def matmul_tflops(dtype, dev, n: int = 4096, reps: int = 10) -> float:
+    import torch
+
+    from mindrl import device
+
+    a = torch.randn(n, n, dtype=dtype, device=dev)
+    b = torch.randn(n, n, dtype=dtype, device=dev)
+    for _ in range(3):
+        a @ b
+    device.synchronize()
+    t = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    device.synchronize()
+    return 2 * n ** 3 * reps / (time.perf_counter() - t) / 1e12
+
+
+def step_flops(spec, lengths) -> float:
+    """6 x params per real token, plus causal attention (QK^T and PV, forward and backward)."""
+    attention = sum(4 * spec.hidden_size * spec.num_layers * n * (n + 1) / 2 * 3
+                    for n in lengths)
+    return 6 * spec.num_parameters() * sum(lengths) + attention
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="qwen25-0.5b")
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    ap.add_argument("--samples", type=int, default=64)
+    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--response", type=int, default=1024)
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--matmul-n", type=int, default=4096)
+    ap.add_argument("--json-out", type=Path, default=None)
+    args = ap.parse_args(argv)
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from mindrl import device
+    from mindrl.config.model_spec import load_model_spec
+    from mindrl.data.batch import Batch
+    from mindrl.distributed import free_port
+
+    device.init_distributed(0, 1, master_port=free_port())
+    dev = device.current_device()
+    spec = load_model_spec(args.model)
+    spec = dataclasses.replace(spec, max_position_embeddings=max(
+        spec.max_position_embeddings, args.prompt + args.response))
+    b = natural_batch(spec.vocab_size, args.samples, args.prompt, args.response, seed=7)
+    layout = pack_layout(b)
+    eng = pack_engine(spec, args.dtype, layout["budget"])
+    batch = Batch.of(**b)
+    eng.update(batch, mini_batch_size=len(batch))          # warm-up
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
+                                           if device.device_type() == "cuda" else [])
+    device.synchronize()
+    t = time.perf_counter()
+    with profile(activities=activities) as prof:
+        eng.update(batch, mini_batch_size=len(batch))
+        device.synchronize()
+    step_s = time.perf_counter() - t
+    device.synchronize()
+    t = time.perf_counter()
+    eng.update(batch, mini_batch_size=len(batch))            # unprofiled, for the MFU
+    device.synchronize()
+    plain_s = time.perf_counter() - t
+
+    events = prof.key_averages()
+    on_device = device.device_type() == "cuda"
+    # The kernels' own rows (device_type CUDA), as torch's table totals them: the ops that
+    # launched them carry the same time again.
+    from torch.autograd import DeviceType
+
+    busy_s = (sum(e.self_device_time_total for e in events
+                  if e.device_type == DeviceType.CUDA and not e.is_user_annotation) / 1e6
+              if on_device else None)
+    flops = step_flops(spec, layout["lengths"])
+    rate = matmul_tflops(getattr(torch, args.dtype), dev, args.matmul_n)
+    out = {"bench": "profile_update", "device": device.device_type(), "torch": torch.__version__,
+           "model": args.model, "dtype": args.dtype, "samples": args.samples,
+           "real_tokens": layout["real_tokens"], "budget": layout["budget"],
+           "step_s_profiled": step_s, "step_s": plain_s, "device_busy_s": busy_s,
+           "step_tflop": flops / 1e12, "matmul_tflops": rate,
+           "achieved_tflops": flops / plain_s / 1e12,
+           "mfu_vs_measured_matmul": flops / plain_s / 1e12 / rate}
+    sort_keys = (["self_device_time_total"] if on_device else []) + ["self_cpu_time_total"]
+    for key in sort_keys:
+        print(f"\ntop {args.top} by {key}:")
+        print(events.table(sort_by=key, row_limit=args.top, max_name_column_width=60))
+        out[f"top_{key}"] = [
+            {"op": e.key, "calls": e.count,
+             "self_device_ms": (e.self_device_time_total / 1e3 if on_device else None),
+             "self_cpu_ms": e.self_cpu_time_total / 1e3}
+            for e in sorted(events, key=lambda e: getattr(e, key), reverse=True)[:args.top]]
+    print(f"step {plain_s:.3f} s ({step_s:.3f} s profiled), device busy "
+          f"{busy_s if busy_s is None else round(busy_s, 3)} s, {flops / 1e12:.2f} TFLOP, "
+          f"{out['achieved_tflops']:.1f} TFLOP/s of {rate:.1f} measured matmul "
+          f"(MFU {out['mfu_vs_measured_matmul']:.1%})")
+    line = json.dumps(out)
+    print(line)
+    if args.json_out is not None:
+        args.json_out.write_text(line + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
