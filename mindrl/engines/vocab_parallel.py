@@ -83,7 +83,12 @@ def _shifted_chunk(logits: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
                    global_max: Optional[torch.Tensor] = None):
     """fp32 logits / T at the chunk's positions [c, V/TP], padded vocabulary at -inf, minus
     the row's max over the whole (TP) vocabulary; and that max [c]."""
-    scaled = logits[rows, cols].float()   # advanced indexing copies: in-place ops are safe
+    if logits.is_contiguous():   # one gather kernel on a [mb * S, V/TP] view
+        scaled = logits.view(-1, logits.shape[-1]).index_select(
+            0, rows * logits.shape[1] + cols).float()
+    else:
+        scaled = logits[rows, cols].float()
+    # Either way a copy: the in-place ops below are safe.
     scaled.div_(temperature)
     scaled = mask_padded_vocab(scaled, vocab_size)
     if global_max is None:
@@ -142,10 +147,13 @@ class _ResponseStats(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_logp, grad_entropy):
         logits, rows, cols, targets, out = ctx.saved_tensors
-        grad_logits = torch.zeros_like(logits)
+        grad_logits = torch.zeros(logits.shape, dtype=logits.dtype, device=logits.device)
         if grad_logp is None and grad_entropy is None:
             return grad_logits, None, None, None, None, None, None
         shard = logits.shape[-1]
+        # Accumulated into a [mb * S, V/TP] view with index_add_ (a packed row repeats a
+        # sample's last position past its end, with zero gradient there).
+        flat_grad, flat_index = grad_logits.view(-1, shard), rows * logits.shape[1] + cols
         for start in range(0, rows.numel(), ctx.chunk_tokens):
             part = slice(start, start + ctx.chunk_tokens)
             shifted, _ = _shifted_chunk(logits, rows[part], cols[part], ctx.vocab_size,
@@ -168,8 +176,7 @@ class _ResponseStats(torch.autograd.Function):
                                               torch.zeros_like(grad_logp[part].float()))
                                   .unsqueeze(1))
             grad.div_(ctx.temperature)
-            grad_logits.index_put_((rows[part], cols[part]), grad.to(grad_logits.dtype),
-                                   accumulate=True)
+            flat_grad.index_add_(0, flat_index[part], grad.to(grad_logits.dtype))
             del shifted, probs, coef, grad   # before the next chunk allocates its slabs
         return grad_logits, None, None, None, None, None, None
 

@@ -183,6 +183,10 @@ def test_missing_config_or_weights(work):
     _fails("no HF weights", out, load_dir=src / "llama")
 
 
+class NotAWeight:
+    """Pickled beside the weights: weights_only=True must refuse it."""
+
+
 def test_torch_bin_weights_load_with_weights_only(work):
     src, out = work
     d = src / "llama"
@@ -192,7 +196,9 @@ def test_torch_bin_weights_load_with_weights_only(work):
     plan = converter.plan_hf_to_mcore(d, out)
     assert torch.equal(plan.weights.get("lm_head.weight"), tensors["lm_head.weight"])
     plan.weights.close()
-    torch.save({"weights": tensors, "extra": Path("x")}, d / "pytorch_model.bin")
+    # A class only this file defines: no library can have allow-listed it (megatron.core,
+    # once imported anywhere in the process, allow-lists pathlib.PosixPath, say).
+    torch.save({"weights": tensors, "extra": NotAWeight()}, d / "pytorch_model.bin")
     _fails("weights_only=True", out, load_dir=d)
 
 
