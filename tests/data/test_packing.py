@@ -62,3 +62,13 @@ def test_mini_batches_are_the_updates_split():
     shuffled = packing.mini_batches(6, 3, shuffle=True, seed=5)
     assert sorted(sum(shuffled, [])) == list(range(6))
     assert shuffled == packing.mini_batches(6, 3, shuffle=True, seed=5)
+
+
+def test_token_plan_falls_back_to_best_fit_when_balance_at_the_token_bound_overflows():
+    # 6 samples over 2 ranks: 180 tokens per rank fit 2 micro batches of 100 by arithmetic, but
+    # no pair of 60s and 50s does: best-fit needs 3 (one sample each on the fuller rank).
+    lengths = [60, 60, 60, 50, 55, 65]
+    plan = packing.plan_by_tokens(lengths, dp_size=2, max_tokens=100)
+    assert [len(rank) for rank in plan] == [3, 3]
+    assert all(sum(lengths[i] for i in m) <= 100 for rank in plan for m in rank)
+    assert sorted(i for rank in plan for m in rank for i in m) == list(range(6))
