@@ -49,16 +49,19 @@ def _merge_mini_batches(history: List[Dict[str, float]]) -> Dict[str, float]:
     return out
 
 
-def _in_batch_order(result: Dict[str, torch.Tensor], plan: packing.Plan
+def _in_batch_order(result: Dict[str, torch.Tensor], order: List[int]
                     ) -> Dict[str, torch.Tensor]:
-    """Per-sample results gathered in plan order (rank by rank, micro batch by micro batch)
-    -> the batch's order."""
-    order = [i for rank in plan for micro in rank for i in micro]
+    """Per-sample results gathered in `order` (sample indices: a plan rank by rank and micro
+    batch by micro batch, or mini batch by mini batch) -> the batch's order."""
     if order == list(range(len(order))):
         return result
     index = torch.tensor(order)
     return {k: torch.empty_like(v).index_copy_(0, index.to(v.device), v)
             for k, v in result.items()}
+
+
+def _plan_order(plan: packing.Plan) -> List[int]:
+    return [i for rank in plan for micro in rank for i in micro]
 
 
 class MegatronEngine:
@@ -183,12 +186,8 @@ class MegatronEngine:
                  else packing.mini_batches(len(batch), *like_update))
         results = [self._log_probs_of(batch.select(p) if like_update else batch, mbs,
                                       with_entropy) for p in parts]
-        index = torch.tensor([i for p in parts for i in p])
-        out = {}
-        for key in results[0]:
-            merged = torch.cat([r[key] for r in results])
-            out[key] = torch.empty_like(merged).index_copy_(0, index.to(merged.device), merged)
-        return out
+        merged = {k: torch.cat([r[k] for r in results]) for k in results[0]}
+        return _in_batch_order(merged, [i for p in parts for i in p])
 
     def _log_probs_of(self, batch: Batch, micro_batch_size: int, with_entropy: bool):
         plan = self._plan(batch, micro_batch_size)
@@ -204,7 +203,7 @@ class MegatronEngine:
         shape = (local, batch["response_ids"].shape[1])
         keys = ["log_probs"] + (["entropy"] if with_entropy else [])
         result = self._gather_dp(self._from_last_stage(outputs, {k: shape for k in keys}))
-        return _in_batch_order(result, plan)
+        return _in_batch_order(result, _plan_order(plan))
 
     def compute_scores(self, batch: Batch, micro_batch_size: Optional[int] = None
                        ) -> torch.Tensor:
@@ -234,7 +233,7 @@ class MegatronEngine:
             outputs = self._run_schedule(micro, seq_length, True, collect)
         local = sum(len(m) for m in plan[self.ps.get_data_parallel_rank()])
         result = self._gather_dp(self._from_last_stage(outputs, {"scores": (local,)}))
-        return _in_batch_order(result, plan)["scores"][:n]
+        return _in_batch_order(result, _plan_order(plan))["scores"][:n]
 
     def _from_last_stage(self, outputs, shapes: Dict[str, tuple]) -> Dict[str, torch.Tensor]:
         """Broadcast the last pipeline stage's results ({key: shape}) to every stage of this

@@ -100,7 +100,7 @@ def _padded_micro_batches(batch: Batch, micro: Sequence[Sequence[int]], pad_id: 
         part = slice(start, start + len(indices))
         start += len(indices)
         tokens = rows.tokens[part]
-        out.append((indices, {
+        out.append((local.select(range(part.start, part.stop)), {
             "tokens": tokens,
             "position_ids": torch.arange(tokens.shape[1]).unsqueeze(0).expand_as(tokens),
             "positions": positions[part], "last_positions": last[part],
@@ -118,7 +118,7 @@ def _packed_micro_batches(batch: Batch, micro: Sequence[Sequence[int]], pad_id: 
         rows = packed_rows(part["prompt_ids"], part["prompt_mask"], part["response_ids"],
                            part["response_mask"], pad_id=pad_id, multiple_of=multiple_of,
                            pad_to=longest if common_length else None)
-        out.append((indices, {
+        out.append((part, {
             "tokens": rows.tokens, "position_ids": rows.position_ids,
             "positions": rows.response_positions(), "last_positions": rows.last_positions(),
             "prompt_lengths": rows.prompt_lengths, "cu_seqlens": rows.cu_seqlens,
@@ -139,8 +139,7 @@ def micro_batches(batch: Batch, micro: Sequence[Sequence[int]], target: torch.de
              else _padded_micro_batches(batch, micro, pad_id, multiple_of))
     rows, seq_length = build
     out = []
-    for indices, inputs in rows:
-        part = batch.select(indices)
+    for part, inputs in rows:       # each micro batch's samples, selected once
         fields = {**part.tensors, **part.meta, **inputs}
         host_cu_seqlens = fields["cu_seqlens"].tolist() if packed else None
         fields = {k: _to(v, target) for k, v in fields.items()}
