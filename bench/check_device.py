@@ -498,9 +498,8 @@ def main(argv=None) -> int:
 
     from mindrl import device
     from mindrl.config.model_spec import load_model_spec
-    from mindrl.distributed import free_port
 
-    device.init_distributed(0, 1, master_port=free_port())
+    device.init_distributed(0, 1)
     dev = device.current_device()
     out = {"bench": "check_device", "device": device.device_type(),
            "backend": device.distributed_backend(), "torch": torch.__version__,

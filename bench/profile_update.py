@@ -67,9 +67,8 @@ def main(argv=None) -> int:
     from mindrl import device
     from mindrl.config.model_spec import load_model_spec
     from mindrl.data.batch import Batch
-    from mindrl.distributed import free_port
 
-    device.init_distributed(0, 1, master_port=free_port())
+    device.init_distributed(0, 1)
     dev = device.current_device()
     spec = load_model_spec(args.model)
     spec = dataclasses.replace(spec, max_position_embeddings=max(

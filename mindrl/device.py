@@ -134,8 +134,15 @@ def set_rng_state(state: dict) -> None:
 
 
 def init_distributed(rank: int, world_size: int, master_addr: str = "127.0.0.1",
-                     master_port: Optional[int] = None, timeout_s: int = 600) -> None:
-    """Start torch.distributed with this device's backend and prepare Megatron for it."""
+                     master_port: Optional[int] = None, timeout_s: int = 600,
+                     store=None) -> None:
+    """Start torch.distributed with this device's backend and prepare Megatron for it.
+
+    The rendezvous is a TCPStore someone already listens on: `store` where this process holds
+    it (mindrl.distributed.listening_store), else a client of master_addr:master_port. A port
+    picked free and bound later can be taken in between (gloo's and Ray's connections draw
+    from the same ephemeral range); a store that listens from the moment its port is chosen
+    cannot lose it. A world of one with no port listens on its own."""
     import datetime
 
     import torch.distributed as dist
@@ -144,8 +151,16 @@ def init_distributed(rank: int, world_size: int, master_addr: str = "127.0.0.1",
         os.environ["MASTER_PORT"] = str(master_port)
     os.environ.setdefault("MASTER_ADDR", master_addr)
     if not dist.is_initialized():
-        dist.init_process_group(backend=distributed_backend(), rank=rank, world_size=world_size,
-                                timeout=datetime.timedelta(seconds=timeout_s))
+        timeout = datetime.timedelta(seconds=timeout_s)
+        if store is None and master_port is None:
+            if world_size != 1:
+                raise ValueError("init_distributed: a world of several ranks needs the store's "
+                                 "master_port (or the store itself on the rank that holds it)")
+            store = dist.TCPStore(master_addr, 0, None, True, timeout, wait_for_workers=False)
+        elif store is None:
+            store = dist.TCPStore(master_addr, master_port, None, False, timeout)
+        dist.init_process_group(backend=distributed_backend(), store=store, rank=rank,
+                                world_size=world_size, timeout=timeout)
     prepare_megatron()
 
 

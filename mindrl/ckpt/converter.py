@@ -67,7 +67,6 @@ def single_process_megatron() -> Iterator[None]:
     import torch.distributed as dist
 
     from mindrl import device
-    from mindrl.distributed import free_port
     from mindrl.models.builder import Parallelism, initialize_parallel
 
     created = False
@@ -76,7 +75,7 @@ def single_process_megatron() -> Iterator[None]:
             raise ConversionError(f"the converter runs in one process; torch.distributed is up "
                                   f"with world size {dist.get_world_size()}")
     else:
-        device.init_distributed(0, 1, master_port=free_port())
+        device.init_distributed(0, 1)
         created = True
     try:
         initialize_parallel(Parallelism())

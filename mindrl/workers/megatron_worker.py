@@ -23,16 +23,19 @@ class MegatronWorker:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         torch.set_num_threads(1)
         self.role, self.rank, self.world_size = role, rank, world_size
-        self.engine = self.weight_sync = None
+        self.engine = self.weight_sync = self._store = None
 
     # ---------------------------------------------------------------- setup
 
     def master_address(self):
+        """(node address, port) of the rendezvous store this rank (rank 0) now listens on and
+        hands to its own init in `setup`."""
         import ray
 
-        from mindrl.distributed import free_port
+        from mindrl.distributed import listening_store
 
-        return ray.util.get_node_ip_address(), free_port()
+        self._store = listening_store()
+        return ray.util.get_node_ip_address(), self._store.port
 
     def setup(self, setup: RoleSetup, master_addr: str, master_port: int) -> int:
         from mindrl import device
@@ -43,7 +46,8 @@ class MegatronWorker:
 
         os.environ["MASTER_ADDR"] = master_addr
         device.set_compute_threads(setup.cpu_threads)
-        device.init_distributed(self.rank, self.world_size, master_addr, master_port)
+        device.init_distributed(self.rank, self.world_size, master_addr, master_port,
+                                store=self._store)
         initialize_parallel(setup.parallel, seed=setup.seed)
         self.engine = MegatronEngine(setup.spec, setup.parallel, setup.params_dtype,
                                      setup.micro_batch_size, optim=setup.optim, loss=setup.loss,
