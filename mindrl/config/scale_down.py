@@ -6,9 +6,12 @@ recipe has them; the devices become logical CPU slots. The model becomes tiny-qw
 data the generated arithmetic task (made on first use, as the embedded default does), with
 lengths to match; a vision-language recipe's become tiny-qwen25vl and grpo_tiny_vl_cpu's
 image task (validated on its held-out images when the recipe validates). Every flag stays as
-the recipe sets it (sequence parallel, colocation, offload, KL loss, verifiers, batch sizes);
-a micro-batch token budget keeps its count of longest samples. Precision becomes fp32, the CPU
-platform's.
+the recipe sets it (sequence parallel, colocation, offload, KL loss, verifiers, micro batch
+sizes, samples per prompt, updates per step); a micro-batch token budget keeps its count of
+longest samples. The step takes the fewest prompts that still give every actor DP rank a full
+micro batch in each mini batch and pass the recipe's batch checks (every engine a prompt):
+a miniature proves the layout and the flags, and 512 prompts of a tiny model prove nothing
+more than 8 do. Precision becomes fp32, the CPU platform's.
 
 This is how the shipped multi-device recipes are proven on a CPU box (tests/config and
 tests/trainer run them this way), and how a user tries a recipe's topology before renting it.
@@ -123,7 +126,37 @@ def scale_down(raw: Any) -> Any:
     sampling["min_tokens"] = min(sampling.get("min_tokens", 0), MAX_TOKENS)
     _scale_token_budgets(data, longest, _longest(data))
     del data["scale_down"]
+    _fewest_prompts(data)
     return OmegaConf.create(data)
+
+
+def _fewest_prompts(data: dict) -> None:
+    """Prompts per mini batch cut to the fewest (a divisor of the recipe's) with which every
+    actor DP rank gets a full micro batch and the batch checks pass; prompts per step keep the
+    recipe's count of updates. Left as they are where the recipe does not parse: validation
+    then names what is wrong."""
+    from mindrl.config.batch_checks import check_batches, divisors
+    from mindrl.config.parse import parse
+    from mindrl.config.placement import data_parallel_size
+
+    try:
+        run = parse(OmegaConf.create(data))
+    except ConfigError:
+        return
+    mt, rl = run.megatron_training, run.rl_config
+    if rl.mini_batch_size < 1 or mt.global_batch_size % rl.mini_batch_size:
+        return
+    updates = mt.global_batch_size // rl.mini_batch_size
+    full_micro = data_parallel_size(run, "actor") * run.actor_config.micro_batch_size
+    for prompts in divisors(rl.mini_batch_size):
+        if prompts * rl.n_samples_per_prompt < full_micro:
+            continue
+        candidate = {**data, "megatron_training": {**data["megatron_training"],
+                                                   "global_batch_size": prompts * updates},
+                     "rl_config": {**data["rl_config"], "mini_batch_size": prompts}}
+        if not check_batches(parse(OmegaConf.create(candidate))):
+            data.update(candidate)
+            return
 
 
 def _longest(data: dict) -> int:

@@ -13,16 +13,16 @@ import os
 from typing import Any, Iterable, Optional
 
 from mindrl.config import names
+from mindrl.config.batch_checks import check_batches, divisors
 from mindrl.config.cluster import ClusterResources, local_cluster
 from mindrl.config.dtype_checks import check_bf16
 from mindrl.config.errors import (CLUSTER, MACHINE_DEPENDENT, PATHS, STRUCTURE, ConfigError,
                                   Problem)
 from mindrl.config.hf_files import IMAGE_PROCESSOR_FILES, PROCESSOR_FILES, has_image_processor
 from mindrl.config.parse import parse
-from mindrl.config.placement import (data_parallel_size, engine_devices, place_roles,
-                                     rollout_data_parallel_size)
+from mindrl.config.placement import engine_devices, place_roles, rollout_data_parallel_size
 from mindrl.config.ported import check_ported
-from mindrl.config.packing_checks import check_packing, has_token_budget
+from mindrl.config.packing_checks import check_packing
 from mindrl.config.rl_checks import check_algorithm
 from mindrl.config.scale_down import scale_down, with_cpu_slots
 from mindrl.config.schema import ResourceSpec, RunConfig
@@ -33,10 +33,6 @@ from mindrl.device_kinds import BACKENDS
 def _common_divisors(*values: int) -> list[int]:
     g = math.gcd(*values)
     return [d for d in range(1, g + 1) if g % d == 0]
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def check_positive(run: RunConfig) -> list[Problem]:
@@ -103,7 +99,7 @@ def check_parallelism(run: RunConfig) -> list[Problem]:
         if pp >= 1 and pp_key not in reported and spec.num_layers % pp:
             out.append(Problem(pp_key, f"does not divide {spec.name} num_layers="
                                f"{spec.num_layers} ({role})",
-                               f"use a PP size in {_divisors(spec.num_layers)}", pp))
+                               f"use a PP size in {divisors(spec.num_layers)}", pp))
             reported.add(pp_key)
 
     gen, spec = run.generate_config, run.models["actor"]
@@ -137,7 +133,7 @@ def check_parallelism(run: RunConfig) -> list[Problem]:
     if ipp >= 1 and spec.num_layers % ipp:
         out.append(Problem("generate_config.infer_pipeline_parallel_size",
                            f"does not divide {spec.name} num_layers={spec.num_layers}",
-                           f"use one of {_divisors(spec.num_layers)}", ipp))
+                           f"use one of {divisors(spec.num_layers)}", ipp))
     return out
 
 
@@ -221,77 +217,6 @@ def check_resources(run: RunConfig, cluster: ClusterResources) -> list[Problem]:
                                f"({', '.join(map(str, counts))})",
                                run.generate_config.infer_tensor_parallel_size, CLUSTER))
             break
-    return out
-
-
-def check_batches(run: RunConfig) -> list[Problem]:
-    """Prompts split into mini batches, each into micro batches on every DP rank."""
-    out: list[Problem] = []
-    mt, rl, gen = run.megatron_training, run.rl_config, run.generate_config
-    gbs, n, mini = mt.global_batch_size, rl.n_samples_per_prompt, rl.mini_batch_size
-    if gbs % mini:
-        out.append(Problem("rl_config.mini_batch_size", f"does not divide "
-                           f"megatron_training.global_batch_size={gbs} (both count prompts)",
-                           f"use one of {_divisors(gbs)}", mini))
-        return out
-    samples, mini_samples = gbs * n, mini * n
-    dp = data_parallel_size(run, "actor")
-    if dp and has_token_budget(run, "actor"):   # any sample count per rank: only DP divides
-        if mini_samples % dp:
-            out.append(Problem("rl_config.mini_batch_size", f"x n = {mini_samples} samples do "
-                               f"not split over actor DP {dp}", f"make it x n a multiple of "
-                               f"{dp}", mini))
-    elif dp:
-        micro = run.actor_config.micro_batch_size
-        if mini_samples % (micro * dp):
-            key = names.role_key(run, "actor", "micro_batch_size")
-            out.append(Problem(key, f"x actor DP {dp} = {micro * dp} does not divide a mini "
-                               f"batch of {mini} prompts x {n} samples = {mini_samples}",
-                               (f"use a micro batch size in {_divisors(mini_samples // dp)}"
-                                if mini_samples % dp == 0 else
-                                f"make rl_config.mini_batch_size x n a multiple of DP {dp}"),
-                               micro))
-        fwd = rl.actor_forward_micro_batch_size or micro
-        if samples % (fwd * dp):
-            out.append(Problem("rl_config.actor_forward_micro_batch_size", f"x actor DP {dp} "
-                               f"does not divide the {samples} samples of a step",
-                               "use a smaller forward micro batch", fwd))
-    for role, fwd_key in (("ref", "ref_forward_micro_batch_size"), ("reward", None)):
-        if role not in run.active_roles:
-            continue
-        rdp = data_parallel_size(run, role)
-        fwd = (getattr(rl, fwd_key) if fwd_key else None) or run.role(role).micro_batch_size
-        if has_token_budget(run, role):
-            fwd = 1                      # by tokens: the samples need only split over DP
-        if rdp and samples % (fwd * rdp):
-            key = (f"rl_config.{fwd_key}" if fwd_key and getattr(rl, fwd_key)
-                   else names.role_key(run, role, "micro_batch_size"))
-            out.append(Problem(key, f"x {role} DP {rdp} does not divide the {samples} "
-                               "samples of a step", "use a smaller forward micro batch",
-                               fwd))
-    idp = rollout_data_parallel_size(run)
-    if idp and gbs % idp:
-        out.append(Problem("megatron_training.global_batch_size", f"is not a multiple of the "
-                           f"{idp} vLLM instances (a prompt's samples stay on one instance)",
-                           f"use a multiple of {idp}", gbs))
-    sampling = gen.sampling_config
-    if not 0 <= sampling.min_tokens <= sampling.max_tokens:
-        out.append(Problem("generate_config.sampling_config.min_tokens",
-                           f"must be between 0 and max_tokens={sampling.max_tokens}",
-                           "lower min_tokens or raise max_tokens", sampling.min_tokens))
-    need = rl.max_prompt_length + sampling.max_tokens
-    if need > mt.seq_length:
-        out.append(Problem("megatron_training.seq_length", f"is shorter than max_prompt_length "
-                           f"+ max_tokens = {need}", f"set it to at least {need}",
-                           mt.seq_length))
-    if need > gen.max_model_len:
-        out.append(Problem("generate_config.max_model_len", f"is shorter than "
-                           f"max_prompt_length + max_tokens = {need}",
-                           f"set it to at least {need}", gen.max_model_len))
-    if mt.seq_length > run.model.max_position_embeddings:
-        out.append(Problem("megatron_training.seq_length", f"exceeds {run.model.name} "
-                           f"max_position_embeddings={run.model.max_position_embeddings}",
-                           "shorten the sequences", mt.seq_length))
     return out
 
 

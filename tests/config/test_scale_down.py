@@ -33,7 +33,13 @@ def test_scale_down_divides_devices_and_tp_and_keeps_the_rest(recipe, divisor, s
     assert mini.rl_config.colocate_actor_ref == full.rl_config.colocate_actor_ref
     assert mini.rl_config.use_kl_loss == full.rl_config.use_kl_loss
     assert mini.rl_config.verifier_function == full.rl_config.verifier_function
-    assert mini.megatron_training.global_batch_size == full.megatron_training.global_batch_size
+    # The fewest prompts that keep the updates per step and fill a micro batch on every actor
+    # DP rank; here each of the 4 engines gets one prompt (1 would fill DP2's micro batches).
+    assert mini.megatron_training.global_batch_size == 4 and mini.rl_config.mini_batch_size == 2
+    assert (full.megatron_training.global_batch_size // full.rl_config.mini_batch_size
+            == mini.megatron_training.global_batch_size // mini.rl_config.mini_batch_size)
+    assert mini.rl_config.n_samples_per_prompt == full.rl_config.n_samples_per_prompt
+    assert mini.actor_config.micro_batch_size == full.actor_config.micro_batch_size
     assert (mini_gen.offload_train_param, mini_gen.offload_train_optimizer) == \
         (gen.offload_train_param, gen.offload_train_optimizer)
     assert mini.model.name == "tiny-qwen2" and mini.prepare.task == "arith"
@@ -62,3 +68,19 @@ def test_an_engine_across_nodes_is_refused_before_anything_starts():
                     cluster=ClusterResources("npu", 4, 4, device_memory_gib=64))
     assert "rollout engine 0 would span devices 0-7, across nodes (4 node(s) x 4 npu" in str(e.value)
     assert "dividing each node's devices (4)" in str(e.value)
+
+
+@pytest.mark.parametrize("recipe, divisor, prompts", [("grpo_qwen25vl_7b_geo3k", 4, 2),
+                                                      ("grpo_qwen25vl_32b_geo3k", 8, 2)])
+def test_a_miniature_mini_batch_fills_a_micro_batch_on_every_actor_rank(recipe, divisor,
+                                                                        prompts, cpu2):
+    """geometry3k's 512 prompts x 5 become 2 prompts per mini batch: 1 prompt's 5 samples
+    would leave the 7B's DP2 x micro 4 short, and would not split over the 32B's DP2."""
+    mini = load_recipe(recipe, [f"+scale_down={divisor}"], cluster=cpu2)
+    assert mini.rl_config.mini_batch_size == prompts
+    assert mini.megatron_training.global_batch_size == prompts * 4   # 512 / 128: 4 updates
+    dp = mini.resource("actor").count // mini.actor_config.model_parallel_size
+    samples = prompts * mini.rl_config.n_samples_per_prompt
+    assert samples % dp == 0 and samples >= dp * mini.actor_config.micro_batch_size
+    smaller = (prompts - 1) * mini.rl_config.n_samples_per_prompt
+    assert smaller % dp or smaller < dp * mini.actor_config.micro_batch_size
