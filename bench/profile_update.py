@@ -2,6 +2,7 @@
 
     python bench/profile_update.py                       # qwen25-0.5b shape, bf16, 64 samples
     python bench/profile_update.py --model tiny-qwen2 --samples 16 --dtype float32   # CPU smoke
+    python bench/profile_update.py --chunk-kernels eager   # the vocabulary chunks in place
 
 One rank builds the Megatron engine with packed rows and a token budget (bench/check_device.py's
 part 5c layout: natural lengths, budget 4 x the longest sample), runs one warm-up update and
@@ -9,6 +10,11 @@ then one under torch.profiler. Prints the step's seconds, the device's busy seco
 kernels), the top ops by self device time and by self host time, and MFU: the step's FLOPs (6 x
 parameters x real tokens, plus causal attention on the real lengths) over the seconds and the
 device's bf16/fp32 matmul rate measured in the same run. One JSON line at the end.
+
+--chunk-kernels picks how response_token_stats runs its vocabulary chunks: `device` (the
+default: fused compiled kernels where mindrl.device compiles them) or `eager` (in place). With
+fused kernels the JSON also holds their parity with the eager chunks on one packed row of the
+model's vocabulary (log-probs, entropy, gradient).
 """
 
 from __future__ import annotations
@@ -49,6 +55,32 @@ def step_flops(spec, lengths) -> float:
     return 6 * spec.num_parameters() * sum(lengths) + attention
 
 
+def chunk_parity(vocab: int, dtype: str, kernels, dev, tokens: int = 2048) -> dict:
+    """Fused vs eager chunks on one packed row [1, tokens, vocab] of random logits in `dtype`:
+    the largest log-prob and entropy differences and the gradient's relative difference."""
+    import torch
+
+    from mindrl.engines import vocab_parallel
+
+    g = torch.Generator(device=dev).manual_seed(0)
+    logits = (torch.randn(1, tokens, vocab, generator=g, device=dev) * 4).to(getattr(torch,
+                                                                                      dtype))
+    positions = torch.arange(tokens - 1, device=dev)[None]
+    targets = torch.randint(0, vocab, (1, tokens - 1), generator=g, device=dev)
+    weights = torch.randn(2, 1, tokens - 1, generator=g, device=dev)
+    runs = []
+    for k in (None, kernels):
+        leaf = logits.clone().requires_grad_(True)
+        logp, ent = vocab_parallel.response_token_stats(leaf, positions, targets, vocab, 1.0,
+                                                        kernels=k)
+        ((weights[0] * logp).sum() + (weights[1] * ent).sum()).backward()
+        runs.append((logp.detach(), ent.detach(), leaf.grad.float()))
+    (lp0, e0, g0), (lp1, e1, g1) = runs
+    return {"logprob_max_diff": (lp0 - lp1).abs().max().item(),
+            "entropy_max_diff": (e0 - e1).abs().max().item(),
+            "grad_rel_diff": ((g0 - g1).norm() / g0.norm()).item()}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="qwen25-0.5b")
@@ -59,6 +91,7 @@ def main(argv=None) -> int:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--matmul-n", type=int, default=4096)
     ap.add_argument("--json-out", type=Path, default=None)
+    ap.add_argument("--chunk-kernels", default="device", choices=["device", "eager"])
     args = ap.parse_args(argv)
 
     import torch
@@ -68,8 +101,13 @@ def main(argv=None) -> int:
     from mindrl.config.model_spec import load_model_spec
     from mindrl.data.batch import Batch
 
+    from mindrl.engines import vocab_parallel
+
     device.init_distributed(0, 1)
     dev = device.current_device()
+    if args.chunk_kernels == "eager":
+        vocab_parallel.device_chunk_kernels = lambda: None   # every pass: the in-place chunks
+    kernels = vocab_parallel.device_chunk_kernels()
     spec = load_model_spec(args.model)
     spec = dataclasses.replace(spec, max_position_embeddings=max(
         spec.max_position_embeddings, args.prompt + args.response))
@@ -77,7 +115,7 @@ def main(argv=None) -> int:
     layout = pack_layout(b)
     eng = pack_engine(spec, args.dtype, layout["budget"])
     batch = Batch.of(**b)
-    eng.update(batch, mini_batch_size=len(batch))          # warm-up
+    warm = eng.update(batch, mini_batch_size=len(batch))          # warm-up (and compile)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
                                            if device.device_type() == "cuda" else [])
     device.synchronize()
@@ -109,7 +147,12 @@ def main(argv=None) -> int:
            "step_s_profiled": step_s, "step_s": plain_s, "device_busy_s": busy_s,
            "step_tflop": flops / 1e12, "matmul_tflops": rate,
            "achieved_tflops": flops / plain_s / 1e12,
-           "mfu_vs_measured_matmul": flops / plain_s / 1e12 / rate}
+           "mfu_vs_measured_matmul": flops / plain_s / 1e12 / rate,
+           "chunk_kernels": "fused" if kernels is not None else "eager",
+           "first_update": {k: warm[k] for k in ("actor/pg_loss", "actor/grad_norm")
+                            if k in warm}}
+    if kernels is not None:
+        out["fused_vs_eager"] = chunk_parity(spec.vocab_size, args.dtype, kernels, dev)
     sort_keys = (["self_device_time_total"] if on_device else []) + ["self_cpu_time_total"]
     for key in sort_keys:
         print(f"\ntop {args.top} by {key}:")

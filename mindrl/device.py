@@ -178,6 +178,15 @@ def weights_in_host_memory() -> bool:
     return is_cpu()
 
 
+def fused_kernels():
+    """torch.compile's fused kernels, as a function compiler (fn -> compiled fn), where this
+    device compiles elementwise work into them (mindrl/platforms/fused_kernels.py says which);
+    None elsewhere: callers then run their eager path."""
+    from mindrl.platforms.fused_kernels import compiler_for
+
+    return compiler_for(device_type())
+
+
 def varlen_attention(dtype: torch.dtype):
     """The device's packed causal attention for `dtype` (attend(q, k, v, cu_seqlens,
     max_seqlen, scale) on [T, heads, D]), or None: the caller then runs exact SDPA per

@@ -11,6 +11,7 @@ tokens, so fp32 copies of the logits stay bounded whatever the sequence length a
 
 from __future__ import annotations
 
+import functools
 from typing import Optional, Tuple
 
 import torch
@@ -18,6 +19,16 @@ import torch
 # Tokens per chunk in response_token_stats: at a 152k vocabulary and TP1 one fp32 slab of
 # 512 x 152064 is 311 MB (a pass holds about two at once).
 DEFAULT_CHUNK_TOKENS = 512
+
+
+@functools.lru_cache(maxsize=None)
+def device_chunk_kernels():
+    """The chunk kernels compiled for this device, or None (eager in-place chunks)."""
+    from mindrl import device
+    from mindrl.engines.vocab_chunks import ChunkKernels
+
+    compile_fn = device.fused_kernels()
+    return None if compile_fn is None else ChunkKernels.compiled(compile_fn)
 
 
 def _tp():
@@ -113,11 +124,20 @@ class _ResponseStats(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, logits, rows, cols, targets, vocab_size, temperature, chunk_tokens):
+    def forward(ctx, logits, rows, cols, targets, vocab_size, temperature, chunk_tokens,
+                kernels):
         n = rows.numel()
         shard = logits.shape[-1]
         out = torch.empty(3, n, dtype=torch.float32, device=logits.device)  # max, lse, E[z]
         logp = torch.empty(n, dtype=torch.float32, device=logits.device)
+        ctx.vocab_size, ctx.temperature, ctx.chunk_tokens = vocab_size, temperature, chunk_tokens
+        ctx.kernels = kernels
+        if kernels is not None:
+            _fused_forward(kernels, logits, rows, cols, targets, vocab_size, temperature,
+                           chunk_tokens, out, logp)
+            ctx.save_for_backward(logits, rows, cols, targets, out)
+            ctx.set_materialize_grads(False)
+            return logp, out[1] - out[2]
         with torch.no_grad():
             for start in range(0, n, chunk_tokens):
                 part = slice(start, start + chunk_tokens)
@@ -140,7 +160,6 @@ class _ResponseStats(torch.autograd.Function):
                 out[1, part] = log_sum_exp
                 out[2, part] = sums[1] / sums[0]   # E_p[shifted logit]
         ctx.save_for_backward(logits, rows, cols, targets, out)
-        ctx.vocab_size, ctx.temperature, ctx.chunk_tokens = vocab_size, temperature, chunk_tokens
         ctx.set_materialize_grads(False)
         return logp, out[1] - out[2]   # entropy = log sum exp - E_p[z] (shift-invariant)
 
@@ -149,7 +168,11 @@ class _ResponseStats(torch.autograd.Function):
         logits, rows, cols, targets, out = ctx.saved_tensors
         grad_logits = torch.zeros(logits.shape, dtype=logits.dtype, device=logits.device)
         if grad_logp is None and grad_entropy is None:
-            return grad_logits, None, None, None, None, None, None
+            return grad_logits, None, None, None, None, None, None, None
+        if ctx.kernels is not None:
+            _fused_backward(ctx, logits, rows, cols, targets, out, grad_logp, grad_entropy,
+                            grad_logits)
+            return grad_logits, None, None, None, None, None, None, None
         shard = logits.shape[-1]
         # Accumulated into a [mb * S, V/TP] view with index_add_ (a packed row repeats a
         # sample's last position past its end, with zero gradient there).
@@ -178,12 +201,66 @@ class _ResponseStats(torch.autograd.Function):
             grad.div_(ctx.temperature)
             flat_grad.index_add_(0, flat_index[part], grad.to(grad_logits.dtype))
             del shifted, probs, coef, grad   # before the next chunk allocates its slabs
-        return grad_logits, None, None, None, None, None, None
+        return grad_logits, None, None, None, None, None, None, None
+
+
+def _valid_columns(shard: int, vocab_size: int) -> int:
+    """Columns of this rank's vocabulary slice that are real (the rest is padding)."""
+    rank, _ = _tp()
+    return max(0, min(shard, vocab_size - rank * shard))
+
+
+def _chunk_rows(logits, rows, cols):
+    """The chunk's logits [c, V/TP] in their own dtype (one gather)."""
+    if logits.is_contiguous():
+        return logits.view(-1, logits.shape[-1]).index_select(0, rows * logits.shape[1] + cols)
+    return logits[rows, cols]
+
+
+def _fused_forward(kernels, logits, rows, cols, targets, vocab_size, temperature,
+                   chunk_tokens, out, logp) -> None:
+    shard = logits.shape[-1]
+    valid = _valid_columns(shard, vocab_size)
+    with torch.no_grad():
+        for start in range(0, rows.numel(), chunk_tokens):
+            part = slice(start, start + chunk_tokens)
+            chunk = _chunk_rows(logits, rows[part], cols[part])
+            global_max = _all_reduce(kernels.max(chunk, temperature, valid),
+                                     torch.distributed.ReduceOp.MAX)
+            local, here = _local_targets(targets[part], shard)
+            sums = _all_reduce(kernels.sums(chunk, temperature, valid, global_max, local, here),
+                               torch.distributed.ReduceOp.SUM)
+            log_sum_exp = torch.log(sums[0])
+            logp[part] = sums[2] - log_sum_exp
+            out[0, part] = global_max
+            out[1, part] = log_sum_exp
+            out[2, part] = sums[1] / sums[0]
+
+
+def _fused_backward(ctx, logits, rows, cols, targets, out, grad_logp, grad_entropy,
+                    grad_logits) -> None:
+    shard = logits.shape[-1]
+    valid = _valid_columns(shard, ctx.vocab_size)
+    flat_grad, flat_index = grad_logits.view(-1, shard), rows * logits.shape[1] + cols
+    zeros = torch.zeros(rows.numel(), dtype=torch.float32, device=logits.device)
+    g_logp = zeros if grad_logp is None else grad_logp.float()
+    g_entropy = zeros if grad_entropy is None else grad_entropy.float()
+    for start in range(0, rows.numel(), ctx.chunk_tokens):
+        part = slice(start, start + ctx.chunk_tokens)
+        local, here = _local_targets(targets[part], shard)
+        grad = ctx.kernels.grad(_chunk_rows(logits, rows[part], cols[part]), ctx.temperature,
+                                valid,
+                                out[0, part], out[1, part], out[2, part], g_logp[part],
+                                g_entropy[part], local, here)
+        flat_grad.index_add_(0, flat_index[part], grad)
+
+
+_DEVICE_KERNELS = "device"
 
 
 def response_token_stats(logits: torch.Tensor, positions: torch.Tensor, targets: torch.Tensor,
                          vocab_size: int, temperature: float = 1.0,
-                         chunk_tokens: int = DEFAULT_CHUNK_TOKENS
+                         chunk_tokens: int = DEFAULT_CHUNK_TOKENS, kernels=_DEVICE_KERNELS
                          ) -> Tuple[torch.Tensor, torch.Tensor]:
     """log p(targets) and entropy [mb, R] under softmax(logits / T), at `positions` only.
 
@@ -193,6 +270,9 @@ def response_token_stats(logits: torch.Tensor, positions: torch.Tensor, targets:
     Memory bound: apart from the gradient the model's output needs anyway ([mb, S, V/TP] in
     the logits' dtype), a pass holds at most two fp32 slabs of chunk_tokens x V/TP x 4 bytes
     (plus a bool slab), never a [mb, S, V] fp32 copy; forward and backward alike.
+    kernels: a vocab_chunks.ChunkKernels to run each chunk through (the fused kernels; a
+    chunk of the logits' dtype and no fp32 slab between ops), None for the eager in-place
+    path; by default the device's (`device.fused_kernels`: compiled on CUDA, eager on CPU).
     """
     if chunk_tokens < 1:
         raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
@@ -201,7 +281,9 @@ def response_token_stats(logits: torch.Tensor, positions: torch.Tensor, targets:
         rows = torch.zeros(mb * r, dtype=torch.long, device=logits.device)
     else:
         rows = torch.arange(mb, device=logits.device).repeat_interleave(r)
+    if kernels is _DEVICE_KERNELS:
+        kernels = device_chunk_kernels()
     logp, ent = _ResponseStats.apply(logits, rows, positions.reshape(-1).to(logits.device),
                                      targets.reshape(-1).to(logits.device), vocab_size,
-                                     float(temperature), int(chunk_tokens))
+                                     float(temperature), int(chunk_tokens), kernels)
     return logp.view(mb, r), ent.view(mb, r)

@@ -1,6 +1,8 @@
 """Log-probs where they count: response_token_stats computes log p(target) and entropy at the
 response positions only, chunk by chunk, equal to the every-position computation (values and
-gradients, TP1 and TP2) and inside its fp32 memory bound at a 152k vocabulary."""
+gradients, TP1 and TP2) and inside its fp32 memory bound at a 152k vocabulary; each chunk run
+eagerly in place or through vocab_chunks' pure functions (which CUDA compiles into fused
+kernels; compiled here too, on the CPU's inductor backend)."""
 
 import math
 import weakref
@@ -11,6 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from mindrl.engines import vocab_parallel
+from mindrl.engines.vocab_chunks import ChunkKernels
 
 VOCAB, PADDED = 126, 128   # the padded rows (126, 127) sit on TP rank 1's slice at TP2
 
@@ -43,13 +46,16 @@ def _plain_torch(logits, positions, targets, temperature):
     return at.gather(-1, targets[..., None])[..., 0], -(at.exp() * at).sum(-1)
 
 
+@pytest.mark.parametrize("kernels", ["eager", "plain"])
 @pytest.mark.parametrize("chunk", [1, 4, 512])
-def test_values_and_gradients_equal_plain_log_softmax_at_tp1(tp1, chunk):
+def test_values_and_gradients_equal_plain_log_softmax_at_tp1(tp1, chunk, kernels):
     logits, positions, targets = _case()
     weights = torch.randn(2, *positions.shape, generator=torch.Generator().manual_seed(3))
     mine = logits.clone().requires_grad_(True)
     ref = logits.clone().requires_grad_(True)
-    logp, ent = vocab_parallel.response_token_stats(mine, positions, targets, VOCAB, 0.7, chunk)
+    logp, ent = vocab_parallel.response_token_stats(
+        mine, positions, targets, VOCAB, 0.7, chunk,
+        None if kernels == "eager" else ChunkKernels.plain())
     ref_logp, ref_ent = _plain_torch(ref, positions, targets, 0.7)
     assert (logp - ref_logp).abs().max() <= 1e-6
     assert (ent - ref_ent).abs().max() <= 1e-6
@@ -64,11 +70,13 @@ def test_values_and_gradients_equal_plain_log_softmax_at_tp1(tp1, chunk):
     assert mine.grad[~touched].abs().max() == 0
 
 
-def test_unused_entropy_needs_no_gradient(tp1):
+@pytest.mark.parametrize("kernels", [None, ChunkKernels.plain()])
+def test_unused_entropy_needs_no_gradient(tp1, kernels):
     logits, positions, targets = _case()
     mine = logits.clone().requires_grad_(True)
     ref = logits.clone().requires_grad_(True)
-    logp, ent = vocab_parallel.response_token_stats(mine, positions, targets, VOCAB, 1.0, 2)
+    logp, ent = vocab_parallel.response_token_stats(mine, positions, targets, VOCAB, 1.0, 2,
+                                                    kernels)
     logp.sum().backward()                                    # entropy left out of the graph
     _plain_torch(ref, positions, targets, 1.0)[0].sum().backward()
     assert (mine.grad - ref.grad).abs().max() <= 1e-6
@@ -76,17 +84,20 @@ def test_unused_entropy_needs_no_gradient(tp1):
 
 @pytest.mark.slow
 def test_equal_to_every_position_computation_at_tp1_and_tp2():
+    """Every way of running a chunk: in place, the pure functions, and those compiled
+    (torch.compile, dynamic shapes: chunks of 5 leave a last chunk of 3)."""
     from mindrl.distributed import spawn_local
     from support.response_stats_worker import compare_at_tp
 
     logits, positions, targets = _case(mb=3, seq=13, r=6, seed=1)
     results = spawn_local(compare_at_tp, 2, logits, positions, targets, VOCAB, 0.7, 5,
-                          (1, 2))
-    for rank, by_tp in enumerate(results):
-        for tp, diffs in by_tp.items():
-            print(f"rank {rank} TP{tp}", {k: f"{v:.1e}" for k, v in diffs.items()})
+                          (1, 2), ("eager", "plain", "compiled"))
+    for rank, by_case in enumerate(results):
+        assert len(by_case) == 6
+        for (tp, kernels), diffs in by_case.items():
+            print(f"rank {rank} TP{tp} {kernels}", {k: f"{v:.1e}" for k, v in diffs.items()})
             for key in ("log_probs", "entropy", "grad_logp", "grad_entropy", "grad_both"):
-                assert diffs[key] <= 1e-6, (rank, tp, key, diffs[key])
+                assert diffs[key] <= 1e-6, (rank, tp, kernels, key, diffs[key])
             assert diffs["grad_both_scale"] > 1e-3   # the gradients compared are not all 0
 
 

@@ -48,6 +48,39 @@ def train(work: Path, run_dir: Path, *overrides: str, timeout: int = 900,
     return proc
 
 
+def train_together(work: Path, runs: dict, timeout: int = 900) -> None:
+    """Several runs at once ({run_dir: overrides}), each with its own Ray cluster, their output
+    in files beside their run dirs (a pipe nobody reads would stall a long run). A run's
+    phases wait on one another (Ray calls, vLLM's scheduler, the driver), so on 2 cores three
+    small runs finish well before three in a row. The first run makes what `prepare` asks
+    for; the others start once it has written its resolved config (after `prepare`)."""
+    import time
+
+    procs = {}
+    for run_dir, overrides in runs.items():
+        cmd, env = _command(work, run_dir, overrides)
+        Path(run_dir).parent.mkdir(parents=True, exist_ok=True)
+        log = open(f"{run_dir}.log", "w")
+        procs[run_dir] = (cmd, log, subprocess.Popen(cmd, env=env, cwd=str(work), stdout=log,
+                                                     stderr=subprocess.STDOUT, text=True))
+        if len(procs) == 1:
+            first = procs[run_dir][2]
+            while first.poll() is None and not (Path(run_dir) / "resolved_config.json").exists():
+                time.sleep(0.5)
+    failed = []
+    for run_dir, (cmd, log, proc) in procs.items():
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        if proc.returncode != 0:
+            failed.append(f"{' '.join(cmd)} failed ({proc.returncode}):\n"
+                          f"{Path(f'{run_dir}.log').read_text()[-4000:]}")
+    assert not failed, "\n\n".join(failed)
+
+
 def start(work: Path, run_dir: Path, *overrides: str, stdout=subprocess.PIPE, env=None):
     """The run in the background (a test that kills or watches it); stderr is piped; `env`
     adds variables."""

@@ -16,7 +16,7 @@ on an AVX-512 AMD EPYC at 200: 0.72 / 0.71 / 0.62 and 0.03 / 0.11 / 0.04).
 
 import pytest
 
-from support.grpo_runs import metrics, train
+from support.grpo_runs import metrics, train_together
 
 from mindrl.trainer.learning_curve import policy_scores, summarize_curve
 
@@ -31,14 +31,17 @@ MAX_FALL = 0.25      # every seed: the 20-step average's largest fall after reac
 
 
 def test_tiny_recipe_reward_rises_on_every_seed(work, tmp_path):
+    # The seeds run at once; the first sync verified (against the checkpoint too), the rest is
+    # about learning.
+    run_dirs = {seed: tmp_path / "runs" / f"seed{seed}" for seed in SEEDS}
+    train_together(work, {run_dirs[seed]: (f"megatron_training.seed={seed}",
+                                            f"megatron_training.train_iters={STEPS}",
+                                            f"rl_config.save_freq={STEPS}",
+                                            "generate_config.verify_sync=first")
+                          for seed in SEEDS}, timeout=1200)
     summaries = {}
     for seed in SEEDS:
-        run_dir = tmp_path / "runs" / f"seed{seed}"
-        # The first sync verified (against the checkpoint too); the rest is about learning.
-        train(work, run_dir, f"megatron_training.seed={seed}",
-              f"megatron_training.train_iters={STEPS}", f"rl_config.save_freq={STEPS}",
-              "generate_config.verify_sync=first")
-        scores = policy_scores(metrics(run_dir))
+        scores = policy_scores(metrics(run_dirs[seed]))
         assert len(scores) == STEPS
         summaries[seed] = summarize_curve(scores, edge=EDGE)
     report = "\n".join(f"seed {seed}: {s.describe()}" for seed, s in summaries.items())
