@@ -100,7 +100,8 @@ def install() -> None:
     global _installed
     if _installed:
         return
-    import megatron.core.tensor_parallel.random as mrandom
+    with _eager_jit_fusers():
+        import megatron.core.tensor_parallel.random as mrandom
 
     torch.cuda.current_device = lambda: 0
     torch.cuda.synchronize = _noop
@@ -113,6 +114,32 @@ def install() -> None:
     mrandom.initialize_rng_tracker = _keep_cpu_tracker(mrandom.initialize_rng_tracker)
     CudaToCpuMode().__enter__()
     _installed = True
+
+
+def _pass_through(model=None, **kwargs):
+    """torch.compile's signature, compiling nothing: `@compile`, `compile(fn)`, `@compile(...)`."""
+    return model if model is not None else (lambda fn: fn)
+
+
+@contextlib.contextmanager
+def _eager_jit_fusers():
+    """Megatron binds torch.compile as its `jit_fuser` when megatron.core is first imported and
+    decorates its fused bias / activation / RoPE helpers with it; each torch.compile call
+    imports inductor, about 3.5 s of every CPU rank's start, for kernels a CPU rank runs
+    eagerly (and would compile with a C++ compiler on first use). Imported under a
+    pass-through torch.compile they stay plain functions, the same maths; torch.compile itself
+    is restored at once. No effect once megatron.core is imported (then it is too late)."""
+    import sys
+
+    if "megatron.core" in sys.modules:
+        yield
+        return
+    real = torch.compile
+    torch.compile = _pass_through
+    try:
+        yield
+    finally:
+        torch.compile = real
 
 
 def _keep_cpu_tracker(original):
