@@ -133,13 +133,24 @@ def set_rng_state(state: dict) -> None:
         _accel().set_rng_state(state["device"])
 
 
+def listening_store(timeout_s: int = 600):
+    """A TCPStore listening on a port the kernel chose (`.port`): the rendezvous every rank of
+    a world connects to (init_distributed), held from the moment it exists."""
+    import datetime
+
+    import torch.distributed as dist
+
+    return dist.TCPStore("0.0.0.0", 0, None, True, datetime.timedelta(seconds=timeout_s),
+                         wait_for_workers=False)
+
+
 def init_distributed(rank: int, world_size: int, master_addr: str = "127.0.0.1",
                      master_port: Optional[int] = None, timeout_s: int = 600,
                      store=None) -> None:
     """Start torch.distributed with this device's backend and prepare Megatron for it.
 
     The rendezvous is a TCPStore someone already listens on: `store` where this process holds
-    it (mindrl.distributed.listening_store), else a client of master_addr:master_port. A port
+    it (listening_store), else a client of master_addr:master_port. A port
     picked free and bound later can be taken in between (gloo's and Ray's connections draw
     from the same ephemeral range); a store that listens from the moment its port is chosen
     cannot lose it. A world of one with no port listens on its own."""
@@ -156,7 +167,7 @@ def init_distributed(rank: int, world_size: int, master_addr: str = "127.0.0.1",
             if world_size != 1:
                 raise ValueError("init_distributed: a world of several ranks needs the store's "
                                  "master_port (or the store itself on the rank that holds it)")
-            store = dist.TCPStore(master_addr, 0, None, True, timeout, wait_for_workers=False)
+            store = listening_store(timeout_s)
         elif store is None:
             store = dist.TCPStore(master_addr, master_port, None, False, timeout)
         dist.init_process_group(backend=distributed_backend(), store=store, rank=rank,

@@ -14,17 +14,6 @@ from typing import Any, Callable, List, Sequence
 import torch
 
 
-def listening_store(timeout_s: int = 600):
-    """A TCPStore listening on a port the kernel chose (`.port`): the rendezvous every rank of
-    a world connects to (device.init_distributed), held from the moment it exists."""
-    import datetime
-
-    import torch.distributed as dist
-
-    return dist.TCPStore("0.0.0.0", 0, None, True, datetime.timedelta(seconds=timeout_s),
-                         wait_for_workers=False)
-
-
 def _rank_entry(rank: int, fn: Callable, world_size: int, port: int, args: Sequence[Any],
                 result_dir: str) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -51,10 +40,11 @@ def spawn_local(fn: Callable, world_size: int, *args: Any) -> List[Any]:
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory(prefix="mindrl-spawn-") as result_dir:
-        store = listening_store()
+        from mindrl import device
+
+        store = device.listening_store()   # held by this process until the ranks are done
         mp.start_processes(_rank_entry, args=(fn, world_size, store.port, args, result_dir),
                            nprocs=world_size, start_method="spawn", join=True)
-        del store
         # Our own ranks' return values in a private temp dir (not weights, not user input).
         results = []
         for r in range(world_size):

@@ -94,12 +94,7 @@ def _shifted_chunk(logits: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
                    global_max: Optional[torch.Tensor] = None):
     """fp32 logits / T at the chunk's positions [c, V/TP], padded vocabulary at -inf, minus
     the row's max over the whole (TP) vocabulary; and that max [c]."""
-    if logits.is_contiguous():   # one gather kernel on a [mb * S, V/TP] view
-        scaled = logits.view(-1, logits.shape[-1]).index_select(
-            0, rows * logits.shape[1] + cols).float()
-    else:
-        scaled = logits[rows, cols].float()
-    # Either way a copy: the in-place ops below are safe.
+    scaled = _chunk_rows(logits, rows, cols).float()   # a copy: the in-place ops are safe
     scaled.div_(temperature)
     scaled = mask_padded_vocab(scaled, vocab_size)
     if global_max is None:
@@ -211,7 +206,8 @@ def _valid_columns(shard: int, vocab_size: int) -> int:
 
 
 def _chunk_rows(logits, rows, cols):
-    """The chunk's logits [c, V/TP] in their own dtype (one gather)."""
+    """A copy of the chunk's logits [c, V/TP] in their own dtype: one gather kernel on a
+    [mb * S, V/TP] view where the logits are contiguous."""
     if logits.is_contiguous():
         return logits.view(-1, logits.shape[-1]).index_select(0, rows * logits.shape[1] + cols)
     return logits[rows, cols]

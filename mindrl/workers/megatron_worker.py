@@ -32,9 +32,9 @@ class MegatronWorker:
         hands to its own init in `setup`."""
         import ray
 
-        from mindrl.distributed import listening_store
+        from mindrl import device
 
-        self._store = listening_store()
+        self._store = device.listening_store()
         return ray.util.get_node_ip_address(), self._store.port
 
     def setup(self, setup: RoleSetup, master_addr: str, master_port: int) -> int:

@@ -5,6 +5,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,8 +55,6 @@ def train_together(work: Path, runs: dict, timeout: int = 900) -> None:
     phases wait on one another (Ray calls, vLLM's scheduler, the driver), so on 2 cores three
     small runs finish well before three in a row. The first run makes what `prepare` asks
     for; the others start once it has written its resolved config (after `prepare`)."""
-    import time
-
     procs = {}
     for run_dir, overrides in runs.items():
         cmd, env = _command(work, run_dir, overrides)
