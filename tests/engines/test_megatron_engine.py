@@ -138,6 +138,7 @@ def test_checkpoint_resume_is_exact(setup, tmp_path):
     res = spawn_local(checkpoint_resume, 2, spec, full_by_tp, _batches(spec.vocab_size), 2, 1,
                       str(tmp_path / "ckpt"))[0]
     assert res["params_equal"] and res["optim_equal"]
+    assert res["helpers"] == []     # written in the saving process, no Manager spawned
     assert res["resumed"] == res["straight"]  # identical metrics, step for step
     assert (tmp_path / "ckpt" / "latest_checkpointed_iteration.txt").read_text() == "1"
     assert not list((tmp_path / "ckpt").glob(".tmp_*"))

@@ -104,6 +104,8 @@ def checkpoint_resume(rank, world, spec, full_by_tp, batches, tp, pp, save_dir):
     engine = _engine(spec, full_by_tp, tp, pp, True)
     first = _step_losses(engine, batches[:1])
     engine.save_checkpoint(save_dir, 1)
+    import multiprocessing   # the save left no helper process behind (no Manager)
+    helpers = [p.name for p in multiprocessing.active_children()]
     saved_params, saved_optim = _snapshot(engine)
     ps.destroy_model_parallel()
 
@@ -119,7 +121,7 @@ def checkpoint_resume(rank, world, spec, full_by_tp, batches, tp, pp, save_dir):
     resumed = first + _step_losses(fresh, batches[1:])
     ps.destroy_model_parallel()
     return {"straight": straight, "resumed": resumed, "params_equal": params_equal,
-            "optim_equal": optim_equal}
+            "optim_equal": optim_equal, "helpers": helpers}
 
 
 def offload_roundtrip(rank, world, spec, full_by_tp, batches, tp, pp):

@@ -10,6 +10,7 @@ only ever names a complete checkpoint and a crash leaves the previous one loadab
 from __future__ import annotations
 
 import os
+import queue
 import shutil
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -164,6 +165,7 @@ def save(module, optimizer, scheduler, save_dir, iteration: int, extra: Dict[str
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     _barrier()
+    _keep_write_results_in_process()
     state = sharded_state(module, optimizer, ps, save_optim, save_rng, is_loading=False)
     state["iteration"] = iteration
     state["extra"] = extra
@@ -183,6 +185,17 @@ def save(module, optimizer, scheduler, save_dir, iteration: int, extra: Dict[str
         _write_atomically(Path(save_dir) / LATEST, str(iteration))
     _barrier()
     return final
+
+
+def _keep_write_results_in_process() -> None:
+    """Our saves are synchronous: torch_dist's writer runs in the saving process, so its
+    results need no queue between processes. Megatron's default one lives in a Manager
+    process spawned at a process's first save, which then imports torch to unpickle them:
+    about 2 s of every run's first save, a tiny model's whole save four times over."""
+    from megatron.core.dist_checkpointing.strategies import filesystem_async
+
+    if getattr(filesystem_async, "_results_queue", False) is None:
+        filesystem_async._results_queue = queue.Queue()
 
 
 def _optimizer_pairs(optimizer, loaded) -> List[Tuple[Any, Any]]:
