@@ -183,6 +183,24 @@ def prepare_megatron() -> None:
         megatron_compat.install()
 
 
+# What a rank of ours imports from Megatron (models, optimizer, checkpoints, schedules).
+MEGATRON_RANK_MODULES = ("megatron.core.tensor_parallel.random", "megatron.core.models.gpt",
+                         "megatron.core.optimizer", "megatron.core.dist_checkpointing",
+                         "megatron.core.distributed", "megatron.core.pipeline_parallel")
+
+
+def import_megatron() -> None:
+    """Import the Megatron modules every rank uses, as this device needs them imported, and
+    install nothing (spawn_local's fork server holds them: mindrl/rank_imports.py)."""
+    if is_cpu():
+        from mindrl.platforms.cpu import megatron_compat
+
+        megatron_compat.import_megatron(MEGATRON_RANK_MODULES)
+    else:
+        for name in MEGATRON_RANK_MODULES:
+            importlib.import_module(name)
+
+
 def weights_in_host_memory() -> bool:
     """The device computes on host memory (CPU): processes on one node can share weight bytes
     through /dev/shm instead of moving them over the collective backend."""

@@ -20,7 +20,7 @@ LAYERS: Tuple[Tuple[str, ...], ...] = (
      "device_kinds"),                        # ground floor: everything may import these
     ("platforms",),                          # CPU / device machinery, given what it needs
     ("device",),                             # the one place that knows the accelerator
-    ("distributed",),                        # ports and process groups, on device's backend
+    ("distributed", "rank_imports"),         # process groups; what spawned ranks import
     ("rewards",),                            # stdlib-only verifiers: config checks their names
     ("config",),
     ("algorithms",),                         # pure tensor maths (imports only torch)

@@ -95,13 +95,23 @@ def _noop(*args, **kwargs):
     return None
 
 
+def import_megatron(modules) -> None:
+    """Import Megatron as CPU ranks need it (plain jit fusers, see `_eager_jit_fusers`) and
+    change nothing else: a process that only forks ranks can hold it."""
+    import importlib
+
+    with _eager_jit_fusers():
+        for name in modules:
+            importlib.import_module(name)
+
+
 def install() -> None:
     """Idempotent; safe to call from every entry point that touches Megatron on CPU."""
     global _installed
     if _installed:
         return
-    with _eager_jit_fusers():
-        import megatron.core.tensor_parallel.random as mrandom
+    import_megatron(("megatron.core.tensor_parallel.random",))
+    import megatron.core.tensor_parallel.random as mrandom
 
     torch.cuda.current_device = lambda: 0
     torch.cuda.synchronize = _noop
