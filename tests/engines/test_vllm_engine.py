@@ -242,8 +242,10 @@ def test_a_layer_that_keeps_its_weight_owns_it(engine, model_dirs):
     from safetensors.torch import load_file
 
     module = "model.layers.0.self_attn.o_proj"
+    state = load_file(str(model_dirs[1] / "model.safetensors"))
+    engine.load_weights(state.items())      # seed 1 everywhere, whichever test ran before
     engine.llm.collective_rpc(_compute_with_plain_weight, args=(module,))
-    buffer = load_file(str(model_dirs[1] / "model.safetensors"))[module + ".weight"].clone()
+    buffer = state[module + ".weight"].clone()
     engine.load_weights([(module + ".weight", buffer)])
     buffer.fill_(float("nan"))
     engine.check_fingerprint(checkpoint_fingerprint(model_dirs[1], engine.dtype))
