@@ -1,5 +1,7 @@
 """Rank bodies for the Megatron engine tests (run under mindrl.distributed.spawn_local)."""
 
+import multiprocessing
+
 import torch
 
 from mindrl.ckpt import mapping
@@ -104,8 +106,7 @@ def checkpoint_resume(rank, world, spec, full_by_tp, batches, tp, pp, save_dir):
     engine = _engine(spec, full_by_tp, tp, pp, True)
     first = _step_losses(engine, batches[:1])
     engine.save_checkpoint(save_dir, 1)
-    import multiprocessing   # the save left no helper process behind (no Manager)
-    helpers = [p.name for p in multiprocessing.active_children()]
+    helpers = [p.name for p in multiprocessing.active_children()]   # none: no Manager
     saved_params, saved_optim = _snapshot(engine)
     ps.destroy_model_parallel()
 
