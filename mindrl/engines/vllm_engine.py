@@ -243,7 +243,8 @@ class VLLMEngine:
         # instead of 2.1 (CPU). Nothing is freed later that would have been: vLLM's own freeze
         # keeps all of it too.
         gc.freeze()
-        self.llm = LLM(model=str(model_path), **kwargs)
+        with build.starting_workers():
+            self.llm = LLM(model=str(model_path), **kwargs)
         self.build, self._segments = build, build.engine_segments()   # removed at close
         self.dtype = self.llm.collective_rpc(vllm_weights.model_dtype)[0]
         modes = set(self.llm.collective_rpc(vllm_weights.load_mode))

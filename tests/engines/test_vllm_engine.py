@@ -172,6 +172,20 @@ def test_generate_n_samples_per_prompt_in_prompt_major_order(engine, prompts):
     assert engine.generate(prompts, n=N, seed=1).response_token_ids != out.response_token_ids
 
 
+def _graphs_compiled(worker) -> int:
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
+@pytest.mark.slow
+def test_sampling_compiles_nothing(engine, prompts):
+    """vLLM's `torch.compile`d helpers (the sampler's log-prob ranks) run as plain functions
+    on CPU: a first generate compiled them with inductor (1.6 s, vllm_start.compile_off)."""
+    engine.generate(prompts, n=2)
+    assert engine.llm.collective_rpc(_graphs_compiled) == [0]
+
+
 @pytest.mark.slow
 def test_ignore_eos_gives_exactly_max_tokens(engine, prompts):
     out = engine.generate(prompts, n=2, ignore_eos=True)

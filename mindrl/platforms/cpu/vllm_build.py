@@ -3,7 +3,7 @@ eager, a KV cache sized in bytes, and the loaders of vllm_loaders.py."""
 
 from __future__ import annotations
 
-from mindrl.platforms.cpu import vllm_loaders, vllm_shm
+from mindrl.platforms.cpu import vllm_loaders, vllm_shm, vllm_start
 from mindrl.platforms.vllm_build import VLLMBuild
 
 # PLATFORM_NOTES "vLLM on CPU": without an explicit KV-cache size start-up demands 92% of the
@@ -29,6 +29,11 @@ class CPUVLLMBuild(VLLMBuild):
         out["max_num_batched_tokens"] = max(out["max_num_batched_tokens"],
                                             out["max_num_seqs"] * out["max_model_len"])
         return out
+
+    def starting_workers(self):
+        """TP workers start with torch.compile off, as the engine's process runs
+        (vllm_start.compile_off)."""
+        return vllm_start.workers_compile_off()
 
     def engine_segments(self) -> list:
         """Shared-memory segments this engine's TP workers map (AVX-512 kernels only)."""
