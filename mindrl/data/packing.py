@@ -168,25 +168,28 @@ def packed_rows(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_id
     if (prompt_lengths == 0).any():
         raise ValueError("a sample has an empty prompt: every prompt needs at least one token")
     lengths = sample_lengths(prompt_mask, response_mask)
-    pieces, positions = [], []
-    for b in range(prompt_ids.shape[0]):
-        response = response_ids[b, :int(lengths[b] - prompt_lengths[b])]
-        pieces.append(torch.cat([prompt_ids[b][prompt_mask[b].bool()], response]))
-        positions.append(torch.arange(int(lengths[b]), device=prompt_ids.device))
+    device = prompt_ids.device
+    # Row-major selection keeps each sample's valid prompt then its response, sample by sample.
+    response_keep = (torch.arange(response_ids.shape[1], device=device)
+                     < (lengths - prompt_lengths)[:, None])
+    keep = torch.cat([prompt_mask.bool(), response_keep], dim=1)
+    tokens = torch.cat([prompt_ids, response_ids.to(prompt_ids.dtype)], dim=1)[keep]
     total = int(lengths.sum())
     padded = max(pad_to or 0, -(-total // multiple_of) * multiple_of)
     if padded % multiple_of:
         raise ValueError(f"pack length {padded} is not a multiple of {multiple_of}")
     tail = padded - total
-    if tail:
-        pieces.append(torch.full((tail,), pad_id, dtype=prompt_ids.dtype,
-                                 device=prompt_ids.device))
-        positions.append(torch.arange(tail, device=prompt_ids.device))
     bounds = torch.cat([lengths, lengths.new_tensor([tail] if tail else [])])
-    cu_seqlens = torch.zeros(len(bounds) + 1, dtype=torch.int32, device=prompt_ids.device)
+    cu_seqlens = torch.zeros(len(bounds) + 1, dtype=torch.int32, device=device)
     cu_seqlens[1:] = torch.cumsum(bounds, 0)
+    # Each token's place in its own sequence (the tail counts as one more sequence).
+    positions = (torch.arange(padded, device=device)
+                 - torch.repeat_interleave(cu_seqlens[:-1].long(), bounds))
+    if tail:
+        tokens = torch.cat([tokens, torch.full((tail,), pad_id, dtype=tokens.dtype,
+                                               device=device)])
     starts = cu_seqlens[:len(lengths)].long()
-    return PackedRows(torch.cat(pieces).unsqueeze(0), torch.cat(positions).unsqueeze(0),
+    return PackedRows(tokens.unsqueeze(0), positions.unsqueeze(0),
                       cu_seqlens, max(int(lengths.max()), tail), starts, prompt_lengths, lengths,
                       response_ids.shape[1])
 

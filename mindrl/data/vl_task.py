@@ -24,8 +24,10 @@ COLOURS: Tuple[Tuple[str, Tuple[int, int, int]], ...] = (
 SHAPES = ("circle", "square", "triangle", "cross")
 BACKGROUND = (245, 245, 245)
 
+# The tiny default's question is short: every prompt token is work in the rollout, the
+# reference pass and the update, and the random-init model reads only the picture.
 QUESTIONS = {
-    "colour": "<image>Big shape colour: 1 red, 2 green, 3 blue?",
+    "colour": "<image>1 red 2 green 3 blue?",
     "shape": "<image>Which shape is drawn? Answer 1 circle, 2 square, 3 triangle, 4 cross.",
     "count": "<image>How many shapes are in the picture?",
     "digit": "<image>Which digit is written in the picture?",
