@@ -9,6 +9,7 @@ from mindrl.platforms.vllm_build import VLLMBuild
 # PLATFORM_NOTES "vLLM on CPU": without an explicit KV-cache size start-up demands 92% of the
 # NUMA node's memory free.
 BLOCK_SIZE = 32
+WORKER_EXTENSION = "mindrl.platforms.cpu.vllm_worker.FrozenImports"
 KV_CACHE_BYTES = 256 * 2**20
 
 
@@ -28,6 +29,8 @@ class CPUVLLMBuild(VLLMBuild):
         # budget did it). A budget that holds every schedulable prompt whole never splits one.
         out["max_num_batched_tokens"] = max(out["max_num_batched_tokens"],
                                             out["max_num_seqs"] * out["max_model_len"])
+        # Imported by each worker before its model loads: its heap frozen (vllm_worker.py).
+        out.setdefault("worker_extension_cls", WORKER_EXTENSION)
         return out
 
     def starting_workers(self):
