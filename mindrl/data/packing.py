@@ -183,12 +183,13 @@ def packed_rows(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_id
     cu_seqlens = torch.zeros(len(bounds) + 1, dtype=torch.int32, device=device)
     cu_seqlens[1:] = torch.cumsum(bounds, 0)
     # Each token's place in its own sequence (the tail counts as one more sequence).
+    sequence_starts = cu_seqlens[:-1].long()
     positions = (torch.arange(padded, device=device)
-                 - torch.repeat_interleave(cu_seqlens[:-1].long(), bounds))
+                 - torch.repeat_interleave(sequence_starts, bounds))
     if tail:
         tokens = torch.cat([tokens, torch.full((tail,), pad_id, dtype=tokens.dtype,
                                                device=device)])
-    starts = cu_seqlens[:len(lengths)].long()
+    starts = sequence_starts[:len(lengths)]
     return PackedRows(tokens.unsqueeze(0), positions.unsqueeze(0),
                       cu_seqlens, max(int(lengths.max()), tail), starts, prompt_lengths, lengths,
                       response_ids.shape[1])

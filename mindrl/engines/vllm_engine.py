@@ -28,7 +28,6 @@ tests and benches beside a Megatron rank through `vllm_process.VLLMEngineProcess
 from __future__ import annotations
 
 import dataclasses
-import gc
 import os
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -237,14 +236,7 @@ class VLLMEngine:
         kwargs.update(llm_overrides)
         if plain_cpu_linears:
             build.use_plain_linears()
-        # vLLM collects the whole heap five times while it starts (load_model twice,
-        # freeze_gc_heap three times) and then freezes it; freezing what the imports made first
-        # leaves those collections little to scan: a tiny model's engine starts in 0.8 s
-        # instead of 2.1 (CPU). Nothing is freed later that would have been: vLLM's own freeze
-        # keeps all of it too.
-        gc.freeze()
-        with build.starting_workers():
-            self.llm = LLM(model=str(model_path), **kwargs)
+        self.llm = LLM(model=str(model_path), **kwargs)
         self.build, self._segments = build, build.engine_segments()   # removed at close
         self.dtype = self.llm.collective_rpc(vllm_weights.model_dtype)[0]
         modes = set(self.llm.collective_rpc(vllm_weights.load_mode))

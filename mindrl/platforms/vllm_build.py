@@ -9,8 +9,6 @@ every load. The CPU build is platforms/cpu/vllm_build.py.
 
 from __future__ import annotations
 
-import contextlib
-
 
 class VLLMBuild:
     # Whether this build runs with config/cpu_notice.CPU_VLLM whatever the recipe says (the
@@ -23,10 +21,6 @@ class VLLMBuild:
         config says (config/cpu_notice.CPU_VLLM; platforms import no config); unused here."""
         return {**kw, "gpu_memory_utilization": cfg.gpu_memory_utilization,
                 "enable_sleep_mode": cfg.sleep_level > 0}
-
-    def starting_workers(self):
-        """Held while ``vllm.LLM`` starts the engine's worker processes: nothing here."""
-        return contextlib.nullcontext()
 
     def engine_segments(self) -> list:
         """Host shared-memory segments the engine's workers made and leave behind: none."""

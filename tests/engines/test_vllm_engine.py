@@ -181,7 +181,7 @@ def _graphs_compiled(worker) -> int:
 @pytest.mark.slow
 def test_sampling_compiles_nothing(engine, prompts):
     """vLLM's `torch.compile`d helpers (the sampler's log-prob ranks) run as plain functions
-    on CPU: a first generate compiled them with inductor (1.6 s, vllm_start.compile_off)."""
+    on CPU: a first generate compiled them with inductor (1.6 s, platforms/cpu/vllm_worker.py)."""
     engine.generate(prompts, n=2)
     assert engine.llm.collective_rpc(_graphs_compiled) == [0]
 

@@ -3,13 +3,13 @@ eager, a KV cache sized in bytes, and the loaders of vllm_loaders.py."""
 
 from __future__ import annotations
 
-from mindrl.platforms.cpu import vllm_loaders, vllm_shm, vllm_start
+from mindrl.platforms.cpu import vllm_loaders, vllm_shm
 from mindrl.platforms.vllm_build import VLLMBuild
 
 # PLATFORM_NOTES "vLLM on CPU": without an explicit KV-cache size start-up demands 92% of the
 # NUMA node's memory free.
 BLOCK_SIZE = 32
-WORKER_EXTENSION = "mindrl.platforms.cpu.vllm_worker.FrozenImports"
+WORKER_EXTENSION = "mindrl.platforms.cpu.vllm_worker.WorkerStart"
 KV_CACHE_BYTES = 256 * 2**20
 
 
@@ -29,14 +29,10 @@ class CPUVLLMBuild(VLLMBuild):
         # budget did it). A budget that holds every schedulable prompt whole never splits one.
         out["max_num_batched_tokens"] = max(out["max_num_batched_tokens"],
                                             out["max_num_seqs"] * out["max_model_len"])
-        # Imported by each worker before its model loads: its heap frozen (vllm_worker.py).
-        out.setdefault("worker_extension_cls", WORKER_EXTENSION)
+        # Imported by each worker before its model loads: heap frozen, torch.compile off
+        # (vllm_worker.py).
+        out["worker_extension_cls"] = WORKER_EXTENSION
         return out
-
-    def starting_workers(self):
-        """TP workers start with torch.compile off, as the engine's process runs
-        (vllm_start.compile_off)."""
-        return vllm_start.workers_compile_off()
 
     def engine_segments(self) -> list:
         """Shared-memory segments this engine's TP workers map (AVX-512 kernels only)."""
