@@ -44,12 +44,22 @@ endif
 	$(PY) -c "import torch, torchvision, megatron.core, vllm, ray, hydra, transformers; print('mindrl setup ok: torch', torch.__version__)"
 	touch $@
 
+# Two test files at a time (pytest-xdist, whole files so module fixtures are made once, the
+# longest first: tests/conftest.py), then the few marked `alone` by themselves. A training run
+# keeps about one core busy on its own; two files at once fill both. More workers need more
+# memory (a run of the 8-rank miniatures holds several GB): TEST_WORKERS=1 runs them in a row.
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest tests -q -p no:cacheprovider
+XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
 test: setup
-	$(PY) -m pytest tests -q -p no:cacheprovider --durations=40
+	$(PYTEST) $(XDIST) -m "not alone" --durations=40
+	$(PYTEST) -m alone --durations=10
 
 # For iteration: the suite minus the runs marked slow (training runs, miniatures, learning).
 test-fast: setup
-	$(PY) -m pytest tests -q -p no:cacheprovider -m "not slow"
+	$(PYTEST) $(XDIST) -m "not slow and not alone"
+	$(PYTEST) -m "not slow and alone"
 
 # The embedded default: GRPO on the tiny model (recipe grpo_tiny_cpu), real stack end to end.
 demo: setup

@@ -4,6 +4,7 @@
     python bench/bench_e2e.py                     # every shape (about 1 h on 2 quiet cores)
     python bench/bench_e2e.py --shapes tiny       # the tiny CPU recipe only
     python bench/bench_e2e.py --shapes natural    # free completion lengths at 75M (~30 min)
+    python bench/bench_e2e.py --shapes 75m,75m_bf16   # fp32 and bf16 side by side (bf16 CPU)
     python bench/bench_e2e.py --shapes natural --steps 2 --prompts 2 --n 4 \
         --frameworks mindrl,trl                   # smoke run: both frameworks end to end
 
@@ -14,6 +15,12 @@ Shapes:
            12 heads, 4 KV heads, ffn 2048): 8 prompts x 8 samples = 64 completions of exactly
            256 tokens (EOS ignored, min_new_tokens in TRL) per step, 6 steps (1 warm-up + 5
            timed), 2 threads.
+  75m_bf16 the 75m shape in bf16 mixed precision, MindRL against TRL only: Megatron bf16
+           (bf16 weights and matmuls, fp32 main weights and gradients) against TRL's
+           bf16=True (fp32 weights, bf16 autocast); vLLM on CPU samples in fp32 whatever the
+           recipe (config/cpu_notice.py), TRL generates under its own settings. The floor
+           counts every FLOP at the bf16 matmul rate measured in the run: the fastest this
+           machine multiplies. Refused on a CPU without bf16 instructions.
   natural  the same 75M model, prompts and sampling with the lengths the policy chooses: no
            ignore_eos, no min_tokens, at most 1024 tokens (a random-init model stops after
            about 70 tokens on average, with a long tail), 6 steps, 2 threads. It reports the
@@ -72,7 +79,8 @@ step's completion tokens / its seconds).
 The floor, per step: for each sample of L = prompt + completion tokens, 2 x params x L to
 generate it, 6 x params x L to train on it, plus causal attention (4 x query width x layers
 FLOPs per position attended, L(L+1)/2 positions) once to generate and three times to train,
-at the fp32 matmul rate measured in the same run with the same thread count. Padding is not
+at the matmul rate (fp32; bf16 for the bf16 shape) measured in the same run with the same
+thread count. Padding is not
 counted: it is not work the task needs. TRL's per-sample lengths are exact; MindRL's
 metrics.jsonl holds per-step means (response_length/mean, prompt_length/mean), so every
 MindRL sample counts at the mean length: the attention term is then an under-estimate (the
@@ -82,16 +90,16 @@ else reported as null.
 
 The machine goes into the JSON: CPU model, avx512f / avx512_bf16 / amx flags, torch's own
 view (torch.cpu._is_avx512_bf16_supported, torch.backends.cpu.get_cpu_capability), CPU and
-thread counts, and whether bf16 ran (false: every run here is fp32; BF16 below is the place
-for a `--bf16` mode).
+thread counts, and whether a bf16 shape ran.
 
 Prints a table, then one JSON line with `speedup_vs_trl` (MindRL completion tokens/s / TRL
 completion tokens/s at the 75M shape), `step_s_over_flop_floor` (MindRL's step over its
 floor, median over timed steps), `speedup_vs_trl_natural` and
 `step_s_over_flop_floor_natural` (the same at natural lengths; `speedup_vs_trl_cb_natural`
-against TRL with continuous batching), each framework's step min and median, both final
-rewards, the completion lengths each framework saw at natural lengths, the machine, and every
-shape's figures under "shapes".
+against TRL with continuous batching), `speedup_vs_trl_bf16` and
+`step_s_over_flop_floor_bf16` (the 75m_bf16 shape), each framework's step min and median,
+both final rewards, the completion lengths each framework saw at natural lengths, the
+machine, and every shape's figures under "shapes".
 """
 
 from __future__ import annotations
@@ -128,6 +136,9 @@ class Shape:
     micro_batch: int         # samples per forward/backward micro batch (TRL), the budget's unit
     # the columns run when --frameworks is not given
     frameworks: Tuple[str, ...] = ("mindrl", "trl", "trl_default")
+    # bf16 mixed precision in both trainers (fp32 main weights): MindRL's Megatron bf16, TRL's
+    # bf16=True; only where the CPU computes in bf16
+    bf16: bool = False
 
     @property
     def completions(self) -> int:
@@ -152,6 +163,8 @@ SHAPES = {
                      exact_length=False, lr=1e-4, steps=6, threads=2, micro_batch=16,
                      frameworks=("mindrl", "trl", "trl_default", "trl_cb")),
 }
+SHAPES["75m_bf16"] = dataclasses.replace(SHAPES["75m"], name="75m_bf16", bf16=True,
+                                         frameworks=("mindrl", "trl"))
 
 # TRL's columns: the GRPOConfig settings each changes from `trl` (gradient checkpointing off,
 # HF generate). trl_default: TRL's default checkpointing; trl_cb: TRL's generation through
@@ -163,11 +176,6 @@ TRL_VARIANTS = {"trl": {}, "trl_default": {"gradient_checkpointing": True},
 SHARED = dict(temperature=1.0, top_p=1.0, clip_ratio=0.2, kl_coef=0.0, entropy_coeff=0.0,
               adam_beta1=0.9, adam_beta2=0.99, adam_eps=1e-8, weight_decay=0.0, clip_grad=1.0,
               seed=1234, max_prompt_length=24, num_prompts=4096, max_operand=2)
-
-# Every run is fp32 for now; a --bf16 mode (both frameworks in bf16, where the CPU has
-# avx512_bf16 or amx) would set this and record it in the JSON's machine section.
-BF16 = False
-
 
 def shrink(shape: Shape, steps: Optional[int] = None, prompts: Optional[int] = None,
            n: Optional[int] = None, max_tokens: Optional[int] = None) -> Shape:
@@ -252,6 +260,7 @@ def cpu_facts(cpuinfo: str) -> dict:
 
 
 def machine_info(shapes: Sequence[Shape]) -> dict:
+    """The CPU, torch's view of it, threads, and whether a bf16 shape ran."""
     import torch
 
     try:
@@ -265,7 +274,7 @@ def machine_info(shapes: Sequence[Shape]) -> dict:
             "cpu_count": os.cpu_count(), "cpus_allowed": len(os.sched_getaffinity(0)),
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
             "threads_per_process": {s.name: s.threads for s in shapes},
-            "torch": torch.__version__, "bf16": BF16}
+            "torch": torch.__version__, "bf16": any(s.bf16 for s in shapes)}
 
 
 # ---------------------------------------------------------------------------- MindRL
@@ -301,6 +310,7 @@ def mindrl_overrides(shape: Shape, work: Path) -> List[str]:
         f"megatron_training.weight_decay={s['weight_decay']}",
         f"megatron_training.clip_grad={s['clip_grad']}",
         f"+megatron_training.cpu_threads={shape.threads}",
+        f"megatron_training.bf16={str(shape.bf16).lower()}",
         f"rl_config.mini_batch_size={shape.prompts}",
         f"rl_config.n_samples_per_prompt={shape.n}",
         f"rl_config.kl_coef={s['kl_coef']}", f"rl_config.entropy_coeff={s['entropy_coeff']}",
@@ -392,7 +402,7 @@ def trl_worker(shape: Shape, work: Path, out: Path, variant: str) -> None:
 
     accumulation = shape.completions // shape.micro_batch
     settings = dict(
-        output_dir=str(p["trl_run"]), use_cpu=True, bf16=BF16, fp16=False, seed=s["seed"],
+        output_dir=str(p["trl_run"]), use_cpu=True, bf16=shape.bf16, fp16=False, seed=s["seed"],
         per_device_train_batch_size=shape.micro_batch, gradient_accumulation_steps=accumulation,
         num_generations=shape.n, max_completion_length=shape.max_tokens,
         generation_kwargs={"min_new_tokens": shape.max_tokens} if shape.exact_length else None,
@@ -487,13 +497,15 @@ def run_trl(shape: Shape, work: Path, variant: str = "trl") -> List[dict]:
 
 # ---------------------------------------------------------------------------- the floor's rate
 
-def matmul_gflops(threads: int, seconds: float = 3.0) -> float:
-    """fp32 GEMM rate at the model's layer sizes, with the benchmark's thread count."""
+def matmul_gflops(threads: int, bf16: bool = False, seconds: float = 3.0) -> float:
+    """GEMM rate at the model's layer sizes, with the benchmark's thread count, in fp32 or
+    (a bf16 shape) in bf16: the fastest the machine multiplies in the shape's precision."""
     import torch
 
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
-    a, b = torch.randn(4096, 768), torch.randn(768, 2048)
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    a, b = torch.randn(4096, 768, dtype=dtype), torch.randn(768, 2048, dtype=dtype)
     torch.mm(a, b)
     reps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
@@ -616,7 +628,8 @@ def print_table(results: Dict[str, Dict[str, dict]]) -> None:
 
 def headline(figures: Dict[str, dict], machine: dict) -> dict:
     """The one JSON line: the 75M shape's figures (else the first shape's), the natural
-    shape's speed-up, floor ratio and lengths, the machine, and every shape under "shapes"."""
+    shape's speed-up, floor ratio and lengths, the bf16 shape's speed-up and floor ratio, the
+    machine, and every shape under "shapes"."""
     name = "75m" if "75m" in figures else next(iter(figures))
     h = figures[name]
     out = {
@@ -646,12 +659,35 @@ def headline(figures: Dict[str, dict], machine: dict) -> dict:
             "completion_length_natural": {
                 fw: natural[f"completion_length_{fw}"] for fw in ("mindrl", *TRL_VARIANTS)
                 if f"completion_length_{fw}" in natural}})
+    bf16 = figures.get("75m_bf16")
+    if bf16 is not None:
+        out.update({
+            "speedup_vs_trl_bf16": round(bf16["speedup_vs_trl"], 3),
+            "step_s_over_flop_floor_bf16": round(bf16["step_s_over_flop_floor"], 3),
+            "trl_step_s_over_flop_floor_bf16": round(bf16["trl_step_s_over_flop_floor"], 3),
+            **{f"{fw}_step_s_{stat}_bf16": round(bf16[f"{fw}_step_s_{stat}"], 3)
+               for fw in ("mindrl", "trl") for stat in ("min", "median")},
+            "timed_steps_bf16": bf16["timed_steps"],
+            "matmul_gflops_bf16": round(bf16["matmul_gflops"], 1)})
     return {**out, "machine": machine, "shapes": figures}
+
+
+def refuse_bf16_without_the_instructions(shapes: Sequence[Shape]) -> None:
+    """A bf16 shape only where the CPU computes in bf16 (device.bf16_supported: avx512_bf16,
+    amx_bf16, ...): elsewhere torch emulates it 8-40x slower than fp32, which would time the
+    emulation, and MindRL refuses the recipe anyway."""
+    from mindrl import device
+
+    asked = [s.name for s in shapes if s.bf16]
+    if asked and not device.bf16_supported():
+        raise SystemExit(f"shape(s) {asked} run in bf16, but this CPU has no bf16 instructions "
+                         f"(torch.cpu.get_capabilities()); run the fp32 shape 75m instead")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--shapes", default="tiny,75m,natural", help=f"of {', '.join(SHAPES)}")
+    ap.add_argument("--shapes", default="tiny,75m,natural",
+                    help=f"of {', '.join(SHAPES)} (75m_bf16: where the CPU has bf16)")
     ap.add_argument("--steps", type=int, default=None, help="override every shape's steps")
     ap.add_argument("--prompts", type=int, default=None, help="override prompts per step")
     ap.add_argument("--n", type=int, default=None, help="override samples per prompt")
@@ -690,6 +726,7 @@ def main() -> None:
         raise SystemExit(f"unknown framework(s) {unknown}: use {', '.join(frameworks)}")
     shapes = [shrink(SHAPES[name], args.steps, args.prompts, args.n, args.max_tokens)
               for name in args.shapes.split(",")]
+    refuse_bf16_without_the_instructions(shapes)
     args.work.mkdir(parents=True, exist_ok=True)
     results: Dict[str, Dict[str, dict]] = {}
     figures: dict = {}
@@ -706,7 +743,7 @@ def main() -> None:
         if not {"mindrl", "trl"} <= set(results[shape.name]):
             continue
         figures[shape.name] = shape_figures(shape, results[shape.name], steps,
-                                            matmul_gflops(shape.threads))
+                                            matmul_gflops(shape.threads, shape.bf16))
         print(json.dumps({shape.name: figures[shape.name]}), flush=True)
     print_table(results)
     if figures:

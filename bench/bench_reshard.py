@@ -218,8 +218,8 @@ def engines_body(rank, world, spec, hf_dir, tp, pp, bucket_mb, warm_repeats, cou
 
         from mindrl.engines.vllm_engine import VLLMEngine
 
-        ray.init(num_cpus=max(counts), include_dashboard=False, log_to_driver=False,
-                 object_store_memory=256 * MIB)
+        ray.init(address="local", num_cpus=max(counts), include_dashboard=False,
+                 log_to_driver=False, object_store_memory=256 * MIB)
         cfg = GenerateConfig(max_num_seqs=4, max_model_len=256, kv_cache_memory_bytes=64 * MIB,
                              sampling_config=SamplingConfig(max_tokens=4))
         env = {"OMP_NUM_THREADS": "1", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}

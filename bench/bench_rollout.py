@@ -87,7 +87,7 @@ def main():
         model_dir = make_tiny_model(args.model, "char", Path(tmp) / "model")
         prompt_ids = [[3 + (i * 7 + j) % 90 for j in range(8 + i % 8)]
                       for i in range(args.prompts)]
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
                  object_store_memory=256 * 2**20)
         try:
             pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="PACK")

@@ -19,6 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a checkout works uninstalled
 
+from mindrl import startup  # noqa: E402
+
+startup.defer_full_collections()     # until the workers are up (GRPOTrainer.fit)
+
 import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402

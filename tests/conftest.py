@@ -32,3 +32,17 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "slow: a run of minutes (training through the CLI, a recipe in miniature, "
                    "a learning curve, a multi-process world); `make test-fast` leaves it out")
+    config.addinivalue_line(
+        "markers", "alone: runs by itself after the parallel part of `make test` (it asserts "
+                   "on what no other run may touch meanwhile: a /dev/shm file a concurrent "
+                   "run's start-up sweep would take, a phase deadline timed on a quiet machine)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The longest test files first (support/file_seconds.json: seconds per file, measured),
+    so that `-n 2 --dist loadfile` hands them out early and both workers finish together;
+    within a file the order stays as written."""
+    import json
+
+    seconds = json.loads((Path(__file__).parent / "support" / "file_seconds.json").read_text())
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], 0))

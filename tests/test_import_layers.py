@@ -17,7 +17,7 @@ MINDRL = Path(__file__).resolve().parent.parent / "mindrl"
 # Lowest first. Each entry is one layer: mindrl's top-level modules / packages in it.
 LAYERS: Tuple[Tuple[str, ...], ...] = (
     ("mindrl", "errors", "processes", "paths", "staging", "shared_memory",
-     "device_kinds"),                        # ground floor: everything may import these
+     "device_kinds", "startup"),             # ground floor: everything may import these
     ("platforms",),                          # CPU / device machinery, given what it needs
     ("device",),                             # the one place that knows the accelerator
     ("distributed", "rank_imports"),         # process groups; what spawned ranks import

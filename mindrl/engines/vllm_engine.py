@@ -34,7 +34,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
-from mindrl import device, shared_memory
+from mindrl import device, shared_memory, startup
 from mindrl.ckpt.fingerprint import NamedTensors, compare_fingerprints
 from mindrl.config.cpu_notice import CPU_VLLM
 from mindrl.config.schema import GenerateConfig, SamplingConfig
@@ -268,6 +268,7 @@ class VLLMEngine:
                                    f"vLLM's tensors {sorted(self.hf_shapes)}")
             self.shared_weights = SharedWeights(path, numel, dtype, places,
                                                 _prefix_renames(self._mapper))
+        startup.started()                 # a Ray engine's start ends (workers/worker_setup.py)
 
     def describe(self) -> dict:
         """What a weight sender needs to know about this engine (picklable)."""

@@ -23,7 +23,7 @@ from typing import Dict, List, Tuple
 import ray
 import torch
 
-from mindrl import device
+from mindrl import device, startup
 from mindrl.algorithms import entropy_coeff_at
 from mindrl.ckpt.training.checkpoint_recipe import trainer_recipe
 from mindrl.ckpt.training.megatron_checkpoint import iteration_dir
@@ -280,6 +280,7 @@ class GRPOTrainer:
 
     def fit(self) -> List[Dict[str, float]]:
         self._start()
+        startup.started()                     # the driver's start ends (cli/train_grpo.py)
         self.at_step, failed = 0, False
         try:
             start = self.at_step = self._resume()

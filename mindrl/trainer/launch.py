@@ -12,8 +12,9 @@ from typing import Callable
 from mindrl.config.schema import RunConfig
 
 # Every Ray worker of the run can dump its Python stacks on request (workers/stack_dump.py),
-# so a failed run's report holds them.
-STACK_DUMPS = {"worker_process_setup_hook": "mindrl.workers.stack_dump.install"}
+# so a failed run's report holds them, and starts without full garbage collections
+# (workers/worker_setup.py).
+WORKER_SETUP = {"worker_process_setup_hook": "mindrl.workers.worker_setup.setup"}
 
 
 def init_ray(num_local_devices: int) -> str:
@@ -24,7 +25,7 @@ def init_ray(num_local_devices: int) -> str:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True,
-                 runtime_env=STACK_DUMPS)
+                 runtime_env=WORKER_SETUP)
         return "joined the running Ray cluster"
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")   # local, single-user cluster
     # No idle workers prestarted for the driver: every actor of the run has its own
@@ -37,7 +38,7 @@ def init_ray(num_local_devices: int) -> str:
     # address="local": a new cluster even when `ray start` left one on this machine (Ray
     # would otherwise join that one).
     ray.init(address="local", include_dashboard=False, object_store_memory=256 * 2**20,
-             log_to_driver=True, runtime_env=STACK_DUMPS, **kwargs)
+             log_to_driver=True, runtime_env=WORKER_SETUP, **kwargs)
     return "started a local Ray cluster"
 
 

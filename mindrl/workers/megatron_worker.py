@@ -14,6 +14,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from mindrl import startup
 from mindrl.config.roles import RoleSetup
 from mindrl.data.batch import Batch
 
@@ -60,6 +61,7 @@ class MegatronWorker:
             load_mcore_checkpoint(self.engine.module, setup.load)
             if self.engine.optimizer is not None:
                 self.engine.optimizer.reload_model_params()
+        startup.started()
         return os.getpid()
 
     # ---------------------------------------------------------------- training role

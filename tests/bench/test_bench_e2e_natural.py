@@ -77,8 +77,10 @@ def test_cpu_facts_read_the_model_and_the_bf16_flags(bench):
                      "amx": True, "amx_flags": ["amx_bf16", "amx_tile"]}
     plain = bench.cpu_facts("model name : X\nflags : fpu avx2\n")
     assert (plain["avx512f"], plain["avx512_bf16"], plain["amx"]) == (False, False, False)
-    machine = bench.machine_info(list(bench.SHAPES.values()))
+    fp32 = [s for s in bench.SHAPES.values() if not s.bf16]
+    machine = bench.machine_info(fp32)
     assert machine["bf16"] is False and machine["threads_per_process"]["natural"] == 2
+    assert bench.machine_info([*fp32, bench.SHAPES["75m_bf16"]])["bf16"] is True
 
 
 def _shapes(bench):
@@ -101,7 +103,38 @@ def test_every_shape_passes_mindrl_validation_packed_with_a_token_budget(bench, 
         assert gen.sampling_config.max_tokens == shape.max_tokens
         assert shape.completions % shape.micro_batch == 0
         assert set(shape.frameworks) <= {"mindrl", *bench.TRL_VARIANTS}
+        assert mt.bf16 is shape.bf16, shape.name
     natural = bench.SHAPES["natural"]
     assert (natural.max_tokens, natural.exact_length, natural.steps) == (1024, False, 6)
     assert "+generate_config.sampling_config.ignore_eos=false" in bench.mindrl_overrides(
         natural, tmp_path)
+
+
+def test_the_bf16_shape_is_the_75m_shape_in_bf16_with_its_own_keys(bench):
+    fp32, bf16 = bench.SHAPES["75m"], bench.SHAPES["75m_bf16"]
+    assert (bf16.bf16, fp32.bf16) == (True, False)
+    assert (bf16.prompts, bf16.n, bf16.max_tokens, bf16.exact_length, bf16.micro_batch) == \
+        (fp32.prompts, fp32.n, fp32.max_tokens, fp32.exact_length, fp32.micro_batch)
+
+    def figures(speedup, ratio):
+        return {"speedup_vs_trl": speedup, "step_s_over_flop_floor": ratio,
+                "trl_step_s_over_flop_floor": 2 * ratio, "timed_steps": 5,
+                "final_reward_mindrl": 0.1, "final_reward_trl": 0.2, "matmul_gflops": 300.0,
+                **{f"{fw}_step_s_{stat}": 1.0 for fw in ("mindrl", "trl")
+                   for stat in ("min", "median")}}
+
+    line = bench.headline({"75m": figures(1.1, 1.4), "75m_bf16": figures(1.7, 1.25)}, {})
+    assert (line["speedup_vs_trl"], line["step_s_over_flop_floor"]) == (1.1, 1.4)
+    assert (line["speedup_vs_trl_bf16"], line["step_s_over_flop_floor_bf16"],
+            line["trl_step_s_over_flop_floor_bf16"], line["matmul_gflops_bf16"]) == \
+        (1.7, 1.25, 2.5, 300.0)
+    assert "speedup_vs_trl_bf16" not in bench.headline({"75m": figures(1.1, 1.4)}, {})
+
+
+def test_a_bf16_shape_is_refused_where_the_cpu_has_no_bf16(bench, monkeypatch):
+    from mindrl import device
+
+    monkeypatch.setattr(device, "bf16_supported", lambda: False)
+    bench.refuse_bf16_without_the_instructions([bench.SHAPES["75m"]])      # fp32: fine
+    with pytest.raises(SystemExit, match=r"\['75m_bf16'\] run in bf16.*run the fp32 shape 75m"):
+        bench.refuse_bf16_without_the_instructions([bench.SHAPES["75m_bf16"]])

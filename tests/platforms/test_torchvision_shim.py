@@ -80,7 +80,7 @@ def test_import_vllm_with_torchvision():
 def local_ray():
     import ray
 
-    ray.init(num_cpus=1, include_dashboard=False, object_store_memory=80 * 2**20,
+    ray.init(address="local", num_cpus=1, include_dashboard=False, object_store_memory=80 * 2**20,
              log_to_driver=False)
     yield ray
     ray.shutdown()

@@ -32,7 +32,7 @@ def cluster(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("engine_group")
     dirs = [make_tiny_model("tiny-qwen2", "char", root / f"seed{s}", seed=s) for s in (0, 1)]
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=128 * 2**20,
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=128 * 2**20,
              log_to_driver=False)
     pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="PACK")
     assert pg.wait(60)

@@ -18,6 +18,10 @@ from support.grpo_runs import shm_files_of, start
 
 from mindrl.processes import pid_alive
 
+# By themselves (tests/conftest.py): a 20 s deadline is timed on a quiet machine, and a killed
+# receiver's /dev/shm file must outlive it until this file's own sweep.
+pytestmark = pytest.mark.alone
+
 HOOK = Path(__file__).resolve().parents[1] / "support" / "hang_in_update"
 DEADLINE_S = 20
 # Two actor ranks (TP2, so rank 0 waits in a collective for the hung rank 1), no reference.
@@ -137,11 +141,11 @@ def test_the_stack_of_a_process_on_another_node_is_read_there(two_nodes):
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from mindrl.trainer.launch import STACK_DUMPS
+    from mindrl.trainer.launch import WORKER_SETUP
     from mindrl.workers.stack_dump import collect
 
     cluster, far = two_nodes
-    ray.init(address=cluster.address, runtime_env=STACK_DUMPS, log_to_driver=False)
+    ray.init(address=cluster.address, runtime_env=WORKER_SETUP, log_to_driver=False)
     try:
         @ray.remote(num_cpus=0)
         class Sleeper:
