@@ -630,7 +630,10 @@ def headline(figures: Dict[str, dict], machine: dict) -> dict:
     """The one JSON line: the 75M shape's figures (else the first shape's), the natural
     shape's speed-up, floor ratio and lengths, the bf16 shape's speed-up and floor ratio, the
     machine, and every shape under "shapes"."""
-    name = "75m" if "75m" in figures else next(iter(figures))
+    fp32 = [n for n in figures if not n.endswith("_bf16")]
+    if not fp32:                       # only bf16 shapes ran: no fp32 keys to fill
+        return {**bf16_keys(figures), "machine": machine, "shapes": figures}
+    name = "75m" if "75m" in figures else fp32[0]
     h = figures[name]
     out = {
         "speedup_vs_trl": round(h["speedup_vs_trl"], 3),
@@ -659,17 +662,21 @@ def headline(figures: Dict[str, dict], machine: dict) -> dict:
             "completion_length_natural": {
                 fw: natural[f"completion_length_{fw}"] for fw in ("mindrl", *TRL_VARIANTS)
                 if f"completion_length_{fw}" in natural}})
+    return {**out, **bf16_keys(figures), "machine": machine, "shapes": figures}
+
+
+def bf16_keys(figures: Dict[str, dict]) -> dict:
+    """The 75m_bf16 shape's speed-up, floor ratios and step times (none if it did not run)."""
     bf16 = figures.get("75m_bf16")
-    if bf16 is not None:
-        out.update({
-            "speedup_vs_trl_bf16": round(bf16["speedup_vs_trl"], 3),
+    if bf16 is None:
+        return {}
+    return {"speedup_vs_trl_bf16": round(bf16["speedup_vs_trl"], 3),
             "step_s_over_flop_floor_bf16": round(bf16["step_s_over_flop_floor"], 3),
             "trl_step_s_over_flop_floor_bf16": round(bf16["trl_step_s_over_flop_floor"], 3),
             **{f"{fw}_step_s_{stat}_bf16": round(bf16[f"{fw}_step_s_{stat}"], 3)
                for fw in ("mindrl", "trl") for stat in ("min", "median")},
             "timed_steps_bf16": bf16["timed_steps"],
-            "matmul_gflops_bf16": round(bf16["matmul_gflops"], 1)})
-    return {**out, "machine": machine, "shapes": figures}
+            "matmul_gflops_bf16": round(bf16["matmul_gflops"], 1)}
 
 
 def refuse_bf16_without_the_instructions(shapes: Sequence[Shape]) -> None:

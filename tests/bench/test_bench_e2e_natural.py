@@ -129,6 +129,8 @@ def test_the_bf16_shape_is_the_75m_shape_in_bf16_with_its_own_keys(bench):
             line["trl_step_s_over_flop_floor_bf16"], line["matmul_gflops_bf16"]) == \
         (1.7, 1.25, 2.5, 300.0)
     assert "speedup_vs_trl_bf16" not in bench.headline({"75m": figures(1.1, 1.4)}, {})
+    alone = bench.headline({"75m_bf16": figures(1.7, 1.25)}, {})   # no fp32 key from bf16
+    assert alone["speedup_vs_trl_bf16"] == 1.7 and "speedup_vs_trl" not in alone
 
 
 def test_a_bf16_shape_is_refused_where_the_cpu_has_no_bf16(bench, monkeypatch):
