@@ -56,6 +56,16 @@ def _where(m: dict, addresses: Dict[str, str]) -> str:
     return f"{m['who']}: pid {m['pid'] if m['pid'] is not None else '?'}, {place}"
 
 
+def member_named(who: str, members: List[dict]) -> dict:
+    """The member an error names: by its label, or by the label's short form without the
+    placement in brackets ("rollout engine 0" for "rollout engine 0 (actor device 0)": the
+    weight fan-out knows engines by index only); unlocated if none."""
+    for m in members:
+        if m["who"] == who or m["who"].startswith(who + " ("):
+            return m
+    return {"who": who, "pid": None, "node": None}
+
+
 def write_failure_report(error: Exception, members: List[dict], step: int,
                          phase_timeout_s: float, run_dir: Path,
                          log: Callable[[str], None] = print) -> Path:
@@ -66,8 +76,7 @@ def write_failure_report(error: Exception, members: List[dict], step: int,
     who = list(getattr(error, "who", []) or [])
     phase = phase_name(getattr(error, "what", None), who)
     addresses = _node_addresses()
-    by_label = {m["who"]: m for m in members}
-    failed = [by_label.get(w, {"who": w, "pid": None, "node": None}) for w in who]
+    failed = [member_named(w, members) for w in who]
     stacks = collect(members)
     if not timed_out:   # every member found gone (a lost node takes several with it)
         failed += [m for m in members if m["pid"] is not None and m not in failed

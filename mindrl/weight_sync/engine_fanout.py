@@ -27,10 +27,13 @@ class EngineFanout:
     wants_shared_memory = False    # tensors cross through Ray's object store, not torch's
     loads_in_background = True     # every engine loads at once, in its own process
 
-    def __init__(self, engines: Sequence[Any]):
+    def __init__(self, engines: Sequence[Any], indices: Optional[Sequence[int]] = None):
+        """`indices`: each engine's index in the run's rollout group (a relay's fan-out holds
+        a subset), so that an error names the engine as the run's failure report does."""
         if not engines:
             raise ValueError("EngineFanout needs at least one engine")
         self.engines = list(engines)
+        self.indices = list(indices) if indices is not None else list(range(len(engines)))
         infos = self._wait(self._submit("describe"), "describe")
         dtypes = {info["dtype"] for info in infos}
         if len(dtypes) != 1:
@@ -46,7 +49,7 @@ class EngineFanout:
 
     def _wait(self, refs: List[Any], method: str) -> List[Any]:
         return [ray_result(ref, f"rollout engine {index}", method, died=EngineDied,
-                           failed=WeightSyncError) for index, ref in enumerate(refs)]
+                           failed=WeightSyncError) for index, ref in zip(self.indices, refs)]
 
     def _all(self, method: str, *args) -> List[Any]:
         return self._wait(self._submit(method, *args), method)

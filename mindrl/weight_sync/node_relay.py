@@ -283,11 +283,12 @@ def build_relay(engines: Sequence[Any], engine_nodes: Sequence[str], is_host: bo
     receiver = None
     if rank in plan.group_ranks:
         node = next(n for n, r in plan.receivers.items() if r == rank)
-        local = EngineFanout([engines[i] for i in plan.remote_engines[node]])
+        local = EngineFanout([engines[i] for i in plan.remote_engines[node]],
+                             plan.remote_engines[node])
         receiver = RelayReceiver(local, group, host_rank)
     if not is_host:
         return RelayEnds(None, None, receiver)
-    local = EngineFanout([engines[i] for i in plan.local_engines])
+    local = EngineFanout([engines[i] for i in plan.local_engines], plan.local_engines)
     if not plan.receivers:
         return RelayEnds(local, None, receiver)
     order = sorted(plan.receivers, key=plan.receivers.get)
