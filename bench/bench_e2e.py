@@ -80,13 +80,12 @@ The floor, per step: for each sample of L = prompt + completion tokens, 2 x para
 generate it, 6 x params x L to train on it, plus causal attention (4 x query width x layers
 FLOPs per position attended, L(L+1)/2 positions) once to generate and three times to train,
 at the matmul rate (fp32; bf16 for the bf16 shape) measured in the same run with the same
-thread count. Padding is not
-counted: it is not work the task needs. TRL's per-sample lengths are exact; MindRL's
-metrics.jsonl holds per-step means (response_length/mean, prompt_length/mean), so every
-MindRL sample counts at the mean length: the attention term is then an under-estimate (the
-mean's square is at most the mean square) and the floor stays a floor. MindRL's p50 / p90
-completion lengths are read from metrics.jsonl when it logs response_length/p50 and /p90,
-else reported as null.
+thread count. Padding is not counted: it is not work the task needs. TRL's per-sample lengths
+are exact; MindRL's metrics.jsonl holds per-step means (response_length/mean,
+prompt_length/mean), so every MindRL sample counts at the mean length: the attention term is
+then an under-estimate (the mean's square is at most the mean square) and the floor stays a
+floor. MindRL's p50 / p90 completion lengths are read from metrics.jsonl when it logs
+response_length/p50 and /p90, else reported as null.
 
 The machine goes into the JSON: CPU model, avx512f / avx512_bf16 / amx flags, torch's own
 view (torch.cpu._is_avx512_bf16_supported, torch.backends.cpu.get_cpu_capability), CPU and
@@ -649,13 +648,7 @@ def headline(figures: Dict[str, dict], machine: dict) -> dict:
     natural = figures.get("natural")
     if natural is not None:
         out.update({
-            "speedup_vs_trl_natural": round(natural["speedup_vs_trl"], 3),
-            "step_s_over_flop_floor_natural": round(natural["step_s_over_flop_floor"], 3),
-            "trl_step_s_over_flop_floor_natural": round(natural["trl_step_s_over_flop_floor"],
-                                                        3),
-            **{f"{fw}_step_s_{stat}_natural": round(natural[f"{fw}_step_s_{stat}"], 3)
-               for fw in ("mindrl", "trl") for stat in ("min", "median")},
-            "timed_steps_natural": natural["timed_steps"],
+            **suffixed_keys(natural, "_natural"),
             **{f"speedup_vs_{fw}_natural": (round(natural[f"speedup_vs_{fw}"], 3)
                                            if f"speedup_vs_{fw}" in natural else None)
                for fw in ("trl_default", "trl_cb")},
@@ -665,17 +658,23 @@ def headline(figures: Dict[str, dict], machine: dict) -> dict:
     return {**out, **bf16_keys(figures), "machine": machine, "shapes": figures}
 
 
+def suffixed_keys(shape: dict, suffix: str) -> dict:
+    """One non-headline shape's speed-up, floor ratios (both frameworks), step min and median
+    and timed steps, each key ending in `suffix`."""
+    return {f"speedup_vs_trl{suffix}": round(shape["speedup_vs_trl"], 3),
+            f"step_s_over_flop_floor{suffix}": round(shape["step_s_over_flop_floor"], 3),
+            f"trl_step_s_over_flop_floor{suffix}": round(shape["trl_step_s_over_flop_floor"], 3),
+            **{f"{fw}_step_s_{stat}{suffix}": round(shape[f"{fw}_step_s_{stat}"], 3)
+               for fw in ("mindrl", "trl") for stat in ("min", "median")},
+            f"timed_steps{suffix}": shape["timed_steps"]}
+
+
 def bf16_keys(figures: Dict[str, dict]) -> dict:
-    """The 75m_bf16 shape's speed-up, floor ratios and step times (none if it did not run)."""
+    """The 75m_bf16 shape's keys and its bf16 matmul rate (none if it did not run)."""
     bf16 = figures.get("75m_bf16")
     if bf16 is None:
         return {}
-    return {"speedup_vs_trl_bf16": round(bf16["speedup_vs_trl"], 3),
-            "step_s_over_flop_floor_bf16": round(bf16["step_s_over_flop_floor"], 3),
-            "trl_step_s_over_flop_floor_bf16": round(bf16["trl_step_s_over_flop_floor"], 3),
-            **{f"{fw}_step_s_{stat}_bf16": round(bf16[f"{fw}_step_s_{stat}"], 3)
-               for fw in ("mindrl", "trl") for stat in ("min", "median")},
-            "timed_steps_bf16": bf16["timed_steps"],
+    return {**suffixed_keys(bf16, "_bf16"),
             "matmul_gflops_bf16": round(bf16["matmul_gflops"], 1)}
 
 

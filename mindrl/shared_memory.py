@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import weakref
-from typing import Iterable
+from typing import Iterable, Optional
 
 from mindrl.processes import pid_alive
 
@@ -54,6 +54,17 @@ class SharedRegion:
             self._finalizer()
 
 
+def creator_pid(name: str, prefixes: Iterable[str] = PREFIXES) -> Optional[int]:
+    """The creator's pid in a ``<prefix>-<pid>[-...]`` file name or path (the first prefix
+    that fits); None for a name of another form."""
+    name = os.path.basename(name)
+    for prefix in prefixes:
+        if name.startswith(prefix + "-"):
+            pid = name[len(prefix) + 1:].split("-", 1)[0]
+            return int(pid) if pid.isdigit() else None
+    return None
+
+
 def sweep_stale(prefixes: Iterable[str] = PREFIXES, shm_dir: str = SHM_DIR) -> list:
     """Unlink ``<prefix>-<pid>[-...]`` files whose creating process is gone; the paths
     removed. Files of live processes, and names of other forms, stay."""
@@ -61,17 +72,14 @@ def sweep_stale(prefixes: Iterable[str] = PREFIXES, shm_dir: str = SHM_DIR) -> l
         names = os.listdir(shm_dir)
     except OSError:
         return []
+    prefixes = tuple(prefixes)
     removed = []
     for name in names:
-        for prefix in prefixes:
-            if not name.startswith(prefix + "-"):
-                continue
-            pid = name[len(prefix) + 1:].split("-", 1)[0]
-            if pid.isdigit() and not pid_alive(int(pid)):
-                path = os.path.join(shm_dir, name)
-                _unlink_quietly(path)
-                removed.append(path)
-            break
+        pid = creator_pid(name, prefixes)
+        if pid is not None and not pid_alive(pid):
+            path = os.path.join(shm_dir, name)
+            _unlink_quietly(path)
+            removed.append(path)
     return removed
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from mindrl.processes import pid_alive
-from mindrl.shared_memory import (PREFIXES, SHM_DIR, SharedRegion, shm_path,
+from mindrl.shared_memory import (PREFIXES, SHM_DIR, SharedRegion, creator_pid, shm_path,
                                   sweep_stale)
 
 
@@ -73,11 +73,5 @@ def test_a_killed_creator_leaves_files_under_every_prefix_and_one_sweep_takes_th
     assert set(left) <= set(swept)
     # Anything else swept is another dead process's (tests may share the machine), never a
     # live one's.
-    assert not [path for path in swept if pid_alive(_creator(path))], swept
-
-
-def _creator(path: str) -> int:
-    name = os.path.basename(path)
-    prefix = next(p for p in PREFIXES if name.startswith(p + "-"))
-    return int(name[len(prefix) + 1:].split("-", 1)[0])
+    assert not [path for path in swept if pid_alive(creator_pid(path))], swept
     assert not any(map(os.path.exists, left))

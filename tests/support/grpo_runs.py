@@ -100,10 +100,9 @@ def finite(value) -> bool:
 def shm_files_of(run_dir: Path) -> list:
     """MindRL's /dev/shm files (mindrl/shared_memory.py's prefixes) whose creator is one of
     the run's workers (workers.json): what a run must not leave behind."""
-    from mindrl.shared_memory import PREFIXES, SHM_DIR
+    from mindrl.shared_memory import SHM_DIR, creator_pid
 
-    pids = {str(pid) for ranks in json.loads((Path(run_dir) / "workers.json").read_text())
-            .values() for pid in ranks}
+    pids = {int(pid) for ranks in json.loads((Path(run_dir) / "workers.json").read_text())
+            .values() for pid in ranks if pid is not None}
     return sorted(os.path.join(SHM_DIR, name) for name in os.listdir(SHM_DIR)
-                  for prefix in PREFIXES if name.startswith(prefix + "-")
-                  and name[len(prefix) + 1:].split("-", 1)[0] in pids)
+                  if creator_pid(name) in pids)
