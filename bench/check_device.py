@@ -14,6 +14,8 @@ reports, else CUDA if available, else the CPU; on the CPU every check runs the s
 
 1. Megatron GPTModel (TP1) vs transformers logits on the same weights, fp32, on the device.
 2. MegatronEngine.compute_log_probs vs transformers log-probs of a padded batch, fp32.
+   Where the device computes in bf16, parts 1 and 2 again in bf16 (the fp32 weights rounded
+   on both sides): the gaps reported, no threshold.
 3. A vLLM engine on the device, in a child process as a Megatron rank hosts one (tiny-qwen2,
    fp32): its sampled log-probs against transformers' on the same tokens, and, for each sleep
    level the platform has (GPU/NPU: 1 and 2; none on CPU), one sleep / wake cycle as the
@@ -243,7 +245,7 @@ def pack_layout(b: dict) -> dict:
             "budget": PACK_MICRO_BATCH * int(lengths.max()), "lengths": lengths.tolist()}
 
 
-def pack_engine(spec, dtype: str, budget=None, lr=1e-6):
+def pack_engine(spec, dtype: str, budget=None, lr=1e-6, distributed_optimizer=False):
     """A trainable one-rank engine: padded rows of PACK_MICRO_BATCH samples, or (`budget`)
     packed rows of at most that many real tokens."""
     from mindrl.engines.megatron_engine import MegatronEngine, OptimConfig
@@ -254,7 +256,7 @@ def pack_engine(spec, dtype: str, budget=None, lr=1e-6):
                           micro_batch_size=PACK_MICRO_BATCH, packed=budget is not None,
                           max_tokens_per_micro_batch=budget,
                           optim=OptimConfig(lr=lr, clip_grad=0.0,
-                                            use_distributed_optimizer=False))
+                                            use_distributed_optimizer=distributed_optimizer))
 
 
 def release() -> None:
@@ -390,6 +392,7 @@ def parity_with_transformers(dev) -> dict:
     """Parts 1 and 2 (tiny-qwen2, fp32)."""
     import torch
 
+    from mindrl import device
     from mindrl.ckpt import mapping
     from mindrl.config.model_spec import load_model_spec
     from mindrl.data.batch import Batch
@@ -414,6 +417,38 @@ def parity_with_transformers(dev) -> dict:
     ref_lp = torch.stack([hf_response_log_probs(hf, b["prompt_ids"][i][b["prompt_mask"][i].bool()],
                                                 b["response_ids"][i]) for i in range(8)])
     out["logprob_max_diff"] = ((lp - ref_lp).abs() * b["response_mask"]).max().item()
+    if device.bf16_supported():
+        out.update(bf16_parity(spec, hf, full, tokens, pos, b))
+    return out
+
+
+def bf16_parity(spec, hf, full, tokens, pos, b) -> dict:
+    """Part 1/2 in bf16: the same fp32 weights rounded to bf16 on both sides (transformers'
+    own bf16 model, Megatron built in bf16), logits and response log-probs (Megatron's in
+    fp32 from its bf16 logits, as in training). Reported, no threshold: the two sides round
+    differently (fused vs unfused kernels), and the rounding floor is bf16's own."""
+    import torch
+
+    from mindrl.ckpt import mapping
+    from mindrl.data.batch import Batch
+    from mindrl.engines.megatron_engine import MegatronEngine
+    from mindrl.models.builder import Parallelism
+
+    hf16 = hf.to(torch.bfloat16)         # in place: the fp32 checks are done
+    engine = MegatronEngine(spec, Parallelism(), micro_batch_size=4, params_dtype="bfloat16")
+    loaded = engine.module.load_state_dict(mapping.stage_state_dict(full, spec, 0, 1, 0, 1),
+                                           strict=False)
+    if loaded.unexpected_keys:
+        raise RuntimeError(f"bf16 parity: keys the model lacks: {loaded.unexpected_keys[:5]}")
+    with torch.no_grad():
+        mc = engine.module(tokens, pos, None)[..., :spec.vocab_size].float()
+        ref = hf16(tokens).logits.float()
+    lp = engine.compute_log_probs(Batch.of(**b))["log_probs"].float()
+    ref_lp = torch.stack([hf_response_log_probs(hf16, b["prompt_ids"][i][b["prompt_mask"][i].bool()],
+                                                b["response_ids"][i]) for i in range(len(lp))])
+    out = {"logits_max_diff_bf16": (mc - ref).abs().max().item(),
+           "logits_scale_bf16": ref.abs().max().item(),
+           "logprob_max_diff_bf16": ((lp - ref_lp).abs() * b["response_mask"]).max().item()}
     return out
 
 
@@ -423,6 +458,10 @@ def print_table(out: dict) -> None:
           f"(limit {THRESHOLDS['logits_max_diff']:g})")
     print(f"  log-probs vs transformers, fp32     max |diff| {out['logprob_max_diff']:.2e} "
           f"(limit {THRESHOLDS['logprob_max_diff']:g})")
+    if "logits_max_diff_bf16" in out:
+        print(f"  vs transformers, bf16 (no limit)    logits max |diff| "
+              f"{out['logits_max_diff_bf16']:.2e} (of |logits| up to "
+              f"{out['logits_scale_bf16']:.2f}), log-probs {out['logprob_max_diff_bf16']:.2e}")
     if "rollout_logprob_gap" in out:
         print(f"  vLLM log-probs vs transformers      max |diff| {out['rollout_logprob_gap']:.2e} "
               f"(limit {THRESHOLDS['rollout_logprob_gap']:g})")

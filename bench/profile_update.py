@@ -48,6 +48,30 @@ def matmul_tflops(dtype, dev, n: int = 4096, reps: int = 10) -> float:
     return 2 * n ** 3 * reps / (time.perf_counter() - t) / 1e12
 
 
+# Dense (no sparsity) tensor-core peaks, TFLOP/s, from the vendors' datasheets (SXM parts).
+PUBLISHED_PEAK_TFLOPS = {("H100", "bfloat16"): 989.0, ("H200", "bfloat16"): 989.0,
+                         ("H100", "float32"): 67.0, ("H200", "float32"): 67.0}
+
+
+def published_peak_tflops(dtype: str):
+    """The datasheet peak of this CUDA device for `dtype`, None where unknown (CPU too)."""
+    from mindrl import device
+
+    if device.device_type() != "cuda":
+        return None
+    import torch
+
+    name = torch.cuda.get_device_name()
+    return next((v for (part, d), v in PUBLISHED_PEAK_TFLOPS.items()
+                 if part in name and d == dtype), None)
+
+
+def eng_micro_batches(lengths, budget: int) -> int:
+    from mindrl.data.packing import plan_by_tokens
+
+    return len(plan_by_tokens(lengths, 1, budget)[0])
+
+
 def step_flops(spec, lengths) -> float:
     """6 x params per real token, plus causal attention (QK^T and PV, forward and backward)."""
     attention = sum(4 * spec.hidden_size * spec.num_layers * n * (n + 1) / 2 * 3
@@ -92,6 +116,14 @@ def main(argv=None) -> int:
     ap.add_argument("--matmul-n", type=int, default=4096)
     ap.add_argument("--json-out", type=Path, default=None)
     ap.add_argument("--chunk-kernels", default="device", choices=["device", "eager"])
+    ap.add_argument("--budget", type=int, default=None,
+                    help="real tokens per micro batch (default: 4 x the longest sample)")
+    ap.add_argument("--distributed-optimizer", action="store_true",
+                    help="Megatron's distributed optimizer (one rank: its code path, no "
+                         "sharding gain)")
+    ap.add_argument("--peak-tflops", type=float, default=None,
+                    help="the device's published dense peak for --dtype (default: "
+                         "PUBLISHED_PEAK_TFLOPS by device name, where known)")
     args = ap.parse_args(argv)
 
     import torch
@@ -113,7 +145,12 @@ def main(argv=None) -> int:
         spec.max_position_embeddings, args.prompt + args.response))
     b = natural_batch(spec.vocab_size, args.samples, args.prompt, args.response, seed=7)
     layout = pack_layout(b)
-    eng = pack_engine(spec, args.dtype, layout["budget"])
+    budget = args.budget or layout["budget"]
+    if budget < max(layout["lengths"]):
+        raise SystemExit(f"--budget {budget} is below the longest sample "
+                         f"({max(layout['lengths'])} tokens)")
+    eng = pack_engine(spec, args.dtype, budget,
+                      distributed_optimizer=args.distributed_optimizer)
     batch = Batch.of(**b)
     warm = eng.update(batch, mini_batch_size=len(batch))          # warm-up (and compile)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
@@ -141,9 +178,16 @@ def main(argv=None) -> int:
               if on_device else None)
     flops = step_flops(spec, layout["lengths"])
     rate = matmul_tflops(getattr(torch, args.dtype), dev, args.matmul_n)
+    peak = args.peak_tflops or published_peak_tflops(args.dtype)
     out = {"bench": "profile_update", "device": device.device_type(), "torch": torch.__version__,
+           "device_name": (torch.cuda.get_device_name() if device.device_type() == "cuda"
+                           else device.device_type()),
            "model": args.model, "dtype": args.dtype, "samples": args.samples,
-           "real_tokens": layout["real_tokens"], "budget": layout["budget"],
+           "real_tokens": layout["real_tokens"], "budget": budget,
+           "micro_batches": eng_micro_batches(layout["lengths"], budget),
+           "distributed_optimizer": args.distributed_optimizer,
+           "published_peak_tflops": peak,
+           "mfu_vs_published_peak": (flops / plain_s / 1e12 / peak) if peak else None,
            "step_s_profiled": step_s, "step_s": plain_s, "device_busy_s": busy_s,
            "step_tflop": flops / 1e12, "matmul_tflops": rate,
            "achieved_tflops": flops / plain_s / 1e12,
@@ -165,7 +209,9 @@ def main(argv=None) -> int:
     print(f"step {plain_s:.3f} s ({step_s:.3f} s profiled), device busy "
           f"{busy_s if busy_s is None else round(busy_s, 3)} s, {flops / 1e12:.2f} TFLOP, "
           f"{out['achieved_tflops']:.1f} TFLOP/s of {rate:.1f} measured matmul "
-          f"(MFU {out['mfu_vs_measured_matmul']:.1%})")
+          f"(MFU {out['mfu_vs_measured_matmul']:.1%}"
+          + (f"; {out['mfu_vs_published_peak']:.1%} of the published {peak:g}" if peak else "")
+          + ")")
     line = json.dumps(out)
     print(line)
     if args.json_out is not None:

@@ -207,6 +207,13 @@ def weights_in_host_memory() -> bool:
     return is_cpu()
 
 
+def shares_device_buffers() -> bool:
+    """Processes on a node can open each other's device memory in place (CUDA IPC handles,
+    mindrl/platforms/device_ipc.py), so a weight-sync bucket never leaves the device.
+    MINDRL_DEVICE_IPC=0 turns it off (the sync then takes the collective transport)."""
+    return device_type() == "cuda" and os.environ.get("MINDRL_DEVICE_IPC", "1") != "0"
+
+
 def fused_kernels():
     """torch.compile's fused kernels, as a function compiler (fn -> compiled fn), where this
     device compiles elementwise work into them (mindrl/platforms/fused_kernels.py says which);

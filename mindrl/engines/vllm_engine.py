@@ -44,6 +44,7 @@ from mindrl.engines import vllm_weights
 from mindrl.engines.vllm_fingerprint import combine_views
 from mindrl.engines.vllm_fingerprint import vllm_view as _vllm_view
 from mindrl.errors import WeightSyncError
+from mindrl.platforms import device_ipc
 from mindrl.processes import this_node
 
 
@@ -434,12 +435,18 @@ class VLLMEngine:
         """Someone else left vLLM's weights half-written: refuse all further work."""
         self._failure = reason
 
-    def load_weights_from_file(self, path: str, numel: int, dtype: torch.dtype,
+    def can_open_device_buffers(self, device_uuid: str) -> bool:
+        """vLLM's workers open device buckets in place where the device shares buffers
+        between processes and this process sees the bucket's device (its workers are started
+        with the same visible devices)."""
+        return device.shares_device_buffers() and device_ipc.sees(device_uuid)
+
+    def load_weights_from_file(self, path, numel: int, dtype: torch.dtype,
                                entries: Sequence[Tuple[str, int, Tuple[int, ...]]]) -> None:
-        """`load_weights` of tensors laid out in a shared file (the resharder's bucket in
-        /dev/shm): (HF name, element offset, shape) per tensor. Every TP worker maps the file
-        itself (`vllm_weights.load_from_file`); the last two files stay mapped until
-        `release_file`, so buckets reusing them cost no new mapping."""
+        """`load_weights` of tensors laid out in a shared bucket (the resharder's: a file in
+        /dev/shm, or a device buffer): (HF name, element offset, shape) per tensor. Every TP
+        worker opens the bucket itself (`vllm_weights.load_from_file`); the last two stay
+        open until `release_file`, so buckets reusing them cost no new mapping."""
         self._usable()
         entries = self._renamed(entries)
         try:

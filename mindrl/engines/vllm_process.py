@@ -96,9 +96,12 @@ class VLLMEngineProcess:
     def load_weights(self, weights: NamedTensors) -> None:
         self._call("load_weights", list(weights))
 
-    def load_weights_from_file(self, path: str, numel: int, dtype: torch.dtype,
+    def can_open_device_buffers(self, device_uuid: str) -> bool:
+        return self._call("can_open_device_buffers", device_uuid)
+
+    def load_weights_from_file(self, path, numel: int, dtype: torch.dtype,
                                entries) -> None:
-        """The child maps the shared file itself: only names, offsets and shapes cross."""
+        """The child opens the shared bucket itself: only names, offsets and shapes cross."""
         self._call("load_weights_from_file", path, numel, dtype, list(entries))
 
     def weights_written(self) -> None:

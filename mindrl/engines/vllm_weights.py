@@ -21,6 +21,7 @@ import torch
 from mindrl import device
 from mindrl.ckpt.fingerprint import NamedTensors
 from mindrl.engines.vllm_fingerprint import combine_views, vllm_view
+from mindrl.platforms import device_ipc
 
 
 def model_dtype(worker) -> torch.dtype:
@@ -89,42 +90,45 @@ def _load_packed(worker, weights: NamedTensors, modules: List[str]) -> None:
 LOADERS = {"in_place": _load_in_place, "packed": _load_packed, "reload": reload_weights}
 
 
-def load_from_file(worker, path: str, numel: int, dtype: torch.dtype,
+def load_from_file(worker, path, numel: int, dtype: torch.dtype,
                    entries: Sequence[Tuple[str, int, Tuple[int, ...]]], mode: str,
                    modules: List[str]) -> None:
-    """Worker side of a load from a shared file (the resharder's bucket in /dev/shm, or the
-    engine's staging file): each TP worker maps the file itself, so only names, offsets and
-    shapes cross processes, and vLLM's loaders cut each worker's shards from the full
-    tensors. The last two files stay mapped until `release_files` (the resharder alternates
-    two buffers). A failure names the tensor being loaded."""
+    """Worker side of a load from a shared bucket: a file (the resharder's bucket in /dev/shm,
+    or the engine's staging file) or a device buffer opened in place by IPC handle
+    (`platforms/device_ipc.DeviceBuffer`). Each TP worker opens the bucket itself, so only
+    names, offsets and shapes cross processes, and vLLM's loaders cut each worker's shards
+    from the full tensors. The last two buckets stay open until `release_files` (the resharder
+    alternates two buffers). A failure names the tensor being loaded."""
     mapped = worker.__dict__.setdefault("_mindrl_mapped", {})
-    flat = mapped.get(path)
+    key = device_ipc.bucket_key(path)
+    flat = mapped.get(key)
     if flat is None or flat.numel() < numel:
-        mapped.pop(path, None)
+        mapped.pop(key, None)
         while len(mapped) >= 2:
             mapped.pop(next(iter(mapped)))
-        flat = mapped[path] = torch.from_file(path, shared=True, size=numel, dtype=dtype)
+        flat = mapped[key] = device_ipc.open_bucket(path, numel, dtype)
     last = [None]
 
     def tensors():
-        for name, offset, shape in entries:
+        for name, view in device_ipc.views(flat, entries):
             last[0] = name
-            yield name, flat[offset:offset + math.prod(shape)].view(shape)
+            yield name, view
 
     try:
         LOADERS[mode](worker, tensors(), modules)
+        device_ipc.finish_reading(path)
     except Exception as exc:
         where = f" at {last[0]!r}" if last[0] else ""
         raise RuntimeError(f"loading{where}: {type(exc).__name__}: {exc}") from exc
 
 
 def release_files(worker, path=None) -> None:
-    """Unmap one file `load_from_file` keeps mapped, or all of them (None)."""
+    """Close one bucket `load_from_file` keeps open, or all of them (None)."""
     mapped = worker.__dict__.setdefault("_mindrl_mapped", {})
     if path is None:
         mapped.clear()
     else:
-        mapped.pop(path, None)
+        mapped.pop(device_ipc.bucket_key(path), None)
 
 
 # ---------------------------------------------------------------------------- shared weights

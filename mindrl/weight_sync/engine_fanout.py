@@ -61,7 +61,12 @@ class EngineFanout:
 
         self._all("load_weights", ray.put(list(weights)))
 
-    def load_weights_from_file(self, path: str, numel: int, dtype: torch.dtype,
+    def can_open_device_buffers(self, device_uuid: str) -> bool:
+        """Every engine of the node sees that device (Ray gives an engine its own devices
+        only, unless the node's devices are all visible to it)."""
+        return all(self._all("can_open_device_buffers", device_uuid))
+
+    def load_weights_from_file(self, path, numel: int, dtype: torch.dtype,
                                entries: Sequence[Entry]) -> None:
         self._all("load_weights_from_file", path, numel, dtype, list(entries))
 

@@ -118,6 +118,10 @@ class RelayTarget:
         self._bucket(flat.to(device.current_device()), entries)
         self.local.load_weights(pairs)
 
+    def can_open_device_buffers(self, device_uuid: str) -> bool:
+        """No: the other nodes' engines cannot open this node's device memory."""
+        return False
+
     def load_weights_from_file(self, path: str, numel: int, dtype: torch.dtype,
                                entries: Sequence[Entry]) -> None:
         flat = torch.from_file(path, shared=True, size=numel, dtype=dtype)

@@ -26,9 +26,14 @@ class WeightTarget(Protocol):
     def load_weights(self, weights) -> None:
         """HF-named tensors (every tensor of each vLLM module they touch) into the engines."""
 
-    def load_weights_from_file(self, path: str, numel: int, dtype: torch.dtype,
+    def can_open_device_buffers(self, device_uuid: str) -> bool:
+        """Every engine can open buffers on that device in place (IPC handles): the sync may
+        hand over device buckets (`platforms/device_ipc.DeviceBuffer`) as `path` below."""
+
+    def load_weights_from_file(self, path, numel: int, dtype: torch.dtype,
                                entries: Sequence[Entry]) -> None:
-        """The same, from a /dev/shm file every engine maps itself."""
+        """The same, from a shared bucket every engine opens itself: a /dev/shm file's path,
+        or a device buffer."""
 
     def submit_load_from_file(self, path: str, numel: int, dtype: torch.dtype,
                               entries: Sequence[Entry]) -> Callable[[], None]:

@@ -6,10 +6,14 @@
   the node maps (CPU, every rank on the host's node; shm_bucket.py).
 - `shared_weights`: every rank writes its shards straight into one engine's own weights
   (CPU, one engine started with shared weights; shared_weights.py).
+- `device_bucket`: the `shm_bucket` protocol with the bucket in the host rank's device memory,
+  opened in place by the other ranks and the engines through IPC handles (CUDA, every rank
+  on the host's node, engines that see the host's device; shm_bucket.py).
 
 `choose_transport` is a collective over the replica's model-parallel ranks: each peer says
-which node it is on and whether it can map host shared memory, and the host picks the
-cheapest transport every rank can take, then tells them.
+which node it is on, whether it can map host shared memory and whether it sees the host's
+device, and the host picks the cheapest transport every rank and engine can take, then
+tells them.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from mindrl.weight_sync.plan import WIRE_DTYPES, SyncStats
 from mindrl.weight_sync.source import MegatronShards
 from mindrl.weight_sync.target import WeightTarget
 
-COLLECTIVE, SHM_BUCKET, SHARED_WEIGHTS = 0, 1, 2
+COLLECTIVE, SHM_BUCKET, SHARED_WEIGHTS, DEVICE_BUCKET = 0, 1, 2, 3
 
 
 class Transport(Protocol):
@@ -44,6 +48,23 @@ def can_share_host_memory() -> bool:
     """This process can map the host's shared memory and the device lives there (CPU)."""
     return (device.weights_in_host_memory() and os.path.isdir(SHM_DIR)
             and os.environ.get("MINDRL_RESHARD_SHM", "1") != "0")
+
+
+def _host_device_uuid() -> str:
+    """The host rank's device as every process names it ("" where buckets stay on the host)."""
+    if not device.shares_device_buffers():
+        return ""
+    from mindrl.platforms import device_ipc
+
+    return device_ipc.current_uuid()
+
+
+def _sees_device(device_uuid: str) -> bool:
+    if not device_uuid or not device.shares_device_buffers():
+        return False
+    from mindrl.platforms import device_ipc
+
+    return device_ipc.sees(device_uuid)
 
 
 def _bucket_numel(bucket_mb: float, dtype: torch.dtype) -> int:
@@ -64,18 +85,25 @@ def choose_transport(source: MegatronShards, target: Optional[WeightTarget], buc
     dev = device.current_device()
     if source.is_host:
         ok = can_share_host_memory()
+        uuid = _host_device_uuid()
+        on_device = bool(uuid) and target.can_open_device_buffers(uuid)
         me = node_id()
         for peer in source.peers:
-            report = torch.empty(2, dtype=torch.long, device=dev)
+            torch.distributed.send_object_list([uuid], peer)
+        for peer in source.peers:
+            report = torch.empty(3, dtype=torch.long, device=dev)
             torch.distributed.recv(report, peer)
             ok = ok and int(report[0]) == me and bool(report[1])
+            on_device = on_device and int(report[0]) == me and bool(report[2])
         shared = target.shared_weights
         dtype = shared.dtype if shared is not None else target.dtype
         kind = COLLECTIVE
         if ok and dtype in WIRE_DTYPES:
             kind = SHARED_WEIGHTS if shared is not None else SHM_BUCKET
+        elif on_device and dtype in WIRE_DTYPES:
+            kind = DEVICE_BUCKET
         bucket_numel = _bucket_numel(bucket_mb, dtype)
-        if kind == SHM_BUCKET and target.loads_in_background:
+        if kind in (SHM_BUCKET, DEVICE_BUCKET) and target.loads_in_background:
             bucket_numel = max(1, bucket_numel // 2)    # two buffers: fill one, load the other
         decision = torch.tensor([kind, bucket_numel, WIRE_DTYPES.index(dtype)
                                  if dtype in WIRE_DTYPES else 0, os.getpid()],
@@ -85,7 +113,10 @@ def choose_transport(source: MegatronShards, target: Optional[WeightTarget], buc
             if kind == SHARED_WEIGHTS:
                 torch.distributed.send_object_list([shared], peer)
     else:
-        torch.distributed.send(torch.tensor([node_id(), int(can_share_host_memory())],
+        box = [None]
+        torch.distributed.recv_object_list(box, source.host)
+        torch.distributed.send(torch.tensor([node_id(), int(can_share_host_memory()),
+                                             int(_sees_device(box[0]))],
                                             dtype=torch.long, device=dev), source.host)
         decision = torch.empty(4, dtype=torch.long, device=dev)
         torch.distributed.recv(decision, source.host)
@@ -99,6 +130,7 @@ def choose_transport(source: MegatronShards, target: Optional[WeightTarget], buc
     host_pid = int(decision[3])
     if kind == SHARED_WEIGHTS:
         return SharedWeightsTransport(source, target, shared)
-    if kind == SHM_BUCKET:
-        return SharedBucketTransport(source, target, bucket_numel, dtype, host_pid, keep_buffer)
+    if kind in (SHM_BUCKET, DEVICE_BUCKET):
+        return SharedBucketTransport(source, target, bucket_numel, dtype, host_pid, keep_buffer,
+                                     on_device=kind == DEVICE_BUCKET)
     return CollectiveTransport(source, target, bucket_mb, keep_buffer)
