@@ -45,6 +45,23 @@ def copy_seconds_per_gb(nbytes: int, reps: int = 10) -> float:
     return statistics.median(times) / (nbytes / 1e9)
 
 
+def largest_bucket_bytes(resharder, dtype) -> int:
+    """The largest bucket the sync plans (a module is never split, so one larger than a
+    bucket goes alone): what one bucket buffer grows to."""
+    from mindrl.weight_sync.plan import plan_buckets
+
+    transport = resharder.transport
+    itemsize = torch_itemsize(dtype)
+    return max(sum(u.numel for u in bucket) for bucket in
+               plan_buckets(resharder.source.units, transport.bucket_numel)) * itemsize
+
+
+def torch_itemsize(dtype) -> int:
+    import torch
+
+    return torch.empty((), dtype=dtype).element_size()
+
+
 def run_syncs(spec, dtype: str, bucket_mb: float, syncs: int) -> dict:
     """`syncs` syncs (first and last verified) into a receiver process; the figures."""
     import torch
@@ -61,6 +78,7 @@ def run_syncs(spec, dtype: str, bucket_mb: float, syncs: int) -> dict:
     try:
         resharder = Resharder(engine.module, spec, target=receiver, bucket_mb=bucket_mb)
         out["transport"] = resharder.transport.name
+        out["largest_bucket_bytes"] = largest_bucket_bytes(resharder, getattr(torch, dtype))
         times, nbytes = [], 0
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()

@@ -24,9 +24,25 @@ def _z(rows_logits: torch.Tensor, temperature: float, valid: int) -> torch.Tenso
     return torch.where(cols < valid, z, float("-inf"))
 
 
+def _split(z: torch.Tensor) -> torch.Tensor:
+    """[c, V] as [c, S, V/S] for a reduction over V in two stages: a compiled reduction of a
+    few hundred rows over 152k columns gets one program per row and streamed at ~50 GB/s on
+    an H200 (121 ms of a 1.5B update step); S pieces per row give the device c x S programs.
+    S divides V (vocabularies padded to a multiple of 128 always have one); else no split."""
+    width = z.shape[-1]
+    for pieces in (64, 32, 16, 8, 4, 2):
+        if width % pieces == 0 and width // pieces >= 1024:
+            return z.view(z.shape[0], pieces, width // pieces)
+    return z.unsqueeze(1)
+
+
+def _row_sum(z: torch.Tensor) -> torch.Tensor:
+    return _split(z).sum(-1).sum(-1)
+
+
 def chunk_max(rows_logits: torch.Tensor, temperature: float, valid: int) -> torch.Tensor:
     """[c] the row max of logits / T over this rank's real columns."""
-    return _z(rows_logits, temperature, valid).amax(-1)
+    return _split(_z(rows_logits, temperature, valid)).amax(-1).amax(-1)
 
 
 def chunk_sums(rows_logits: torch.Tensor, temperature: float, valid: int,
@@ -38,7 +54,7 @@ def chunk_sums(rows_logits: torch.Tensor, temperature: float, valid: int,
     p = torch.exp(z)
     pz = torch.where(p == 0, 0.0, p * z)      # padded / underflowed columns add 0, not nan
     target = torch.where(here, z.gather(1, local.unsqueeze(1))[:, 0], 0.0)
-    return torch.stack([p.sum(-1), pz.sum(-1), target])
+    return torch.stack([_row_sum(p), _row_sum(pz), target])
 
 
 def chunk_grad(rows_logits: torch.Tensor, temperature: float, valid: int,

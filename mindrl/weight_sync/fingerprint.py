@@ -21,6 +21,7 @@ import torch
 from mindrl.ckpt import mapping
 from mindrl.ckpt.fingerprint import digest, probe
 
+PROBE_SLAB_BYTES = 64 * 2**20
 ProbeRows = Dict[int, torch.Tensor]      # unit index -> this rank's W_local p (or 1-D shard)
 
 
@@ -30,17 +31,19 @@ def probe_rows(rule: mapping.TensorRule, local: torch.Tensor, tp_rank: int, tp_s
     (the probe's slice of this rank's columns when TP splits the columns), the shard itself
     for a vector. Cast to the engines' dtype first, as the engines hold it."""
     t = local.detach()
-    if dtype is not None:
-        t = t.to(dtype)
-    t = t.float()
     if t.dim() != 2:
-        return t
+        return (t if dtype is None else t.to(dtype)).float()
     cols = t.shape[1]
     if rule.tp_dim == 1 and tp_size > 1:
         p = probe(cols * tp_size)[tp_rank * cols:(tp_rank + 1) * cols]
     else:
         p = probe(cols)
-    return (t @ p.to(t.device)).cpu()[:, None]
+    p = p.to(t.device)
+    # Rows in slabs of PROBE_SLAB_BYTES of fp32: an fp32 copy of a whole bf16 embedding
+    # (0.93 GB at 151936 x 1536) would outgrow the sync's own buffers.
+    step = max(1, PROBE_SLAB_BYTES // (4 * cols))
+    return torch.cat([(rows if dtype is None else rows.to(dtype)).float() @ p
+                      for rows in t.split(step)]).cpu()[:, None]
 
 
 def unit_digests(rule: mapping.TensorRule, spec, layer: Optional[int],

@@ -164,3 +164,28 @@ def test_152k_vocabulary_stays_inside_the_bound(tp1):
     assert (logp - ref[targets]).abs().max() <= 1e-5
     assert (ent - (-(ref.exp() * ref).sum())).abs().max() <= 1e-4
     assert base.grad.shape == base.shape and torch.isfinite(base.grad.float()).all()
+
+
+@pytest.mark.parametrize("width,valid", [(151936, 151643), (4099, 4000)])
+def test_two_stage_vocabulary_reductions_equal_one_pass(width, valid):
+    """The chunk functions reduce a wide vocabulary in pieces (a split the device can run in
+    parallel; an indivisible width stays one piece): the same max, sums and target logit as
+    one reduction over each row, padded columns excluded."""
+    from mindrl.engines import vocab_chunks
+
+    g = torch.Generator().manual_seed(3)
+    logits = (torch.randn(6, width, generator=g) * 4).to(torch.bfloat16)
+    local = torch.randint(0, valid, (6,), generator=g)
+    here = torch.tensor([True, True, False, True, True, True])
+    z = logits.float() / 0.7
+    z[:, valid:] = float("-inf")
+    expected_max = z.max(-1).values
+    got_max = vocab_chunks.chunk_max(logits, 0.7, valid)
+    assert torch.equal(got_max, expected_max)
+    shifted = z - expected_max[:, None]
+    p = shifted.exp()
+    expected = torch.stack([p.sum(-1), torch.where(p == 0, 0.0, p * shifted).sum(-1),
+                            torch.where(here, shifted.gather(1, local[:, None])[:, 0], 0.0)])
+    got = vocab_chunks.chunk_sums(logits, 0.7, valid, expected_max, local, here)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert vocab_chunks._split(z).shape[1] == (64 if width == 151936 else 1)

@@ -47,7 +47,10 @@ def test_the_receiver_opens_each_buffer_once_whatever_the_syncs(figures):
     assert figures["receiver_open_buckets"] == 2
 
 
-def test_the_sender_holds_at_most_its_buckets_beyond_its_weights(figures):
-    bucket = figures["bucket_bytes"]
-    assert figures["sender_kept_bytes"] <= bucket + 4096
-    assert figures["sender_peak_over_weights_bytes"] <= 2 * bucket + 2**20
+def test_the_sender_holds_at_most_its_two_buffers_beyond_its_weights(figures):
+    """Two buffers of half a bucket each, one grown where a module is larger (modules are
+    never split); the verification's fp32 probes add slabs of at most 64 MiB."""
+    two_buffers = 2 * figures["largest_bucket_bytes"]
+    assert figures["largest_bucket_bytes"] * 2 <= 2 * figures["bucket_bytes"], figures
+    assert figures["sender_kept_bytes"] <= two_buffers + 4096, figures
+    assert figures["sender_peak_over_weights_bytes"] <= two_buffers + 2**20, figures
