@@ -160,10 +160,20 @@ class MegatronEngine:
         positions = micro["positions"]
         targets = model_rows.at_positions(
             model_rows.next_token_targets(micro["tokens"], self.pad_id), positions)
+        real = micro.get("response_index")     # packed rows: the real response tokens only
+        if real is None or output.shape[0] != 1 or real.numel() == positions.numel():
+            logp, ent = vocab_parallel.response_token_stats(
+                output, positions, targets, self.spec.vocab_size, self.loss_cfg.temperature,
+                self.loss_cfg.logprob_chunk_tokens)
+            return logp, ent if with_entropy else None
         logp, ent = vocab_parallel.response_token_stats(
-            output, positions, targets, self.spec.vocab_size, self.loss_cfg.temperature,
-            self.loss_cfg.logprob_chunk_tokens)
-        return logp, ent if with_entropy else None
+            output, positions.reshape(1, -1)[:, real], targets.reshape(1, -1)[:, real],
+            self.spec.vocab_size, self.loss_cfg.temperature, self.loss_cfg.logprob_chunk_tokens)
+        # Back to [mb, R], 0 at the padding (masked out everywhere it is read).
+        zeros = logp.new_zeros(positions.numel())
+        logp = zeros.index_copy(0, real, logp[0]).view_as(positions)
+        ent = zeros.index_copy(0, real, ent[0]).view_as(positions) if with_entropy else None
+        return logp, ent
 
     # ------------------------------------------------------------------ passes
 
