@@ -12,7 +12,7 @@ bytes arrived. Figures: seconds and GB per sync, s/GB against `copy_` of one ten
 same bytes on the device, the buckets the receiver opened (one per buffer, whatever the number
 of syncs), and the sender's device memory over the sync beyond its weights (bounded by the
 buckets: two halves of bucket_mb). No vLLM here: the vLLM side of the transport (its workers'
-`load_from_file` on a device buffer) is proven where vLLM runs. Needs CUDA; exits 2 elsewhere.
+`load_from_bucket` on a device buffer) is proven where vLLM runs. Needs CUDA; exits 2 elsewhere.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ class _Holder:
 
         return device_ipc.sees(device_uuid)
 
-    def load_weights_from_file(self, path, numel, dtype, entries) -> None:
+    def load_weights_from_bucket(self, path, numel, dtype, entries) -> None:
         from mindrl.platforms import device_ipc
 
         t0 = time.perf_counter()
@@ -50,7 +50,7 @@ class _Holder:
         device_ipc.finish_reading(path)
         self.load_seconds += time.perf_counter() - t0
 
-    def release_file(self, path=None) -> None:
+    def release_bucket(self, path=None) -> None:
         from mindrl.platforms import device_ipc
 
         if path is None:
@@ -128,15 +128,15 @@ class DeviceReceiverProcess:
     def can_open_device_buffers(self, device_uuid: str) -> bool:
         return self._call("can_open_device_buffers", device_uuid)
 
-    def load_weights_from_file(self, path, numel, dtype, entries) -> None:
-        self._call("load_weights_from_file", path, numel, dtype, list(entries))
+    def load_weights_from_bucket(self, path, numel, dtype, entries) -> None:
+        self._call("load_weights_from_bucket", path, numel, dtype, list(entries))
 
-    def submit_load_from_file(self, path, numel, dtype, entries):
-        self._conn.send(("load_weights_from_file", (path, numel, dtype, list(entries))))
+    def submit_load_from_bucket(self, path, numel, dtype, entries):
+        self._conn.send(("load_weights_from_bucket", (path, numel, dtype, list(entries))))
         return self._reply
 
-    def release_file(self, path: Optional[str] = None) -> None:
-        self._call("release_file", path)
+    def release_bucket(self, path: Optional[str] = None) -> None:
+        self._call("release_bucket", path)
 
     def fingerprint(self):
         return self._call("fingerprint")

@@ -380,7 +380,7 @@ class VLLMEngine:
 
         Any failure leaves vLLM with weights that cannot be trusted: it raises WeightSyncError
         and the engine refuses all further work. At infer TP > 1 the tensors are staged in a
-        shared file that every TP worker maps (`load_weights_from_file`): a generator or a
+        shared file that every TP worker maps (`load_weights_from_bucket`): a generator or a
         list of tensors cannot cross to vLLM's worker processes.
         """
         self._usable()
@@ -410,9 +410,9 @@ class VLLMEngine:
         try:
             for (name, start, shape), (_, t) in zip(entries, pairs):
                 region.tensor[start:start + t.numel()].view(shape).copy_(t)
-            self.load_weights_from_file(region.path, region.numel, dtype, entries)
+            self.load_weights_from_bucket(region.path, region.numel, dtype, entries)
         finally:
-            self.release_file(region.path)
+            self.release_bucket(region.path)
             region.close()
 
     def weights_written(self) -> None:
@@ -441,34 +441,34 @@ class VLLMEngine:
         with the same visible devices)."""
         return device.shares_device_buffers() and device_ipc.sees(device_uuid)
 
-    def load_weights_from_file(self, path, numel: int, dtype: torch.dtype,
-                               entries: Sequence[Tuple[str, int, Tuple[int, ...]]]) -> None:
+    def load_weights_from_bucket(self, path, numel: int, dtype: torch.dtype,
+                                 entries: Sequence[Tuple[str, int, Tuple[int, ...]]]) -> None:
         """`load_weights` of tensors laid out in a shared bucket (the resharder's: a file in
         /dev/shm, or a device buffer): (HF name, element offset, shape) per tensor. Every TP
-        worker opens the bucket itself (`vllm_weights.load_from_file`); the last two stay
-        open until `release_file`, so buckets reusing them cost no new mapping."""
+        worker opens the bucket itself (`vllm_weights.load_from_bucket`); the last two stay
+        open until `release_bucket`, so buckets reusing them cost no new mapping."""
         self._usable()
         entries = self._renamed(entries)
         try:
             self._check_names([(name, shape) for name, _, shape in entries])
             modules = sorted({self.module_of[name] for name, _, _ in entries})
-            self.llm.collective_rpc(vllm_weights.load_from_file,
+            self.llm.collective_rpc(vllm_weights.load_from_bucket,
                                     args=(path, numel, dtype, list(entries), self.load_mode,
                                           modules))
             self._weights_changed()
         except Exception as exc:
             raise self._failed(exc) from exc
 
-    def submit_load_from_file(self, path: str, numel: int, dtype: torch.dtype,
-                              entries) -> Callable[[], None]:
-        """`load_weights_from_file`, done before it returns (this engine loads in the caller's
+    def submit_load_from_bucket(self, path, numel: int, dtype: torch.dtype,
+                                entries) -> Callable[[], None]:
+        """`load_weights_from_bucket`, done before it returns (this engine loads in the caller's
         thread); the returned function has nothing left to wait for."""
-        self.load_weights_from_file(path, numel, dtype, entries)
+        self.load_weights_from_bucket(path, numel, dtype, entries)
         return _loaded
 
-    def release_file(self, path: Optional[str] = None) -> None:
+    def release_bucket(self, path: Optional[str] = None) -> None:
         """Unmap one shared file, or all of them (None), in every TP worker."""
-        self.llm.collective_rpc(vllm_weights.release_files, args=(path,))
+        self.llm.collective_rpc(vllm_weights.release_buckets, args=(path,))
 
     def reset_prefix_cache(self) -> None:
         self.llm.reset_prefix_cache()
@@ -529,4 +529,4 @@ class VLLMEngine:
 
 
 def _loaded() -> None:
-    """Nothing to wait for: the load ended before `submit_load_from_file` returned."""
+    """Nothing to wait for: the load ended before `submit_load_from_bucket` returned."""

@@ -99,10 +99,10 @@ class VLLMEngineProcess:
     def can_open_device_buffers(self, device_uuid: str) -> bool:
         return self._call("can_open_device_buffers", device_uuid)
 
-    def load_weights_from_file(self, path, numel: int, dtype: torch.dtype,
-                               entries) -> None:
+    def load_weights_from_bucket(self, path, numel: int, dtype: torch.dtype,
+                                 entries) -> None:
         """The child opens the shared bucket itself: only names, offsets and shapes cross."""
-        self._call("load_weights_from_file", path, numel, dtype, list(entries))
+        self._call("load_weights_from_bucket", path, numel, dtype, list(entries))
 
     def weights_written(self) -> None:
         self._call("weights_written")
@@ -110,14 +110,14 @@ class VLLMEngineProcess:
     def invalidate(self, reason: str) -> None:
         self._call("invalidate", reason)
 
-    def submit_load_from_file(self, path: str, numel: int, dtype: torch.dtype, entries):
-        """Start `load_weights_from_file` in the child and return at once; call the returned
+    def submit_load_from_bucket(self, path, numel: int, dtype: torch.dtype, entries):
+        """Start `load_weights_from_bucket` in the child and return at once; call the returned
         function to wait for it (and raise its error). Nothing else may be called meanwhile."""
-        self._send("load_weights_from_file", path, numel, dtype, list(entries))
+        self._send("load_weights_from_bucket", path, numel, dtype, list(entries))
         return self._reply
 
-    def release_file(self, path: Optional[str] = None) -> None:
-        self._call("release_file", path)
+    def release_bucket(self, path: Optional[str] = None) -> None:
+        self._call("release_bucket", path)
 
     def fingerprint(self) -> Dict[str, torch.Tensor]:
         return self._call("fingerprint")

@@ -90,14 +90,14 @@ def _load_packed(worker, weights: NamedTensors, modules: List[str]) -> None:
 LOADERS = {"in_place": _load_in_place, "packed": _load_packed, "reload": reload_weights}
 
 
-def load_from_file(worker, path, numel: int, dtype: torch.dtype,
-                   entries: Sequence[Tuple[str, int, Tuple[int, ...]]], mode: str,
-                   modules: List[str]) -> None:
+def load_from_bucket(worker, path, numel: int, dtype: torch.dtype,
+                     entries: Sequence[Tuple[str, int, Tuple[int, ...]]], mode: str,
+                     modules: List[str]) -> None:
     """Worker side of a load from a shared bucket: a file (the resharder's bucket in /dev/shm,
     or the engine's staging file) or a device buffer opened in place by IPC handle
     (`platforms/device_ipc.DeviceBuffer`). Each TP worker opens the bucket itself, so only
     names, offsets and shapes cross processes, and vLLM's loaders cut each worker's shards
-    from the full tensors. The last two buckets stay open until `release_files` (the resharder
+    from the full tensors. The last two buckets stay open until `release_buckets` (the resharder
     alternates two buffers). A failure names the tensor being loaded."""
     mapped = worker.__dict__.setdefault("_mindrl_mapped", {})
     key = device_ipc.bucket_key(path)
@@ -122,8 +122,8 @@ def load_from_file(worker, path, numel: int, dtype: torch.dtype,
         raise RuntimeError(f"loading{where}: {type(exc).__name__}: {exc}") from exc
 
 
-def release_files(worker, path=None) -> None:
-    """Close one bucket `load_from_file` keeps open, or all of them (None)."""
+def release_buckets(worker, path=None) -> None:
+    """Close one bucket `load_from_bucket` keeps open, or all of them (None)."""
     mapped = worker.__dict__.setdefault("_mindrl_mapped", {})
     if path is None:
         mapped.clear()

@@ -66,22 +66,22 @@ class EngineFanout:
         only, unless the node's devices are all visible to it)."""
         return all(self._all("can_open_device_buffers", device_uuid))
 
-    def load_weights_from_file(self, path, numel: int, dtype: torch.dtype,
-                               entries: Sequence[Entry]) -> None:
-        self._all("load_weights_from_file", path, numel, dtype, list(entries))
+    def load_weights_from_bucket(self, bucket, numel: int, dtype: torch.dtype,
+                                 entries: Sequence[Entry]) -> None:
+        self._all("load_weights_from_bucket", bucket, numel, dtype, list(entries))
 
-    def submit_load_from_file(self, path: str, numel: int, dtype: torch.dtype,
-                              entries) -> Callable[[], None]:
+    def submit_load_from_bucket(self, bucket, numel: int, dtype: torch.dtype,
+                                entries) -> Callable[[], None]:
         """Start the load on every engine; the returned function waits for all of them."""
-        refs = self._submit("load_weights_from_file", path, numel, dtype, list(entries))
+        refs = self._submit("load_weights_from_bucket", bucket, numel, dtype, list(entries))
 
         def wait() -> None:
-            self._wait(refs, "load_weights_from_file")
+            self._wait(refs, "load_weights_from_bucket")
 
         return wait
 
-    def release_file(self, path: Optional[str] = None) -> None:
-        self._all("release_file", path)
+    def release_bucket(self, path: Optional[str] = None) -> None:
+        self._all("release_bucket", path)
 
     def fingerprint(self) -> Dict[str, torch.Tensor]:
         """The first engine's (between syncs the engines hold the same weights;

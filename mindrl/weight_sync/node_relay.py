@@ -122,21 +122,21 @@ class RelayTarget:
         """No: the other nodes' engines cannot open this node's device memory."""
         return False
 
-    def load_weights_from_file(self, path: str, numel: int, dtype: torch.dtype,
-                               entries: Sequence[Entry]) -> None:
+    def load_weights_from_bucket(self, path: str, numel: int, dtype: torch.dtype,
+                                 entries: Sequence[Entry]) -> None:
         flat = torch.from_file(path, shared=True, size=numel, dtype=dtype)
         self._bucket(flat.to(device.current_device()), entries)
-        self.local.load_weights_from_file(path, numel, dtype, entries)
+        self.local.load_weights_from_bucket(path, numel, dtype, entries)
 
-    def submit_load_from_file(self, path: str, numel: int, dtype: torch.dtype,
-                              entries: Sequence[Entry]) -> Callable[[], None]:
-        """`load_weights_from_file`, whole before it returns: nothing left to wait for."""
-        self.load_weights_from_file(path, numel, dtype, entries)
+    def submit_load_from_bucket(self, path: str, numel: int, dtype: torch.dtype,
+                                entries: Sequence[Entry]) -> Callable[[], None]:
+        """`load_weights_from_bucket`, whole before it returns: nothing left to wait for."""
+        self.load_weights_from_bucket(path, numel, dtype, entries)
         return lambda: None
 
-    def release_file(self, path: Optional[str] = None) -> None:
+    def release_bucket(self, path: Optional[str] = None) -> None:
         self._op(_RELEASE)
-        self.local.release_file(path)
+        self.local.release_bucket(path)
 
     def weights_written(self) -> None:
         self._op(_WRITTEN)
@@ -240,7 +240,7 @@ class RelayReceiver:
                         target.copy_(buffer.cpu())
                         del buffer
                     if failure is None:
-                        self.local.load_weights_from_file(self.path, self._region.numel, dtype,
+                        self.local.load_weights_from_bucket(self.path, self._region.numel, dtype,
                                                           entries)
                 elif code == _CHECK:
                     expected, strict = payload
@@ -253,7 +253,7 @@ class RelayReceiver:
                                                     group=self.group)
                     failure = None
                 elif failure is None and code == _RELEASE:
-                    self.local.release_file(None)
+                    self.local.release_bucket(None)
                 elif failure is None and code == _WRITTEN:
                     self.local.weights_written()
                 elif failure is None and code == _INVALIDATE:

@@ -90,7 +90,7 @@ class SharedBucketTransport:
         """Drop a bucket: a device one once the engines have closed it (its memory is only
         freed when no process holds it open)."""
         if self.on_device:
-            self.target.release_file(region.path)
+            self.target.release_bucket(region.path)
         region.close()
 
     def _collect_acks(self, bucket: List[Unit]) -> None:
@@ -141,7 +141,7 @@ class SharedBucketTransport:
                 if pending is not None:
                     pending, wait = None, pending
                     wait()
-                pending = self.target.submit_load_from_file(region.path, region.numel, dtype,
+                pending = self.target.submit_load_from_bucket(region.path, region.numel, dtype,
                                                             entries)
                 stats.load_seconds += time.perf_counter() - t0
                 stats.tensors += len(entries)
@@ -179,7 +179,7 @@ class SharedBucketTransport:
         with keep_buffer)."""
         if any(r is not None for r in self._regions):
             try:
-                self.target.release_file(None)
+                self.target.release_bucket(None)
             except Exception:
                 pass
         for region in self._regions:

@@ -13,6 +13,8 @@ from typing import Callable, Dict, Mapping, Optional, Protocol, Sequence, Tuple,
 
 import torch
 
+from mindrl.platforms.device_ipc import BucketRef
+
 Entry = Tuple[str, int, Tuple[int, ...]]     # HF name, element offset in a file, shape
 
 
@@ -21,26 +23,26 @@ class WeightTarget(Protocol):
     dtype: torch.dtype              # what the engines compute in: the wire dtype
     shared_weights: Optional[object]   # engines/vllm_engine.SharedWeights, or None
     wants_shared_memory: bool       # tensors handed over should live in shared memory
-    loads_in_background: bool       # submit_load_from_file returns before the load ends
+    loads_in_background: bool       # submit_load_from_bucket returns before the load ends
 
     def load_weights(self, weights) -> None:
         """HF-named tensors (every tensor of each vLLM module they touch) into the engines."""
 
     def can_open_device_buffers(self, device_uuid: str) -> bool:
         """Every engine can open buffers on that device in place (IPC handles): the sync may
-        hand over device buckets (`platforms/device_ipc.DeviceBuffer`) as `path` below."""
+        hand over device buckets."""
 
-    def load_weights_from_file(self, path, numel: int, dtype: torch.dtype,
-                               entries: Sequence[Entry]) -> None:
+    def load_weights_from_bucket(self, bucket: BucketRef, numel: int, dtype: torch.dtype,
+                                 entries: Sequence[Entry]) -> None:
         """The same, from a shared bucket every engine opens itself: a /dev/shm file's path,
-        or a device buffer."""
+        or a device buffer (`platforms/device_ipc.DeviceBuffer`)."""
 
-    def submit_load_from_file(self, path: str, numel: int, dtype: torch.dtype,
-                              entries: Sequence[Entry]) -> Callable[[], None]:
-        """Start `load_weights_from_file`; the returned function waits for it."""
+    def submit_load_from_bucket(self, bucket: BucketRef, numel: int, dtype: torch.dtype,
+                                entries: Sequence[Entry]) -> Callable[[], None]:
+        """Start `load_weights_from_bucket`; the returned function waits for it."""
 
-    def release_file(self, path: Optional[str] = None) -> None:
-        """Unmap one file the engines keep mapped, or all of them (None)."""
+    def release_bucket(self, bucket: Optional[BucketRef] = None) -> None:
+        """Close one bucket the engines keep open, or all of them (None)."""
 
     def weights_written(self) -> None:
         """New weights were written straight into `shared_weights`: drop what depends on them."""

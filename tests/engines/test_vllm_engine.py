@@ -279,7 +279,7 @@ def test_every_engine_side_is_a_weight_target(engine, reload_engine):
 
 @pytest.mark.slow
 def test_a_load_submitted_from_a_shared_file_is_whole_when_it_returns(engine, model_dirs):
-    """In-process, `submit_load_from_file` loads before it returns: the shm bucket's single
+    """In-process, `submit_load_from_bucket` loads before it returns: the shm bucket's single
     buffer may be refilled at once."""
     from safetensors.torch import load_file
 
@@ -295,12 +295,12 @@ def test_a_load_submitted_from_a_shared_file_is_whole_when_it_returns(engine, mo
     try:
         for (_, start, _), (_, t) in zip(entries, state):
             region.tensor[start:start + t.numel()].copy_(t.reshape(-1))
-        wait = engine.submit_load_from_file(region.path, region.numel, engine.dtype, entries)
+        wait = engine.submit_load_from_bucket(region.path, region.numel, engine.dtype, entries)
         region.tensor.fill_(float("nan"))          # nothing may still read the file
         wait()
         engine.check_fingerprint(checkpoint_fingerprint(model_dirs[0], engine.dtype))
     finally:
-        engine.release_file(None)
+        engine.release_bucket(None)
         region.close()
 
 

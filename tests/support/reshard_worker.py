@@ -156,9 +156,9 @@ class _DropsOneTensor:
     def __init__(self, engine, name):
         self.engine, self.name = engine, name
 
-    def submit_load_from_file(self, path, numel, dtype, entries):
+    def submit_load_from_bucket(self, path, numel, dtype, entries):
         kept = [e for e in entries if e[0] != self.name]
-        return self.engine.submit_load_from_file(path, numel, dtype, kept)
+        return self.engine.submit_load_from_bucket(path, numel, dtype, kept)
 
     def __getattr__(self, attr):
         return getattr(self.engine, attr)

@@ -72,7 +72,7 @@ class _SwapsQK:
     def __init__(self, engine, hidden):
         self.engine, self.hidden = engine, hidden
 
-    def submit_load_from_file(self, path, numel, dtype, entries):
+    def submit_load_from_bucket(self, path, numel, dtype, entries):
         for name, offset, shape in entries:
             if name == SWAPPED:
                 flat = torch.from_file(path, shared=True, size=numel, dtype=dtype)
@@ -81,7 +81,7 @@ class _SwapsQK:
                 q = qkv[:h].clone()
                 qkv[:h] = qkv[h:2 * h]
                 qkv[h:2 * h] = q
-        return self.engine.submit_load_from_file(path, numel, dtype, entries)
+        return self.engine.submit_load_from_bucket(path, numel, dtype, entries)
 
     def __getattr__(self, attr):
         return getattr(self.engine, attr)
@@ -110,7 +110,7 @@ def vl_syncs(rank, world, model_dir, perturbed_dir, request, tp1_config, tp2_con
         fresh.close()
 
         # (a) same image before and after syncs of a perturbed / restored tower, every load
-        # path: shm bucket -> load_weights_from_file, collective -> load_weights.
+        # path: shm bucket -> load_weights_from_bucket, collective -> load_weights.
         with torch.no_grad():
             perturbed = base[PERTURBED] * 1.1
         steps = [("shm", perturbed), ("collective", base[PERTURBED]),

@@ -5,7 +5,7 @@ one set of engines for every case (tests/support/vl_sync_worker.py):
 (a) the same image before and after a sync of a perturbed tower (the merger's last weight x
     1.1): log-probs equal a fresh engine started on the perturbed checkpoint and differ from
     the pre-sync run, and back again after a sync of the original, on each load path (shm
-    bucket -> load_weights_from_file, collective -> load_weights), prefix caching on and
+    bucket -> load_weights_from_bucket, collective -> load_weights), prefix caching on and
     off. A stale encoder or prefix cache would return the pre-sync log-probs.
 (b) three verified syncs in a row with buckets smaller than one vision MLP tensor, at infer
     TP1 and TP2 (vLLM's mp executor); TP2 then samples as TP1.
