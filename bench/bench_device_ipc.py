@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.json_line import emit  # noqa: E402
 
 
 def copy_seconds_per_gb(nbytes: int, reps: int = 10) -> float:
@@ -153,10 +154,7 @@ def main(argv=None) -> int:
           f"{out['receiver_opens']} buffers over {out['syncs']} syncs; sender peak "
           f"{out['sender_peak_over_weights_bytes'] / 2**20:.0f} MiB over its weights "
           f"(bucket {args.bucket_mb:g} MiB)")
-    line = json.dumps(out)
-    print(line)
-    if args.json_out is not None:
-        args.json_out.write_text(line + "\n")
+    emit(out, args.json_out)
     return 0
 
 

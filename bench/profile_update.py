@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.check_device import natural_batch, pack_engine, pack_layout  # noqa: E402
+from bench.json_line import emit  # noqa: E402
 
 
 def matmul_tflops(dtype, dev, n: int = 4096, reps: int = 10) -> float:
@@ -212,10 +212,7 @@ def main(argv=None) -> int:
           f"(MFU {out['mfu_vs_measured_matmul']:.1%}"
           + (f"; {out['mfu_vs_published_peak']:.1%} of the published {peak:g}" if peak else "")
           + ")")
-    line = json.dumps(out)
-    print(line)
-    if args.json_out is not None:
-        args.json_out.write_text(line + "\n")
+    emit(out, args.json_out)
     return 0
 
 

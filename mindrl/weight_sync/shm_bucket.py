@@ -74,7 +74,9 @@ class SharedBucketTransport:
         region = self._regions[slot]
         if region is None or region.numel < numel:
             if region is not None:              # drop first: peak near max(bucket, module)
-                self._release(region)
+                # (A device buffer's memory goes once the engines close it too: they keep
+                # the last two buckets open, so opening the grown one closes it.)
+                region.close()
                 self._regions[slot] = region = None
             self._seq += 1
             if self.on_device:
@@ -85,13 +87,6 @@ class SharedBucketTransport:
                                       max(numel, size), self.dtype, create=True, seq=self._seq)
             self._regions[slot] = region
         return region
-
-    def _release(self, region) -> None:
-        """Drop a bucket: a device one once the engines have closed it (its memory is only
-        freed when no process holds it open)."""
-        if self.on_device:
-            self.target.release_bucket(region.path)
-        region.close()
 
     def _collect_acks(self, bucket: List[Unit]) -> None:
         dev = device.current_device()
