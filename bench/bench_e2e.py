@@ -310,6 +310,8 @@ def mindrl_overrides(shape: Shape, work: Path) -> List[str]:
         f"megatron_training.clip_grad={s['clip_grad']}",
         f"+megatron_training.cpu_threads={shape.threads}",
         f"megatron_training.bf16={str(shape.bf16).lower()}",
+        # vLLM in the actor's dtype (on CPU only beside a bf16 actor: config/cpu_notice.py)
+        f"generate_config.dtype={'bfloat16' if shape.bf16 else 'float32'}",
         f"rl_config.mini_batch_size={shape.prompts}",
         f"rl_config.n_samples_per_prompt={shape.n}",
         f"rl_config.kl_coef={s['kl_coef']}", f"rl_config.entropy_coeff={s['entropy_coeff']}",

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from mindrl.config import names
 from mindrl.config.cluster import ClusterResources
-from mindrl.config.cpu_notice import CPU_VLLM
 from mindrl.config.errors import CLUSTER, Problem
 from mindrl.config.schema import RunConfig
 
@@ -26,7 +25,7 @@ def _no_bf16(cluster: ClusterResources) -> str:
 def check_bf16(run: RunConfig, cluster: ClusterResources) -> list[Problem]:
     """One problem per key that puts a role in bf16 (megatron_training.bf16 covers every role
     that inherits it), and one for vLLM's generate_config.dtype where the device runs vLLM in
-    the recipe's dtype (on CPU vLLM always runs fp32: config/cpu_notice.py)."""
+    the recipe's dtype (on CPU vLLM follows the actor: config/cpu_notice.py)."""
     if cluster.bf16 is not False:
         return []
     roles_by_key: dict[str, list[str]] = {}
@@ -38,7 +37,8 @@ def check_bf16(run: RunConfig, cluster: ClusterResources) -> list[Problem]:
                    f"{'s' if len(roles) == 1 else ''} in fp32", True, CLUSTER)
            for key, roles in roles_by_key.items()]
     dtype = run.generate_config.dtype
-    if dtype == "bfloat16" and not (cluster.device_type == "cpu" and "dtype" in CPU_VLLM):
+    # On CPU vLLM is in bf16 only beside a bf16 actor, whose key is refused above.
+    if dtype == "bfloat16" and cluster.device_type != "cpu":
         out.append(Problem("generate_config.dtype", f"runs the rollout engines in bfloat16, "
                            f"but {_no_bf16(cluster)}", "set generate_config.dtype: float32 "
                            "(or float16)", dtype, CLUSTER))

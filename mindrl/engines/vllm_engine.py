@@ -36,7 +36,7 @@ import torch
 
 from mindrl import device, shared_memory, startup
 from mindrl.ckpt.fingerprint import NamedTensors, compare_fingerprints
-from mindrl.config.cpu_notice import CPU_VLLM
+from mindrl.config.cpu_notice import cpu_vllm
 from mindrl.config.schema import GenerateConfig, SamplingConfig
 from mindrl.data.batch import left_pad, right_pad
 from mindrl.data.vl_prompts import decode_image
@@ -56,9 +56,11 @@ def _configure_environment(cpu_threads: int) -> None:
     device.prepare_vllm(cpu_threads)
 
 
-def llm_kwargs(cfg: GenerateConfig, seed: int, logprobs_mode: str, build) -> dict:
+def llm_kwargs(cfg: GenerateConfig, seed: int, logprobs_mode: str, build,
+               actor_dtype: Optional[str] = None) -> dict:
     """GenerateConfig -> ``vllm.LLM`` keyword arguments, with what `build` (the platform's
-    vLLM build, `device.vllm_build()`) needs."""
+    vLLM build, `device.vllm_build()`) needs; `actor_dtype`: what the run's actor computes in
+    (vLLM's CPU build follows it: config/cpu_notice.py)."""
     kw = dict(tensor_parallel_size=cfg.infer_tensor_parallel_size,
               pipeline_parallel_size=cfg.infer_pipeline_parallel_size,
               max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
@@ -73,7 +75,7 @@ def llm_kwargs(cfg: GenerateConfig, seed: int, logprobs_mode: str, build) -> dic
         # Workers in processes of their own beside this one (vLLM's mp executor): the one
         # that runs on every platform, CPU included (PLATFORM_NOTES "The cluster path").
         kw["distributed_executor_backend"] = "mp"
-    return build.engine_kwargs(kw, cfg, CPU_VLLM)
+    return build.engine_kwargs(kw, cfg, cpu_vllm(cfg.dtype, actor_dtype))
 
 
 def sampling_params(cfg: SamplingConfig, n: int, **overrides):
@@ -210,7 +212,7 @@ class VLLMEngine:
     def __init__(self, model_path, generate_config: GenerateConfig, seed: int = 0,
                  logprobs_mode: str = "processed_logprobs", plain_cpu_linears: bool = False,
                  load_mode: Optional[str] = None, share_weights: bool = False,
-                 **llm_overrides):
+                 actor_dtype: Optional[str] = None, **llm_overrides):
         """`logprobs_mode` "processed_logprobs": the log-probs of the distribution actually
         sampled from (after temperature), what the actor's temperature-scaled log-probs
         reproduce; vLLM's default "raw_logprobs" ignores the temperature.
@@ -223,7 +225,9 @@ class VLLMEngine:
         (`vllm_weights.load_mode`); "reload" forces vLLM's own reload.
         share_weights (CPU, with plain_cpu_linears): vLLM's parameters move into a shared
         file that the actor's ranks write straight into (`vllm_weights.share_weights`);
-        `shared_weights` then says where each HF tensor lives."""
+        `shared_weights` then says where each HF tensor lives.
+        actor_dtype: what the run's actor computes in; vLLM's CPU build computes in bf16
+        only beside a bf16 actor (None: float32)."""
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             raise RuntimeError(
                 "vLLM cannot start in a process that is part of a torch.distributed world (it "
@@ -233,7 +237,7 @@ class VLLMEngine:
 
         self.config = generate_config
         build = device.vllm_build()
-        kwargs = llm_kwargs(generate_config, seed, logprobs_mode, build)
+        kwargs = llm_kwargs(generate_config, seed, logprobs_mode, build, actor_dtype)
         kwargs.update(llm_overrides)
         if plain_cpu_linears:
             build.use_plain_linears()

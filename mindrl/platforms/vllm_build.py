@@ -11,14 +11,14 @@ from __future__ import annotations
 
 
 class VLLMBuild:
-    # Whether this build runs with config/cpu_notice.CPU_VLLM whatever the recipe says (the
+    # Whether this build runs with config/cpu_notice.cpu_vllm whatever the recipe says (the
     # CLI then says so once at start-up).
     overrides_recipe_settings = False
 
     def engine_kwargs(self, kw: dict, cfg, cpu_vllm: dict) -> dict:
         """``vllm.LLM`` keyword arguments: `kw` (from the config) and what this build adds
         from `cfg` (a GenerateConfig). `cpu_vllm`: what the CPU build runs with whatever the
-        config says (config/cpu_notice.CPU_VLLM; platforms import no config); unused here."""
+        config says (config/cpu_notice.cpu_vllm; platforms import no config); unused here."""
         return {**kw, "gpu_memory_utilization": cfg.gpu_memory_utilization,
                 "enable_sleep_mode": cfg.sleep_level > 0}
 

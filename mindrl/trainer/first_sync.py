@@ -16,7 +16,7 @@ from typing import Callable, Dict, Optional, Sequence
 import torch
 
 from mindrl import device
-from mindrl.config.cpu_notice import CPU_VLLM
+from mindrl.config.cpu_notice import run_cpu_vllm
 from mindrl.errors import WeightSyncError
 from mindrl.weight_sync.engine_fanout import EngineFanout
 
@@ -30,7 +30,7 @@ def checkpoint_reference(run, engines: Sequence, log: Callable[[str], None]
     cfg = run.actor_config
     if run.generate_config.verify_sync == "off" or not cfg.load:
         return None
-    vllm_dtype = (CPU_VLLM["dtype"] if device.vllm_build().overrides_recipe_settings
+    vllm_dtype = (run_cpu_vllm(run)["dtype"] if device.vllm_build().overrides_recipe_settings
                   else run.generate_config.dtype)
     if vllm_dtype in ("float32", "bfloat16", "float16") and vllm_dtype != cfg.params_dtype:
         log(f"first sync not checked against the checkpoint: the actor computes in "

@@ -93,7 +93,8 @@ class GRPOTrainer:
         shared = device.weights_in_host_memory() and self.gen.cpu_weights == "shared"
         self.rollout = RolloutGroup(actor_cfg.tokenizer_name_or_path, self.gen, actor_cfg.seed,
                                     engine_slots, worker_env(),
-                                    {"plain_cpu_linears": shared, "share_weights": shared},
+                                    {"plain_cpu_linears": shared, "share_weights": shared,
+                                     "actor_dtype": actor_cfg.params_dtype},
                                     self.rl.phase_timeout_s)
         refs = {role: group.start_setup(setups[role]) for role, group in self.groups.items()}
         pids = {role: group.wait_setup(refs[role]) for role, group in self.groups.items()}

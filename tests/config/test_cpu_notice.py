@@ -5,7 +5,7 @@ import importlib.util
 import pytest
 
 from mindrl.config import ClusterResources, load_recipe
-from mindrl.config.cpu_notice import CPU_VLLM, cpu_notices
+from mindrl.config.cpu_notice import cpu_notices, run_cpu_vllm
 from mindrl.paths import REPO_ROOT
 
 CPU2 = ClusterResources("cpu", 2)
@@ -41,9 +41,29 @@ def test_the_engine_runs_what_the_notice_says():
 
     run = tiny("generate_config.dtype=bfloat16", "generate_config.enforce_eager=false")
     kw = llm_kwargs(run.generate_config, seed=1, logprobs_mode="processed_logprobs",
-                    build=CPUVLLMBuild())
-    assert {k: kw[k] for k in CPU_VLLM} == CPU_VLLM
+                    build=CPUVLLMBuild(), actor_dtype=run.actor_config.params_dtype)
+    runs = run_cpu_vllm(run)
+    assert {k: kw[k] for k in runs} == runs == {"dtype": "float32", "enforce_eager": True}
     assert "gpu_memory_utilization" not in kw
+
+
+def test_vllm_computes_in_bf16_beside_a_bf16_actor_and_only_there():
+    """A bf16 actor (allowed only on a CPU with bf16 instructions: test_config_bf16.py) and
+    generate_config.dtype bfloat16: vLLM runs bf16, with no notice; an fp32 actor keeps it
+    fp32 whatever the recipe's vLLM dtype, and an engine outside a run is fp32."""
+    from mindrl.engines.vllm_engine import llm_kwargs
+    from mindrl.platforms.cpu.vllm_build import CPUVLLMBuild
+
+    both = tiny("megatron_training.bf16=true", "generate_config.dtype=bfloat16")
+    assert run_cpu_vllm(both)["dtype"] == "bfloat16"
+    assert not any("dtype" in line for line in cpu_notices(both))
+    kw = llm_kwargs(both.generate_config, seed=1, logprobs_mode="processed_logprobs",
+                    build=CPUVLLMBuild(), actor_dtype=both.actor_config.params_dtype)
+    assert kw["dtype"] == "bfloat16"
+    assert llm_kwargs(both.generate_config, seed=1, logprobs_mode="processed_logprobs",
+                      build=CPUVLLMBuild())["dtype"] == "float32"
+    actor_only = tiny("megatron_training.bf16=true")          # the recipe's vLLM: float32
+    assert run_cpu_vllm(actor_only)["dtype"] == "float32" and cpu_notices(actor_only) == []
 
 
 def test_the_cli_prints_them_on_cpu(monkeypatch, capsys):

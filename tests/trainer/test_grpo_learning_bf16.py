@@ -1,6 +1,6 @@
 """The embedded CPU default learns in bf16 too, where the device computes in it: grpo_tiny_cpu
 with megatron_training.bf16=true (the actor and reference in Megatron mixed precision; vLLM
-stays fp32 on CPU, config/cpu_notice.py), one seed, the per-seed bar of the fp32 learning test
+stays fp32, the recipe's generate_config.dtype: config/cpu_notice.py), one seed, the per-seed bar of the fp32 learning test
 (tests/trainer/test_grpo_learning.py). Where the device has no bf16 the recipe is refused
 before start (tests/config/test_config_bf16.py) and this test is skipped.
 
