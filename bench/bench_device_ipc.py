@@ -52,15 +52,9 @@ def largest_bucket_bytes(resharder, dtype) -> int:
     from mindrl.weight_sync.plan import plan_buckets
 
     transport = resharder.transport
-    itemsize = torch_itemsize(dtype)
+    itemsize = dtype.itemsize
     return max(sum(u.numel for u in bucket) for bucket in
                plan_buckets(resharder.source.units, transport.bucket_numel)) * itemsize
-
-
-def torch_itemsize(dtype) -> int:
-    import torch
-
-    return torch.empty((), dtype=dtype).element_size()
 
 
 def run_syncs(spec, dtype: str, bucket_mb: float, syncs: int) -> dict:

@@ -112,6 +112,11 @@ def open_bucket(ref: BucketRef, numel: int, dtype: torch.dtype) -> torch.Tensor:
     return ref.rebuild(*args)
 
 
+def collect() -> None:
+    """Free exported buffers whose readers have all closed them (CUDA frees them only then)."""
+    torch.cuda.ipc_collect()
+
+
 def bucket_key(ref: BucketRef) -> str:
     """What a reader keys its open buckets by."""
     return ref if isinstance(ref, str) else ref.key

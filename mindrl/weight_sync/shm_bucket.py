@@ -183,7 +183,7 @@ class SharedBucketTransport:
         self._regions = [None, None]
         self._mapped.clear()
         if self.on_device:
-            torch.cuda.ipc_collect()     # memory the engines held open until now
+            device_ipc.collect()     # memory the engines held open until now
 
     # ---------------------------------------------------------------- peers
 
