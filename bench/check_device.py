@@ -214,10 +214,11 @@ PACK_SHAPE = dict(num_layers=4, hidden_size=256, ffn_hidden_size=704, num_attent
 PACK_MICRO_BATCH = 4   # padded rows per micro batch; the packed budget is as many longest samples
 
 
-def natural_batch(vocab, B, P, R, seed=0, mean_fraction=0.3):
+def natural_batch(vocab, B, P, R, seed=0, mean_fraction=0.3, fixed_response=False):
     """B samples of natural-looking lengths: prompts uniform in P/8..P (left-padded), responses
     lognormal (sigma 1) with a mean about `mean_fraction` x R, clipped to 1..R (right-padded to
-    the longest, as a rollout returns them); advantages per sample, as GRPO gives them."""
+    the longest, as a rollout returns them), or all R tokens (`fixed_response`); advantages per
+    sample, as GRPO gives them."""
     import math
 
     import torch
@@ -226,6 +227,8 @@ def natural_batch(vocab, B, P, R, seed=0, mean_fraction=0.3):
     pl = torch.randint(max(1, P // 8), P + 1, (B,), generator=g)
     mu = math.log(mean_fraction * R) - 0.5
     rl = (mu + torch.randn(B, generator=g)).exp().round().clamp(1, R).long()
+    if fixed_response:
+        rl = torch.full_like(rl, R)
     P, R = int(pl.max()), int(rl.max())
     pm = (torch.arange(P) >= P - pl[:, None]).long()
     rm = (torch.arange(R) < rl[:, None]).long()
@@ -245,15 +248,17 @@ def pack_layout(b: dict) -> dict:
             "budget": PACK_MICRO_BATCH * int(lengths.max()), "lengths": lengths.tolist()}
 
 
-def pack_engine(spec, dtype: str, budget=None, lr=1e-6, distributed_optimizer=False):
-    """A trainable one-rank engine: padded rows of PACK_MICRO_BATCH samples, or (`budget`)
-    packed rows of at most that many real tokens."""
+def pack_engine(spec, dtype: str, budget=None, lr=1e-6, distributed_optimizer=False,
+                micro_batch_size=None):
+    """A trainable one-rank engine: padded rows of `micro_batch_size` (PACK_MICRO_BATCH)
+    samples, or (`budget`) packed rows of at most that many real tokens."""
     from mindrl.engines.megatron_engine import MegatronEngine, OptimConfig
     from mindrl.models.builder import Parallelism, initialize_parallel
 
     initialize_parallel(Parallelism())
     return MegatronEngine(spec, Parallelism(), params_dtype=dtype,
-                          micro_batch_size=PACK_MICRO_BATCH, packed=budget is not None,
+                          micro_batch_size=micro_batch_size or PACK_MICRO_BATCH,
+                          packed=budget is not None,
                           max_tokens_per_micro_batch=budget,
                           optim=OptimConfig(lr=lr, clip_grad=0.0,
                                             use_distributed_optimizer=distributed_optimizer))

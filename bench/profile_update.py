@@ -116,6 +116,11 @@ def main(argv=None) -> int:
     ap.add_argument("--matmul-n", type=int, default=4096)
     ap.add_argument("--json-out", type=Path, default=None)
     ap.add_argument("--chunk-kernels", default="device", choices=["device", "eager"])
+    ap.add_argument("--lengths", default="natural", choices=["natural", "fixed"],
+                    help="fixed: every response exactly --response tokens (bench_e2e's 75m "
+                         "shape), prompts still P/8..P")
+    ap.add_argument("--padded", type=int, default=None, metavar="ROWS",
+                    help="padded rows of ROWS samples per micro batch instead of packing")
     ap.add_argument("--budget", type=int, default=None,
                     help="real tokens per micro batch (default: 4 x the longest sample)")
     ap.add_argument("--distributed-optimizer", action="store_true",
@@ -143,14 +148,16 @@ def main(argv=None) -> int:
     spec = load_model_spec(args.model)
     spec = dataclasses.replace(spec, max_position_embeddings=max(
         spec.max_position_embeddings, args.prompt + args.response))
-    b = natural_batch(spec.vocab_size, args.samples, args.prompt, args.response, seed=7)
+    b = natural_batch(spec.vocab_size, args.samples, args.prompt, args.response, seed=7,
+                      fixed_response=args.lengths == "fixed")
     layout = pack_layout(b)
     budget = args.budget or layout["budget"]
     if budget < max(layout["lengths"]):
         raise SystemExit(f"--budget {budget} is below the longest sample "
                          f"({max(layout['lengths'])} tokens)")
-    eng = pack_engine(spec, args.dtype, budget,
-                      distributed_optimizer=args.distributed_optimizer)
+    eng = pack_engine(spec, args.dtype, None if args.padded else budget,
+                      distributed_optimizer=args.distributed_optimizer,
+                      micro_batch_size=args.padded)
     batch = Batch.of(**b)
     warm = eng.update(batch, mini_batch_size=len(batch))          # warm-up (and compile)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
@@ -183,8 +190,10 @@ def main(argv=None) -> int:
            "device_name": (torch.cuda.get_device_name() if device.device_type() == "cuda"
                            else device.device_type()),
            "model": args.model, "dtype": args.dtype, "samples": args.samples,
-           "real_tokens": layout["real_tokens"], "budget": budget,
-           "micro_batches": eng_micro_batches(layout["lengths"], budget),
+           "real_tokens": layout["real_tokens"], "lengths": args.lengths,
+           "budget": None if args.padded else budget, "padded_rows": args.padded,
+           "micro_batches": (-(-args.samples // args.padded) if args.padded
+                             else eng_micro_batches(layout["lengths"], budget)),
            "distributed_optimizer": args.distributed_optimizer,
            "published_peak_tflops": peak,
            "mfu_vs_published_peak": (flops / plain_s / 1e12 / peak) if peak else None,
