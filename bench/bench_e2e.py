@@ -17,8 +17,8 @@ Shapes:
            timed), 2 threads.
   75m_bf16 the 75m shape in bf16 mixed precision, MindRL against TRL only: Megatron bf16
            (bf16 weights and matmuls, fp32 main weights and gradients) against TRL's
-           bf16=True (fp32 weights, bf16 autocast); vLLM on CPU samples in fp32 whatever the
-           recipe (config/cpu_notice.py), TRL generates under its own settings. The floor
+           bf16=True (fp32 weights, bf16 autocast); vLLM samples in bf16 beside the bf16 actor
+           (config/cpu_notice.py), TRL generates under its own settings. The floor
            counts every FLOP at the bf16 matmul rate measured in the run: the fastest this
            machine multiplies. Refused on a CPU without bf16 instructions.
   natural  the same 75M model, prompts and sampling with the lengths the policy chooses: no

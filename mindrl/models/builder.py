@@ -78,8 +78,11 @@ def _block_spec(config):
     from megatron.core.transformer.transformer_block import (TransformerBlockSubmodules,
                                                              get_num_layers_to_build)
 
+    from mindrl.models import packed_rope
     from mindrl.models.norms import SequenceParallelNorm
     from mindrl.models.sdpa_attention import SDPAttention
+
+    packed_rope.install()
 
     layer = get_gpt_layer_local_spec(normalization="RMSNorm")
     layer.submodules.self_attention.submodules.core_attention = SDPAttention
