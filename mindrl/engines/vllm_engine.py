@@ -252,6 +252,10 @@ class VLLMEngine:
                                  f"'reload' or {self.load_mode!r})")
             self.load_mode = load_mode
         self._failure: Optional[str] = None
+        # Bumped by every change of the weights; `start_fingerprint`'s digest is used only
+        # while it is unchanged.
+        self._weights_epoch = 0
+        self._early_digest: Optional[Tuple[int, Dict[str, torch.Tensor]]] = None
         self.tp_size = generate_config.infer_tensor_parallel_size
         # vLLM's own renaming of checkpoint names (None: names are the engine's already).
         self._mapper = self.llm.collective_rpc(vllm_weights.name_mapper)[0]
@@ -432,12 +436,14 @@ class VLLMEngine:
         scheduler's record and the workers' features; resetting only the workers' would leave
         the scheduler believing a seen image is cached ("Encoder cache miss", a stuck
         request). `LLM` has no encoder-cache reset of its own in vLLM 0.32: its engine has."""
+        self._weights_epoch += 1
         self.llm.reset_prefix_cache()
         self.llm.llm_engine.reset_encoder_cache()
 
     def invalidate(self, reason: str) -> None:
         """Someone else left vLLM's weights half-written: refuse all further work."""
         self._failure = reason
+        self._weights_epoch += 1
 
     def can_open_device_buffers(self, device_uuid: str) -> bool:
         """vLLM's workers open device buckets in place where the device shares buffers
@@ -488,13 +494,23 @@ class VLLMEngine:
         return {name: torch.stack(digests) if len(digests) > 1 else digests[0]
                 for name, (_, digests, _) in self._view(with_digest=True).items()}
 
+    def start_fingerprint(self) -> None:
+        """Digest the weights now, for the next `check_fingerprint`: a verified sync asks for
+        it before the actor computes its expected fingerprints, so both digests run at once
+        (in separate processes). Used only if the weights have not changed since."""
+        self._early_digest = (self._weights_epoch, self.fingerprint())
+
     def check_fingerprint(self, expected: Mapping[str, torch.Tensor], strict: bool = True) -> None:
         """Raise WeightSyncError naming every tensor whose digest differs from `expected`
         (e.g. `checkpoint_fingerprint` of the HF directory the trainer started from, or the
         fingerprints of the tensors just sent). strict: vLLM may hold nothing else.
         Names may be HF's or the engine's own."""
+        self._usable()
+        early, self._early_digest = self._early_digest, None
+        actual = (early[1] if early is not None and early[0] == self._weights_epoch
+                  else self.fingerprint())
         expected = {self.engine_name(name): digest for name, digest in expected.items()}
-        problems = compare_fingerprints(self.fingerprint(), expected, self.dtype, strict)
+        problems = compare_fingerprints(actual, expected, self.dtype, strict)
         if problems:
             shown = "\n  ".join(problems[:20])
             more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
@@ -510,6 +526,7 @@ class VLLMEngine:
         False where nothing sleeps (level 0, or a platform without sleep mode)."""
         if self.config.sleep_level == 0 or not device.engines_can_sleep():
             return False
+        self._weights_epoch += 1          # level 2 drops the weights
         self.llm.sleep(level=self.config.sleep_level)
         return True
 
@@ -517,6 +534,7 @@ class VLLMEngine:
         """Take memory back: ["weights"] before a sync, ["kv_cache"] before generating (vLLM
         tags); None: everything. A no-op where `sleep` did nothing."""
         if self.config.sleep_level and device.engines_can_sleep():
+            self._weights_epoch += 1
             self.llm.wake_up(list(tags) if tags is not None else None)
 
     def close(self) -> None:

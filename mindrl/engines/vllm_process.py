@@ -62,6 +62,7 @@ class VLLMEngineProcess:
         sharded = generate_config.model_parallel_size > 1
         self.process = ctx.Process(target=_serve, daemon=not sharded,
                                    args=(child, str(model_path), generate_config, seed, kwargs))
+        self._digesting = False        # a start_fingerprint reply not yet read
         self.process.start()
         if sharded:
             atexit.register(self.close)
@@ -81,6 +82,9 @@ class VLLMEngineProcess:
         return value
 
     def _send(self, method: str, *args, **kwargs) -> None:
+        if self._digesting:               # read start_fingerprint's reply (raising its error)
+            self._digesting = False
+            self._reply()
         self._conn.send((method, args, kwargs))
 
     def _call(self, method: str, *args, **kwargs):
@@ -121,6 +125,12 @@ class VLLMEngineProcess:
 
     def fingerprint(self) -> Dict[str, torch.Tensor]:
         return self._call("fingerprint")
+
+    def start_fingerprint(self) -> None:
+        """The child digests its weights while this process goes on; the next call reads the
+        reply first."""
+        self._send("start_fingerprint")
+        self._digesting = True
 
     def check_fingerprint(self, expected, strict: bool = True) -> None:
         self._call("check_fingerprint", dict(expected), strict)

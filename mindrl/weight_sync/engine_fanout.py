@@ -33,6 +33,7 @@ class EngineFanout:
         if not engines:
             raise ValueError("EngineFanout needs at least one engine")
         self.engines = list(engines)
+        self._digests: List[Any] = []      # start_fingerprint's calls, awaited by the check
         self.indices = list(indices) if indices is not None else list(range(len(engines)))
         infos = self._wait(self._submit("describe"), "describe")
         dtypes = {info["dtype"] for info in infos}
@@ -88,10 +89,17 @@ class EngineFanout:
         `check_fingerprint` checks each)."""
         return self._wait([self.engines[0].fingerprint.remote()], "fingerprint")[0]
 
+    def start_fingerprint(self) -> None:
+        """Every engine digests its weights now, while the caller computes the expected
+        fingerprints; `check_fingerprint` waits for these (and raises their errors)."""
+        self._digests = self._submit("start_fingerprint")
+
     def check_fingerprint(self, expected: Mapping[str, torch.Tensor],
                           strict: bool = True) -> None:
         import ray
 
+        started, self._digests = self._digests, []
+        self._wait(started, "start_fingerprint")
         self._all("check_fingerprint", ray.put(dict(expected)), strict)
 
     def weights_written(self) -> None:

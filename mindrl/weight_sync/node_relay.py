@@ -150,6 +150,11 @@ class RelayTarget:
         """The host node's first engine's (the engines hold the same weights between syncs)."""
         return self.local.fingerprint()
 
+    def start_fingerprint(self) -> None:
+        """The host node's engines digest now (the other nodes' do when they are asked to
+        check)."""
+        self.local.start_fingerprint()
+
     def check_fingerprint(self, expected, strict: bool = True) -> None:
         """Every node's engines against the host's fingerprints; the first failure named."""
         self._op(_CHECK, (dict(expected), strict))

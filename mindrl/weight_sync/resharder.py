@@ -82,6 +82,7 @@ class Resharder:
         """Host: the actor's expected fingerprints (every rank its share) against every
         engine's (every node's, through the relay); a mismatch raises WeightSyncError."""
         t0 = time.perf_counter()
+        self.target.start_fingerprint()          # the engines digest while the ranks do
         expected = expected_fingerprints(self.source, dtype)
         stats.expected_seconds = time.perf_counter() - t0
         self.target.check_fingerprint(expected, strict=True)

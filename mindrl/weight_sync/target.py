@@ -53,6 +53,11 @@ class WeightTarget(Protocol):
     def fingerprint(self) -> Dict[str, torch.Tensor]:
         """{HF name: digest} of the weights the (first) engine computes with."""
 
+    def start_fingerprint(self) -> None:
+        """Let the engines digest their weights now, without waiting: the weights do not change
+        before the next `check_fingerprint`, which then compares (a verified sync overlaps
+        the engines' digest with the actor's expected fingerprints)."""
+
     def check_fingerprint(self, expected: Mapping[str, torch.Tensor],
                           strict: bool = True) -> None:
         """Every engine against `expected`; WeightSyncError naming what differs."""

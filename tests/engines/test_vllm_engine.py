@@ -266,6 +266,36 @@ def test_a_layer_that_keeps_its_weight_owns_it(engine, model_dirs):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("side", ["in_process", "child_process"])
+def test_an_early_digest_counts_only_while_the_weights_are_unchanged(engine, reload_engine,
+                                                                      model_dirs, side):
+    """`start_fingerprint` digests now for the next check (a verified sync overlaps it with
+    the actor's expected fingerprints); a load after it makes the check digest again, or the
+    old weights' digest would pass for the new ones."""
+    from safetensors.torch import load_file
+
+    eng = engine if side == "in_process" else reload_engine
+    states = [load_file(str(d / "model.safetensors")) for d in model_dirs]
+    refs = [checkpoint_fingerprint(d, eng.dtype) for d in model_dirs]
+    eng.load_weights(states[0].items())
+    eng.start_fingerprint()
+    if side == "in_process":
+        assert eng._early_digest is not None
+    eng.check_fingerprint(refs[0])
+    if side == "in_process":
+        assert eng._early_digest is None          # used once
+    eng.start_fingerprint()
+    eng.load_weights(states[1].items())           # the weights change after the digest
+    eng.check_fingerprint(refs[1])
+    eng.start_fingerprint()
+    with pytest.raises(WeightSyncError, match="differ from the expected weights"):
+        eng.check_fingerprint(refs[0])
+    eng.start_fingerprint()
+    eng.fingerprint()                             # any call in between reads its reply first
+    eng.check_fingerprint(refs[1])
+
+
+@pytest.mark.slow
 def test_every_engine_side_is_a_weight_target(engine, reload_engine):
     """The transports call the WeightTarget members without probing: every engine side has
     them all, and says whether its loads run in the background (two buckets in flight)."""

@@ -94,8 +94,14 @@ def test_one_sync_reaches_every_engine_and_a_mismatch_names_the_engine(cluster):
     with pytest.raises(WeightSyncError, match="rollout engine 0: check_fingerprint failed"):
         fanout.check_fingerprint(checkpoint_fingerprint(dirs[1]))
     weights = load_file(str(next(dirs[1].glob("*.safetensors"))))
+    fanout.start_fingerprint()                  # digested before the load: not used after it
     fanout.load_weights(sorted(weights.items()))
     fanout.check_fingerprint(checkpoint_fingerprint(dirs[1]))   # both engines hold seed 1
+    fanout.start_fingerprint()                  # the verified sync's order: digests, then check
+    fanout.check_fingerprint(checkpoint_fingerprint(dirs[1]))
+    fanout.start_fingerprint()
+    with pytest.raises(WeightSyncError, match="rollout engine 0: check_fingerprint failed"):
+        fanout.check_fingerprint(checkpoint_fingerprint(dirs[0]))
     assert isinstance(fanout, WeightTarget) and fanout.loads_in_background
     assert compare_fingerprints(fanout.fingerprint(), checkpoint_fingerprint(dirs[1]),
                                 torch.float32) == []
