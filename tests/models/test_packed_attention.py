@@ -5,9 +5,11 @@ import torch
 from mindrl.models.sdpa_attention import length_buckets, packed_sdpa
 
 
-def test_length_buckets_batch_similar_lengths_and_keep_a_lone_sequence_exact():
-    groups = length_buckets([5, 30, 33, 70, 64], bucket=32)
-    assert groups == {32: [0, 1], 64: [2, 4], 70: [3]}
+def test_length_buckets_batch_similar_lengths_as_wide_as_their_longest():
+    groups = length_buckets([5, 30, 33, 70, 64, 9, 11], bucket=32)
+    # 1..32: width 30 (not 32); 33..64: 64; a lone sequence keeps its own length.
+    assert groups == {30: [0, 1, 5, 6], 64: [2, 4], 70: [3]}
+    assert length_buckets([11, 4, 7, 11]) == {11: [0, 1, 2, 3]}
 
 
 def test_packed_sdpa_equals_attention_over_each_sequence_alone_forward_and_backward():
