@@ -498,21 +498,24 @@ def run_trl(shape: Shape, work: Path, variant: str = "trl") -> List[dict]:
 
 # ---------------------------------------------------------------------------- the floor's rate
 
-def matmul_gflops(threads: int, bf16: bool = False, seconds: float = 3.0) -> float:
-    """GEMM rate at the model's layer sizes, with the benchmark's thread count, in fp32 or
-    (a bf16 shape) in bf16: the fastest the machine multiplies in the shape's precision."""
+def matmul_gflops(threads: int, bf16: bool = False, seconds: float = 3.0,
+                  shape: Tuple[int, int, int] = (4096, 768, 2048)) -> float:
+    """GEMM rate at the model's layer sizes ([m, k] x [k, n]), with the benchmark's thread
+    count, in fp32 or (a bf16 shape) in bf16: the fastest the machine multiplies in the
+    shape's precision."""
     import torch
 
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     dtype = torch.bfloat16 if bf16 else torch.float32
-    a, b = torch.randn(4096, 768, dtype=dtype), torch.randn(768, 2048, dtype=dtype)
+    m, k, n = shape
+    a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
     torch.mm(a, b)
     reps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         torch.mm(a, b)
         reps += 1
-    rate = 2 * 4096 * 768 * 2048 * reps / (time.perf_counter() - start) / 1e9
+    rate = 2 * m * k * n * reps / (time.perf_counter() - start) / 1e9
     torch.set_num_threads(previous)
     return rate
 

@@ -71,24 +71,6 @@ def generate_flops(flops, rows: int, prompt_len: int, new_tokens: int) -> float:
     return weights + attention
 
 
-def decode_gemm_gflops(rows: int, hidden: int, ffn: int, threads: int, bf16: bool,
-                       seconds: float = 2.0) -> float:
-    import torch
-
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    dtype = torch.bfloat16 if bf16 else torch.float32
-    a, b = torch.randn(rows, hidden, dtype=dtype), torch.randn(hidden, ffn, dtype=dtype)
-    torch.mm(a, b)
-    reps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        torch.mm(a, b)
-        reps += 1
-    rate = 2 * rows * hidden * ffn * reps / (time.perf_counter() - start) / 1e9
-    torch.set_num_threads(previous)
-    return rate
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="bench-qwen2-75m")
@@ -104,7 +86,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
 
-    import torch
     from torch.profiler import ProfilerActivity, profile
 
     from bench.bench_e2e import FlopModel, matmul_gflops
@@ -152,8 +133,8 @@ def main(argv=None) -> int:
     steps = args.profile_tokens
     flops = FlopModel.of(args.model)
     rate = matmul_gflops(args.threads, bf16)
-    decode_rate = decode_gemm_gflops(rows, spec.hidden_size, spec.ffn_hidden_size,
-                                     args.threads, bf16)
+    decode_rate = matmul_gflops(args.threads, bf16, seconds=2.0,
+                                shape=(rows, spec.hidden_size, spec.ffn_hidden_size))
     gen_floor = generate_flops(flops, rows, args.prompt_len, args.max_tokens) / (rate * 1e9)
     weight_flops = 2 * flops.weights * forward_tokens(rows, args.prompt_len, steps)
     ops_s = sum(buckets.values())
