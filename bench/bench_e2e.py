@@ -278,13 +278,13 @@ def machine_info(shapes: Sequence[Shape]) -> dict:
 
 # ---------------------------------------------------------------------------- MindRL
 
-def kv_cache_bytes(shape: Shape) -> int:
-    """vLLM's KV cache for every completion at its longest (fp32, 32-token blocks), +25%."""
+def kv_cache_bytes(model: str, rows: int, seq_length: int) -> int:
+    """vLLM's KV cache for `rows` sequences at `seq_length` (fp32, 32-token blocks), +25%."""
     from mindrl.config.model_spec import load_model_spec
 
-    spec = load_model_spec(shape.model)
+    spec = load_model_spec(model)
     per_token = 2 * spec.num_layers * spec.num_query_groups * spec.head_dim * 4
-    tokens = shape.completions * 32 * math.ceil(shape.seq_length / 32)
+    tokens = rows * 32 * math.ceil(seq_length / 32)
     return max(64 * 2**20, math.ceil(1.25 * tokens * per_token / 2**20) * 2**20)
 
 
@@ -321,7 +321,8 @@ def mindrl_overrides(shape: Shape, work: Path) -> List[str]:
         "rl_config.dynamic_sampling=false",
         "rl_config.val_before_train=false", "rl_config.val_freq=null",
         f"generate_config.max_model_len={seq}",
-        f"generate_config.kv_cache_memory_bytes={kv_cache_bytes(shape)}",
+        "generate_config.kv_cache_memory_bytes="
+        f"{kv_cache_bytes(shape.model, shape.completions, shape.seq_length)}",
         f"+generate_config.cpu_threads={shape.threads}",
         f"generate_config.sampling_config.max_tokens={shape.max_tokens}",
         f"+generate_config.sampling_config.ignore_eos={str(shape.exact_length).lower()}",

@@ -64,11 +64,9 @@ def forward_tokens(rows: int, prompt_len: int, new_tokens: int) -> int:
 
 
 def generate_flops(flops, rows: int, prompt_len: int, new_tokens: int) -> float:
-    """Weights at every token the forwards see, attention over each position's prefix."""
-    weights = 2 * flops.weights * forward_tokens(rows, prompt_len, new_tokens)
-    positions = range(1, prompt_len + new_tokens)      # prefix lengths attended
-    attention = 4 * flops.q_width * flops.layers * rows * sum(positions)
-    return weights + attention
+    """Per row, one causal forward over every token the forwards see (a KV cache makes
+    prefill plus decode steps exactly that)."""
+    return rows * flops.forward(forward_tokens(1, prompt_len, new_tokens))
 
 
 def main(argv=None) -> int:
@@ -88,7 +86,7 @@ def main(argv=None) -> int:
 
     from torch.profiler import ProfilerActivity, profile
 
-    from bench.bench_e2e import FlopModel, matmul_gflops
+    from bench.bench_e2e import FlopModel, kv_cache_bytes, matmul_gflops
     from mindrl import device
     from mindrl.config.model_spec import load_model_spec
     from mindrl.config.schema import GenerateConfig, SamplingConfig
@@ -102,11 +100,10 @@ def main(argv=None) -> int:
     spec = load_model_spec(args.model)
     rows = args.prompts * args.n
     longest = args.prompt_len + max(args.max_tokens, args.profile_tokens)
-    per_token = 2 * spec.num_layers * spec.num_query_groups * spec.head_dim * (2 if bf16 else 4)
     config = GenerateConfig(
         max_num_seqs=rows, max_model_len=32 * -(-longest // 32),
         max_num_batched_tokens=max(4096, rows * args.prompt_len), dtype=args.dtype,
-        kv_cache_memory_bytes=max(64 * 2**20, int(1.25 * rows * (longest + 32) * per_token)),
+        kv_cache_memory_bytes=kv_cache_bytes(args.model, rows, longest),
         block_size=32, enforce_eager=True, cpu_threads=args.threads,
         sampling_config=SamplingConfig(max_tokens=args.max_tokens, ignore_eos=True, seed=0,
                                        temperature=1.0, top_p=1.0, top_k=-1))
