@@ -35,7 +35,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 GIB = 2 ** 30
+
+from bench.common.results import add_results_argument, emit  # noqa: E402
 
 
 def _worker(direction: str, src: str, dst: str) -> None:
@@ -178,6 +181,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; best kept")
     parser.add_argument("--worker", nargs=3, metavar=("DIRECTION", "SRC", "DST"),
                         help=argparse.SUPPRESS)
+    add_results_argument(parser)
     args = parser.parse_args()
     if args.worker:
         _worker(*args.worker)
@@ -270,7 +274,7 @@ def main() -> None:
         "seconds": {k: [round(x, 2) for x in v] for k, v in times.items()},
         "meets_targets": bool(min(ratio.values()) >= 0.5 and max(peak.values()) <= rss_limit),
     }
-    print(json.dumps(result))
+    emit(result, results=args.results)
 
 
 if __name__ == "__main__":

@@ -120,6 +120,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common.flops import FlopModel, kv_cache_bytes  # noqa: E402
+from bench.common.gemm import matmul_gflops  # noqa: E402
+from bench.common.machine import machine_facts  # noqa: E402
+from bench.common.results import add_results_argument, emit  # noqa: E402
+
 
 @dataclass(frozen=True)
 class Shape:
@@ -212,81 +217,13 @@ def length_summary(lengths: Sequence[float]) -> dict:
             "max": values[-1], "samples": len(values)}
 
 
-@dataclass(frozen=True)
-class FlopModel:
-    """What a token costs: weights it multiplies (2 FLOPs each per forward token) and the
-    attention's width and depth (4 x q_width FLOPs per layer per position attended)."""
-    weights: int
-    layers: int
-    q_width: int
-
-    @classmethod
-    def of(cls, model: str) -> "FlopModel":
-        from mindrl.config.model_spec import load_model_spec
-
-        spec = load_model_spec(model)
-        q, kv = spec.num_attention_heads * spec.head_dim, spec.num_query_groups * spec.head_dim
-        per_layer = spec.hidden_size * (q + 2 * kv) + q * spec.hidden_size \
-            + 3 * spec.hidden_size * spec.ffn_hidden_size
-        return cls(weights=spec.num_layers * per_layer + spec.vocab_size * spec.hidden_size,
-                   layers=spec.num_layers, q_width=q)               # + the LM head
-
-    def forward(self, length: float) -> float:
-        """One causal forward over a sequence of `length` tokens."""
-        return 2 * self.weights * length \
-            + 4 * self.q_width * self.layers * length * (length + 1) / 2
-
-    def step(self, seq_lengths: Sequence[float]) -> float:
-        """Generate every sample (one forward's work) and train on it (forward + backward,
-        three forwards' work): no old-log-prob or reference pass, no padding."""
-        return sum(4 * self.forward(length) for length in seq_lengths)
-
-
-def cpu_facts(cpuinfo: str) -> dict:
-    """CPU model and the vector / matrix extensions bf16 would need, from /proc/cpuinfo."""
-    model, flags = None, set()
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip()
-        if key == "model name" and model is None:
-            model = value.strip()
-        elif key == "flags" and not flags:
-            flags = set(value.split())
-    return {"cpu_model": model, "avx512f": "avx512f" in flags,
-            "avx512_bf16": "avx512_bf16" in flags,
-            "amx": bool({"amx_bf16", "amx_tile", "amx_int8"} & flags),
-            "amx_flags": sorted(f for f in flags if f.startswith("amx"))}
-
-
 def machine_info(shapes: Sequence[Shape]) -> dict:
     """The CPU, torch's view of it, threads, and whether a bf16 shape ran."""
-    import torch
-
-    try:
-        facts = cpu_facts(Path("/proc/cpuinfo").read_text())
-    except OSError:
-        facts = cpu_facts("")
-    supported = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
-    return {**facts,
-            "torch_avx512_bf16": supported() if supported else None,
-            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "cpu_count": os.cpu_count(), "cpus_allowed": len(os.sched_getaffinity(0)),
-            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-            "threads_per_process": {s.name: s.threads for s in shapes},
-            "torch": torch.__version__, "bf16": any(s.bf16 for s in shapes)}
+    return {**machine_facts(), "threads_per_process": {s.name: s.threads for s in shapes},
+            "bf16": any(s.bf16 for s in shapes)}
 
 
 # ---------------------------------------------------------------------------- MindRL
-
-def kv_cache_bytes(model: str, rows: int, seq_length: int) -> int:
-    """vLLM's KV cache for `rows` sequences at `seq_length` (fp32, 32-token blocks), +25%."""
-    from mindrl.config.model_spec import load_model_spec
-
-    spec = load_model_spec(model)
-    per_token = 2 * spec.num_layers * spec.num_query_groups * spec.head_dim * 4
-    tokens = rows * 32 * math.ceil(seq_length / 32)
-    return max(64 * 2**20, math.ceil(1.25 * tokens * per_token / 2**20) * 2**20)
-
 
 def mindrl_overrides(shape: Shape, work: Path) -> List[str]:
     p, s = paths(work, shape), SHARED
@@ -497,30 +434,6 @@ def run_trl(shape: Shape, work: Path, variant: str = "trl") -> List[dict]:
     return json.loads(out.read_text())
 
 
-# ---------------------------------------------------------------------------- the floor's rate
-
-def matmul_gflops(threads: int, bf16: bool = False, seconds: float = 3.0,
-                  shape: Tuple[int, int, int] = (4096, 768, 2048)) -> float:
-    """GEMM rate at the model's layer sizes ([m, k] x [k, n]), with the benchmark's thread
-    count, in fp32 or (a bf16 shape) in bf16: the fastest the machine multiplies in the
-    shape's precision."""
-    import torch
-
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    dtype = torch.bfloat16 if bf16 else torch.float32
-    m, k, n = shape
-    a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
-    torch.mm(a, b)
-    reps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        torch.mm(a, b)
-        reps += 1
-    rate = 2 * m * k * n * reps / (time.perf_counter() - start) / 1e9
-    torch.set_num_threads(previous)
-    return rate
-
-
 # ---------------------------------------------------------------------------- report
 
 MIN_TIMED_STEPS = 5
@@ -714,6 +627,7 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=ROOT / "work" / "bench_e2e")
     ap.add_argument("--trl-worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
+    add_results_argument(ap)
     args = ap.parse_args()
 
     SHARED["seed"] = args.seed
@@ -759,7 +673,7 @@ def main() -> None:
         print(json.dumps({shape.name: figures[shape.name]}), flush=True)
     print_table(results)
     if figures:
-        print(json.dumps(headline(figures, machine_info(shapes))))
+        emit(headline(figures, machine_info(shapes)), results=args.results, bench="e2e")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -26,17 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common.machine import cpu_model  # noqa: E402
+from bench.common.results import add_results_argument, emit  # noqa: E402
 from mindrl.trainer.learning_curve import policy_scores, summarize_curve  # noqa: E402
-
-
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def read_rows(run_dir: Path) -> list:
@@ -68,6 +59,7 @@ def main() -> None:
     parser.add_argument("--recipe", default="grpo_tiny_cpu")
     parser.add_argument("--work", type=Path, default=ROOT / "work" / "bench_learning")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run")
+    add_results_argument(parser)
     args = parser.parse_args()
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -94,11 +86,11 @@ def main() -> None:
               f"{entropy:>12.3f} {secs:>6}", flush=True)
     gains = [r["gain"] for r in results.values()]
     drops = [r["max_drop"] for r in results.values()]
-    print(json.dumps({"bench": "learning", "recipe": args.recipe, "cpu": cpu_model(),
-                      "steps": args.steps, "overrides": args.overrides,
-                      "all_pass": all(r["passes"] for r in results.values()),
-                      "gain_min": min(gains), "gain_max": max(gains),
-                      "max_drop_max": max(drops), "seeds": results}))
+    emit({"bench": "learning", "recipe": args.recipe, "cpu": cpu_model(),
+          "steps": args.steps, "overrides": args.overrides,
+          "all_pass": all(r["passes"] for r in results.values()),
+          "gain_min": min(gains), "gain_max": max(gains),
+          "max_drop_max": max(drops), "seeds": results}, results=args.results)
 
 
 if __name__ == "__main__":

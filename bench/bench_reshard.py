@@ -36,7 +36,6 @@ Prints a table, then one JSON line.
 
 import argparse
 import dataclasses
-import json
 import os
 import statistics
 import sys
@@ -47,6 +46,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.common.results import add_results_argument, emit  # noqa: E402
 MIB = 2 ** 20
 
 
@@ -272,7 +273,7 @@ def engines_main(args, spec) -> None:
     if 1 in res and 4 in res:
         summary["engines_4_over_1"] = round(res[4]["sync_s"] / res[1]["sync_s"], 2)
         summary["goal"] = "<= 1.3 (engines loading side by side on cores of their own)"
-    print(json.dumps(summary))
+    emit(summary, results=args.results)
 
 
 def write_config_dir(spec, out: Path) -> None:
@@ -305,6 +306,7 @@ def main(argv=None):
     ap.add_argument("--engines", default=None,
                     help="comma-separated engine counts, e.g. 1,2,4: one sync feeding that many "
                          "vLLM engines (Ray actors, the trainer's path); prints engines_4_over_1")
+    add_results_argument(ap)
     args = ap.parse_args(argv)
     modes = args.cpu_weights.split(",")
     unknown = sorted(set(modes) - {"packed", "plain", "shared"})
@@ -386,7 +388,7 @@ def main(argv=None):
         summary[f"verify_actor_s_{mode}"] = round(row["verify_actor_s"], 3)
     summary["runs"] = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
                        for r in rows]
-    print(json.dumps(summary))
+    emit(summary, results=args.results)
 
 
 def summarize(run) -> dict:

@@ -22,13 +22,14 @@ Prints a table, then one JSON line.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common.results import add_results_argument, emit  # noqa: E402
 
 
 def make_jobs(verifier: str, count: int) -> list:
@@ -63,6 +64,7 @@ def main(argv=None) -> int:
     ap.add_argument("--verifier", default="arith", help="a registered verifier, e.g. arith, acc")
     ap.add_argument("--repeats", type=int, default=3, help="timed maps per setting; best kept")
     ap.add_argument("--timeout", type=float, default=30.0, help="per-job timeout (s)")
+    add_results_argument(ap)
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from mindrl.rewards import VerifierPool
@@ -114,7 +116,7 @@ def main(argv=None) -> int:
         result[f"pool_jobs_per_s_{n}"] = round(args.jobs / seconds, 1)
         result[f"pool_over_serial_{n}"] = round(serial_s / seconds, 4)
         result[f"pool_us_per_job_{n}"] = round(seconds / args.jobs * 1e6, 1)
-    print(json.dumps(result))
+    emit(result, results=args.results)
     return 0
 
 

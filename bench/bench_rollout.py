@@ -9,13 +9,12 @@ Each engine gets its own logical CPU (a placement-group bundle); generation is e
 (`ignore_eos`), so both runs produce the same number of tokens. Per engine count: one warm-up
 generate, then --repeats timed ones (the median is reported). `rollout_scaling_2` =
 tokens/s with 2 engines / tokens/s with 1: the goal is >= 1.8 on a quiet machine (two cores
-that nothing else uses; on a busy box it falls toward 1.0, see PLATFORM_NOTES). The busy
+that nothing else uses; on a busy box it falls toward 1.0, see docs/platforms.md#the-cluster-path-on-cpu). The busy
 fraction of each engine (its time to answer / the slowest one's) shows an imbalance.
 Prints a table, then one JSON line.
 """
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -25,6 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.common.results import add_results_argument, emit  # noqa: E402
 
 
 def _group(model_dir, engines, max_tokens, prompts, pg):
@@ -75,6 +76,7 @@ def main():
     ap.add_argument("--prompts", type=int, default=64)
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=3)
+    add_results_argument(ap)
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -101,12 +103,12 @@ def main():
         print(f"{r['engines']:>7} {r['seconds']:>8.2f} {r['tokens']:>7} "
               f"{r['tokens_per_s']:>9.1f}  {', '.join(f'{f:.2f}' for f in r['busy_fraction'])}")
     scaling = rows[1]["tokens_per_s"] / rows[0]["tokens_per_s"]
-    print(json.dumps({"bench": "rollout", "model": args.model, "prompts": args.prompts,
-                      "max_tokens": args.max_tokens, "rollout_scaling_2": round(scaling, 3),
-                      "goal": ">= 1.8 on a quiet machine",
-                      "busy_fraction_2": [round(f, 3) for f in rows[1]["busy_fraction"]],
-                      "tokens_per_s": {str(r["engines"]): round(r["tokens_per_s"], 1)
-                                       for r in rows}}))
+    emit({"bench": "rollout", "model": args.model, "prompts": args.prompts,
+          "max_tokens": args.max_tokens, "rollout_scaling_2": round(scaling, 3),
+          "goal": ">= 1.8 on a quiet machine",
+          "busy_fraction_2": [round(f, 3) for f in rows[1]["busy_fraction"]],
+          "tokens_per_s": {str(r["engines"]): round(r["tokens_per_s"], 1) for r in rows}},
+         results=args.results)
 
 
 if __name__ == "__main__":

@@ -12,9 +12,9 @@ the whole shape (its seconds per decode step), then --profile-tokens more under 
 The ops' self time is split into matrix products (GEMM), attention and the rest; what the ops
 do not account for is the engine's Python (scheduler, inputs, sampling bookkeeping, outputs).
 
-The floor: 2 FLOPs per weight per token the forward sees, plus causal attention (bench_e2e's
-FlopModel), at the GEMM rate measured in the same run at the model's layer sizes
-(`bench_e2e.matmul_gflops`). `decode_gemm_gflops` is the same rate at the decode shape
+The floor: 2 FLOPs per weight per token the forward sees, plus causal attention
+(bench.common.flops.FlopModel), at the GEMM rate measured in the same run at the model's layer
+sizes (`bench.common.gemm.matmul_gflops`). `decode_gemm_gflops` is the same rate at the decode shape
 (rows x hidden times hidden x ffn): whether a decode step's products can run at that rate at
 all. Prints a table, then one JSON line.
 """
@@ -32,7 +32,7 @@ from typing import Dict, Iterable, Tuple
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.json_line import emit  # noqa: E402
+from bench.common.results import add_results_argument, emit  # noqa: E402
 
 # Self-time buckets by op name: products of weights, attention kernels, everything else.
 GEMM_OPS = ("_C::onednn_mm", "aten::mm", "aten::addmm", "aten::bmm", "aten::matmul")
@@ -81,12 +81,14 @@ def main(argv=None) -> int:
     ap.add_argument("--profile-tokens", type=int, default=64)
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--json-out", type=Path, default=None)
+    add_results_argument(ap)
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
 
     from torch.profiler import ProfilerActivity, profile
 
-    from bench.bench_e2e import FlopModel, kv_cache_bytes, matmul_gflops
+    from bench.common.flops import FlopModel, kv_cache_bytes
+    from bench.common.gemm import matmul_gflops
     from mindrl import device
     from mindrl.config.model_spec import load_model_spec
     from mindrl.config.schema import GenerateConfig, SamplingConfig
@@ -162,7 +164,7 @@ def main(argv=None) -> int:
     print(f"profiled step {result['profiled_step_ms']:.1f} ms: GEMM {ms['gemm']:.1f} ms "
           f"({result['gemm_gflops'] or 0:.0f} GFLOP/s), attention {ms['attention']:.1f}, other "
           f"ops {ms['other']:.1f}, outside the ops {result['outside_ops_ms_per_step']:.1f}")
-    emit(result, args.json_out)
+    emit(result, args.json_out, args.results)
     return 0
 
 

@@ -4,12 +4,13 @@
     python bench/profile_update.py --model tiny-qwen2 --samples 16 --dtype float32   # CPU smoke
     python bench/profile_update.py --chunk-kernels eager   # the vocabulary chunks in place
 
-One rank builds the Megatron engine with packed rows and a token budget (bench/check_device.py's
-part 5c layout: natural lengths, budget 4 x the longest sample), runs one warm-up update and
-then one under torch.profiler. Prints the step's seconds, the device's busy seconds (its
-kernels), the top ops by self device time and by self host time, and MFU: the step's FLOPs (6 x
-parameters x real tokens, plus causal attention on the real lengths) over the seconds and the
-device's bf16/fp32 matmul rate measured in the same run. One JSON line at the end.
+One rank builds the Megatron engine with packed rows and a token budget
+(bench/device/check_device.py's part 5c layout: natural lengths, budget 4 x the longest
+sample), runs one warm-up update and then one under torch.profiler. Prints the step's
+seconds, the device's busy seconds (its kernels), the top ops by self device time and by self
+host time, and MFU: the step's FLOPs (6 x parameters x real tokens, plus causal attention on
+the real lengths) over the seconds and the device's bf16/fp32 matmul rate measured in the same
+run (bench.common.gemm.matmul_tflops). One JSON line at the end.
 
 --chunk-kernels picks how response_token_stats runs its vocabulary chunks: `device` (the
 default: fused compiled kernels where mindrl.device compiles them) or `eager` (in place). With
@@ -27,26 +28,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.check_device import natural_batch, pack_engine, pack_layout  # noqa: E402
-from bench.json_line import emit  # noqa: E402
-
-
-def matmul_tflops(dtype, dev, n: int = 4096, reps: int = 10) -> float:
-    import torch
-
-    from mindrl import device
-
-    a = torch.randn(n, n, dtype=dtype, device=dev)
-    b = torch.randn(n, n, dtype=dtype, device=dev)
-    for _ in range(3):
-        a @ b
-    device.synchronize()
-    t = time.perf_counter()
-    for _ in range(reps):
-        a @ b
-    device.synchronize()
-    return 2 * n ** 3 * reps / (time.perf_counter() - t) / 1e12
-
+from bench.common.batches import natural_batch, pack_layout  # noqa: E402
+from bench.common.gemm import matmul_tflops  # noqa: E402
+from bench.common.results import add_results_argument, emit  # noqa: E402
+from bench.common.update_engine import pack_engine  # noqa: E402
 
 # Dense (no sparsity) tensor-core peaks, TFLOP/s, from the vendors' datasheets (SXM parts).
 PUBLISHED_PEAK_TFLOPS = {("H100", "bfloat16"): 989.0, ("H200", "bfloat16"): 989.0,
@@ -129,6 +114,7 @@ def main(argv=None) -> int:
     ap.add_argument("--peak-tflops", type=float, default=None,
                     help="the device's published dense peak for --dtype (default: "
                          "PUBLISHED_PEAK_TFLOPS by device name, where known)")
+    add_results_argument(ap)
     args = ap.parse_args(argv)
 
     import torch
@@ -221,7 +207,7 @@ def main(argv=None) -> int:
           f"(MFU {out['mfu_vs_measured_matmul']:.1%}"
           + (f"; {out['mfu_vs_published_peak']:.1%} of the published {peak:g}" if peak else "")
           + ")")
-    emit(out, args.json_out)
+    emit(out, args.json_out, args.results)
     return 0
 
 

@@ -14,7 +14,7 @@ from typing import Optional
 
 import torch
 
-from mindrl.device_kinds import BACKENDS, DEVICE_TYPES, RAY_RESOURCE
+from mindrl.device_kinds import BACKENDS, DEVICE_TYPES
 
 
 @functools.lru_cache(maxsize=None)
@@ -55,10 +55,6 @@ def distributed_backend() -> str:
     return BACKENDS[device_type()]
 
 
-def ray_resource_name() -> str:
-    return RAY_RESOURCE[device_type()]
-
-
 def current_device() -> torch.device:
     if is_cpu():
         return torch.device("cpu")
@@ -80,18 +76,6 @@ def synchronize() -> None:
 def empty_cache() -> None:
     if not is_cpu():
         _accel().empty_cache()
-
-
-def memory_stats() -> dict:
-    """Allocated / reserved / peak bytes of the device; process RSS on CPU."""
-    if is_cpu():
-        import psutil
-
-        rss = psutil.Process().memory_info().rss
-        return {"allocated": rss, "reserved": rss, "peak": rss}
-    accel = _accel()
-    return {"allocated": accel.memory_allocated(), "reserved": accel.memory_reserved(),
-            "peak": accel.max_memory_allocated()}
 
 
 def free_memory_bytes():
@@ -241,7 +225,7 @@ def bf16_supported() -> bool:
 
     Asked, never assumed: CPUs of one size differ. An AVX-512 bf16 (or AMX bf16, or Arm bf16)
     CPU runs bf16 matmuls in its own instructions; an AVX2-only one has none, and there torch's
-    bf16 linear ran 8-40x slower than fp32 (PLATFORM_NOTES). CUDA: native bf16 only
+    bf16 linear ran 8-40x slower than fp32 (docs/platforms.md#bf16). CUDA: native bf16 only
     (`including_emulation=False`: compute capability 8.0 and up), by the same rule; emulated
     bf16 on an older GPU would train, slowly. Ascend NPUs all compute in bf16."""
     kind = device_type()

@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.common.flops import FlopModel
+from bench.common.machine import cpu_facts
+
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "bench_e2e.py"
 
 
@@ -23,7 +26,7 @@ def bench():
 
 
 def test_the_floor_counts_each_sample_at_its_own_length(bench):
-    flops = bench.FlopModel(weights=10, layers=2, q_width=4)
+    flops = FlopModel(weights=10, layers=2, q_width=4)
     # One forward over L tokens: 2 x 10 x L + 4 x 4 x 2 x L(L+1)/2 = 20 L + 16 L(L+1).
     # L = 3: 60 + 192 = 252; L = 5: 100 + 480 = 580. Generate (1x) + train (3x): 4 x 832.
     assert flops.forward(3) == 252 and flops.forward(5) == 580
@@ -33,7 +36,7 @@ def test_the_floor_counts_each_sample_at_its_own_length(bench):
 
 
 def test_the_75m_model_multiplies_its_hand_counted_weights(bench):
-    flops = bench.FlopModel.of("bench-qwen2-75m")
+    flops = FlopModel.of("bench-qwen2-75m")
     # hidden 768, 12 heads x 64, 4 KV heads x 64, ffn 2048, 12 layers, vocab 128 (LM head):
     # per layer 768 x (768 + 512) + 768 x 768 + 3 x 768 x 2048 = 6,291,456.
     assert (flops.weights, flops.layers, flops.q_width) == (12 * 6_291_456 + 128 * 768, 12, 768)
@@ -72,10 +75,10 @@ def test_completion_distribution_from_samples_or_from_step_statistics(bench):
 def test_cpu_facts_read_the_model_and_the_bf16_flags(bench):
     text = ("processor\t: 0\nmodel name\t: AMD EPYC 9R14\nflags\t\t: fpu avx2 avx512f "
             "avx512_bf16 amx_tile amx_bf16\n\nprocessor\t: 1\nmodel name\t: other\n")
-    facts = bench.cpu_facts(text)
+    facts = cpu_facts(text)
     assert facts == {"cpu_model": "AMD EPYC 9R14", "avx512f": True, "avx512_bf16": True,
                      "amx": True, "amx_flags": ["amx_bf16", "amx_tile"]}
-    plain = bench.cpu_facts("model name : X\nflags : fpu avx2\n")
+    plain = cpu_facts("model name : X\nflags : fpu avx2\n")
     assert (plain["avx512f"], plain["avx512_bf16"], plain["amx"]) == (False, False, False)
     fp32 = [s for s in bench.SHAPES.values() if not s.bf16]
     machine = bench.machine_info(fp32)

@@ -1,4 +1,4 @@
-"""bench/check_device.py can fail: every threshold and every true/false figure is judged; part 5
+"""bench/device/check_device.py can fail: every threshold and every true/false figure is judged; part 5
 (packed vs padded) runs on the CPU at a small size without vLLM or Ray."""
 
 import importlib.util
@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "check_device.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "device" / "check_device.py"
 
 
 def _check_device():

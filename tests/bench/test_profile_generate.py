@@ -22,7 +22,7 @@ def profile_generate():
 
 
 def test_generation_costs_one_forward_over_all_but_the_last_token(profile_generate):
-    from bench.bench_e2e import FlopModel
+    from bench.common.flops import FlopModel
 
     flops = FlopModel(weights=10, layers=2, q_width=4)
     # 1 row, prompt 2, 2 new tokens: the forwards see 3 tokens (the last sampled is never fed

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def figures():
-    from bench.bench_device_ipc import run_syncs
+    from bench.device.bench_device_ipc import run_syncs
     from mindrl.config.model_spec import load_model_spec
 
     device.init_distributed(0, 1)

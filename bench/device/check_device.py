@@ -1,12 +1,12 @@
 """Device check on whatever accelerator mindrl.device finds (CUDA, NPU, or CPU), one rank:
 
-    python bench/check_device.py                # parity + fp32/bf16 update timing (3 steps)
-    python bench/check_device.py --steps 1 --batch 4   # a quick run (CPU)
-    python bench/check_device.py --steps 0      # parity and the vLLM engine, no timing
-    python bench/check_device.py --no-rollout   # without the vLLM engine (part 3)
-    python bench/check_device.py --pack-steps 0 # part 5 without its timing
-    MINDRL_DEVICE=cpu python bench/check_device.py     # force the CPU on an accelerator box
-    bash bench/gpu_run.sh                       # the one-shot GPU run (no vLLM, no Ray there)
+    python bench/device/check_device.py              # parity + fp32/bf16 update timing (3 steps)
+    python bench/device/check_device.py --steps 1 --batch 4   # a quick run (CPU)
+    python bench/device/check_device.py --steps 0    # parity and the vLLM engine, no timing
+    python bench/device/check_device.py --no-rollout # without the vLLM engine (part 3)
+    python bench/device/check_device.py --pack-steps 0   # part 5 without its timing
+    MINDRL_DEVICE=cpu python bench/device/check_device.py   # force the CPU on an accelerator box
+    bash bench/device/gpu_run.sh                     # the one-shot GPU run (no vLLM, no Ray)
 
 The device is mindrl.device's choice: MINDRL_DEVICE if set, else an NPU that torch_npu
 reports, else CUDA if available, else the CPU; on the CPU every check runs the same way
@@ -82,8 +82,12 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from bench.common.batches import PACK_MICRO_BATCH, natural_batch, pack_layout  # noqa: E402
+from bench.common.results import add_results_argument, emit  # noqa: E402
+from bench.common.update_engine import pack_engine, release  # noqa: E402
 
 
 def hf_model(spec, dev):
@@ -211,68 +215,6 @@ def check_rollout_engine(work_dir: Path, dev) -> dict:
 
 PACK_SHAPE = dict(num_layers=4, hidden_size=256, ffn_hidden_size=704, num_attention_heads=4,
                   num_query_groups=2, vocab_size=1024)   # part 5a/b: small, GQA, head dim 64
-PACK_MICRO_BATCH = 4   # padded rows per micro batch; the packed budget is as many longest samples
-
-
-def natural_batch(vocab, B, P, R, seed=0, mean_fraction=0.3, fixed_response=False):
-    """B samples of natural-looking lengths: prompts uniform in P/8..P (left-padded), responses
-    lognormal (sigma 1) with a mean about `mean_fraction` x R, clipped to 1..R (right-padded to
-    the longest, as a rollout returns them), or all R tokens (`fixed_response`); advantages per
-    sample, as GRPO gives them."""
-    import math
-
-    import torch
-
-    g = torch.Generator().manual_seed(seed)
-    pl = torch.randint(max(1, P // 8), P + 1, (B,), generator=g)
-    mu = math.log(mean_fraction * R) - 0.5
-    rl = (mu + torch.randn(B, generator=g)).exp().round().clamp(1, R).long()
-    if fixed_response:
-        rl = torch.full_like(rl, R)
-    P, R = int(pl.max()), int(rl.max())
-    pm = (torch.arange(P) >= P - pl[:, None]).long()
-    rm = (torch.arange(R) < rl[:, None]).long()
-    return {"prompt_ids": torch.randint(1, vocab, (B, P), generator=g) * pm, "prompt_mask": pm,
-            "response_ids": torch.randint(1, vocab, (B, R), generator=g) * rm,
-            "response_mask": rm, "advantages": torch.randn(B, 1, generator=g) * rm}
-
-
-def pack_layout(b: dict) -> dict:
-    """The batch's real tokens, the tokens of its padded rows, and the packed token budget
-    (PACK_MICRO_BATCH x the longest sample)."""
-    from mindrl.data.packing import sample_lengths
-
-    lengths = sample_lengths(b["prompt_mask"], b["response_mask"])
-    rows = len(lengths) * (int(b["prompt_mask"].sum(1).max()) + b["response_ids"].shape[1])
-    return {"real_tokens": int(lengths.sum()), "padded_tokens": rows,
-            "budget": PACK_MICRO_BATCH * int(lengths.max()), "lengths": lengths.tolist()}
-
-
-def pack_engine(spec, dtype: str, budget=None, lr=1e-6, distributed_optimizer=False,
-                micro_batch_size=None):
-    """A trainable one-rank engine: padded rows of `micro_batch_size` (PACK_MICRO_BATCH)
-    samples, or (`budget`) packed rows of at most that many real tokens."""
-    from mindrl.engines.megatron_engine import MegatronEngine, OptimConfig
-    from mindrl.models.builder import Parallelism, initialize_parallel
-
-    initialize_parallel(Parallelism())
-    return MegatronEngine(spec, Parallelism(), params_dtype=dtype,
-                          micro_batch_size=micro_batch_size or PACK_MICRO_BATCH,
-                          packed=budget is not None,
-                          max_tokens_per_micro_batch=budget,
-                          optim=OptimConfig(lr=lr, clip_grad=0.0,
-                                            use_distributed_optimizer=distributed_optimizer))
-
-
-def release() -> None:
-    """Hand a dropped engine's device memory back before the next one is built (its DDP hooks
-    hold reference cycles that only the collector breaks)."""
-    import gc
-
-    from mindrl import device
-
-    gc.collect()
-    device.empty_cache()
 
 
 def _relative(a, b) -> float:
@@ -534,6 +476,7 @@ def main(argv=None) -> int:
                     help="skip the optional parts (4, 5c fp32) once the run is this old")
     ap.add_argument("--json-out", type=Path, default=None,
                     help="rewrite this JSON file with the figures so far after every part")
+    add_results_argument(ap)
     args = ap.parse_args(argv)
     start = time.monotonic()
     import platform
@@ -608,7 +551,7 @@ def main(argv=None) -> int:
     done_part()
     for line in out["failed"]:
         print(f"FAILED: {line}")
-    print(json.dumps(out))
+    emit(out, results=args.results)
     return 1 if out["failed"] else 0
 
 

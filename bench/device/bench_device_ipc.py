@@ -1,12 +1,12 @@
 """The device-bucket weight sync on one GPU: Megatron's weights into another process through
 CUDA IPC handles, against a device-to-device copy of the same bytes in the same run.
 
-    python bench/bench_device_ipc.py                      # qwen25-0.5b shape, bf16
-    python bench/bench_device_ipc.py --model qwen25-1.5b --syncs 5
+    python bench/device/bench_device_ipc.py               # qwen25-0.5b shape, bf16
+    python bench/device/bench_device_ipc.py --model qwen25-1.5b --syncs 5
 
 One rank (TP1) builds the Megatron engine with random weights and a `Resharder` whose target
-is bench/ipc_receiver.py's child process (HF tensors on the same device). The transport must
-be `device_bucket`. The first and the last sync are verified (the receiver's fingerprints
+is bench/device/ipc_receiver.py's child process (HF tensors on the same device). The transport
+must be `device_bucket`. The first and the last sync are verified (the receiver's fingerprints
 against the actor's); between syncs every weight moves, so each verified sync proves new
 bytes arrived. Figures: seconds and GB per sync, s/GB against `copy_` of one tensor of the
 same bytes on the device, the buckets the receiver opened (one per buffer, whatever the number
@@ -24,9 +24,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.json_line import emit  # noqa: E402
+from bench.common.results import add_results_argument, emit  # noqa: E402
 
 
 def copy_seconds_per_gb(nbytes: int, reps: int = 10) -> float:
@@ -61,7 +61,7 @@ def run_syncs(spec, dtype: str, bucket_mb: float, syncs: int) -> dict:
     """`syncs` syncs (first and last verified) into a receiver process; the figures."""
     import torch
 
-    from bench.ipc_receiver import DeviceReceiverProcess
+    from bench.device.ipc_receiver import DeviceReceiverProcess
     from mindrl.engines.megatron_engine import MegatronEngine
     from mindrl.models.builder import Parallelism, initialize_parallel
     from mindrl.weight_sync.resharder import Resharder
@@ -126,6 +126,7 @@ def main(argv=None) -> int:
     ap.add_argument("--bucket-mb", type=float, default=512.0)
     ap.add_argument("--syncs", type=int, default=5)
     ap.add_argument("--json-out", type=Path, default=None)
+    add_results_argument(ap)
     args = ap.parse_args(argv)
 
     import torch
@@ -148,7 +149,7 @@ def main(argv=None) -> int:
           f"{out['receiver_opens']} buffers over {out['syncs']} syncs; sender peak "
           f"{out['sender_peak_over_weights_bytes'] / 2**20:.0f} MiB over its weights "
           f"(bucket {args.bucket_mb:g} MiB)")
-    emit(out, args.json_out)
+    emit(out, args.json_out, args.results)
     return 0
 
 

@@ -3,7 +3,8 @@ receiving end of a device-bucket sync where no vLLM is installed (a GPU machine 
 alone). It opens each bucket the way vLLM's workers do (`platforms/device_ipc.open_bucket`,
 once per buffer, kept open across syncs), copies the views into its own tensors and
 fingerprints them with the engines' own digest, so the resharder's verified sync checks it
-as it checks vLLM. Used by tests/weight_sync/test_device_bucket.py and bench/bench_device_ipc.py.
+as it checks vLLM. Used by tests/weight_sync/test_device_bucket.py and
+bench/device/bench_device_ipc.py.
 """
 
 from __future__ import annotations
