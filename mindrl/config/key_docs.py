@@ -1,0 +1,240 @@
+"""What each recipe key means, keyed by its dotted name: the one place docs/config-reference.md
+takes its "meaning" column from (`python -m mindrl.config.reference --write`).
+
+Type and default come from mindrl/config/schema.py itself; a schema field without an entry here
+fails tests/docs/test_config_reference.py, naming the key. Keys of megatron_training hold for
+the role sections too (actor_config, ref_config, reward_config); a ResourceSpec's keys are
+described once, under rl_config.actor_resource.
+"""
+
+KEY_DOCS: dict[str, str] = {
+    # --- top level -------------------------------------------------------------------------
+    "run_dir": "the run directory: metrics, events, checkpoints, reports (the shipped "
+               "recipes: `${mindrl.work_dir:}/runs/<recipe>`)",
+    "dry_run": "print the plan (roles, devices, engines, nodes) and exit without starting "
+               "anything (`+dry_run=true`)",
+
+    # --- megatron_training (and every role section) ------------------------------------------
+    "megatron_training.global_batch_size": "prompts per step (MindSpeed-RL's convention)",
+    "megatron_training.seq_length": "prompt + response tokens per sample",
+    "megatron_training.train_iters": "steps of the run",
+    "megatron_training.model": "a configs/model name; null = the model composed in the "
+                               "recipe's defaults list",
+    "megatron_training.tokenizer_name_or_path": "an HF folder with the tokenizer (and for a "
+                                                "VL model the processor)",
+    "megatron_training.data_path": "a jsonl file, a directory or an indexed-dataset prefix "
+                                   "written by cli/preprocess_data.py",
+    "megatron_training.dataset_additional_keys": "row keys besides `labels` that reach the "
+        "verifiers as keywords (lists and objects as Python values); a row without one stops "
+        "the run at start-up, naming the row",
+    "megatron_training.save_interval": "steps between checkpoints; null = none but the last "
+                                       "(rl_config.save_freq overrides)",
+    "megatron_training.seed": "seeds Megatron, the data order and vLLM's sampling: the same "
+                              "seed on the same machine gives bit-identical metrics",
+    "megatron_training.bf16": "Megatron mixed precision (bf16 weights and matmuls, fp32 main "
+        "weights and gradients); refused before start where the device has no bf16 "
+        "(docs/platforms.md#bf16)",
+    "megatron_training.fp16": "Megatron fp16 mixed precision; exclusive with bf16",
+    "megatron_training.use_distributed_optimizer": "Megatron's distributed optimizer: Adam "
+                                                   "state sharded over data parallelism",
+    "megatron_training.sequence_parallel": "activations split along the sequence over the TP "
+                                           "group (MindRL's own norms); ignored at TP 1",
+    "megatron_training.distributed_backend": "the collective backend; null = the device's "
+                                             "(gloo on CPU, nccl, hccl)",
+    "megatron_training.tensor_model_parallel_size": "training tensor parallelism",
+    "megatron_training.pipeline_model_parallel_size": "training pipeline parallelism",
+    "megatron_training.micro_batch_size": "samples per micro batch (when no token budget is "
+                                          "set)",
+    "megatron_training.pack_sequences": "every Megatron pass runs on packed rows of real "
+        "tokens, no padding (exact: docs/design.md#packed-sequences-and-token-budgets)",
+    "megatron_training.max_tokens_per_micro_batch": "micro batches of at most this many real "
+        "tokens, balanced over DP (needs pack_sequences; must hold max_prompt_length + "
+        "max_tokens); null = micro_batch_size samples",
+    "megatron_training.lr": "learning rate",
+    "megatron_training.lr_decay_style": "the LR schedule after warm-up",
+    "megatron_training.min_lr": "the floor of a decaying schedule",
+    "megatron_training.weight_decay": "Adam's weight decay",
+    "megatron_training.lr_warmup_fraction": "share of train_iters spent warming the LR up",
+    "megatron_training.clip_grad": "gradient-norm clip",
+    "megatron_training.adam_beta1": "Adam beta1",
+    "megatron_training.adam_beta2": "Adam beta2",
+    "megatron_training.adam_eps": "Adam epsilon",
+    "megatron_training.load": "a converted Megatron checkpoint to start from (weights only, "
+                              "like Megatron's release checkpoints); null = random init",
+    "megatron_training.save": "where checkpoints go; null = <run_dir>/checkpoints",
+    "megatron_training.no_load_optim": "a resume starts a fresh optimizer and LR schedule "
+                                       "instead of restoring the saved one",
+    "megatron_training.no_load_rng": "a resume starts fresh RNG streams",
+    "megatron_training.no_save_optim": "checkpoints without the optimizer (resuming one then "
+                                       "needs no_load_optim: true)",
+    "megatron_training.no_save_rng": "checkpoints without RNG state (resuming one then needs "
+                                     "no_load_rng: true)",
+    "megatron_training.log_interval": "actor_config: a one-line console summary every N "
+                                      "steps (metrics.jsonl and tensorboard get every step)",
+    "megatron_training.cpu_threads": "torch threads per rank on the CPU device (1 per core)",
+    "megatron_training.freeze_vision_tower": "a VL model's tower and merger get no gradients "
+                                             "and stay out of the optimizer; refused on text",
+    "megatron_training.stage": "MindSpeed-RL's algorithm key: `ray_grpo` only",
+    "megatron_training.recompute_granularity": "null only: MindRL has no activation "
+                                               "recomputation",
+    "megatron_training.recompute_method": "null only (as recompute_granularity)",
+    "megatron_training.recompute_num_layers": "null only (as recompute_granularity)",
+
+    # --- rl_config -------------------------------------------------------------------------
+    "rl_config.actor_resource": "the actor's devices: one of `num_npus`, `num_gpus`, "
+                                "`num_cpus` (the ResourceSpec table)",
+    "rl_config.actor_resource.num_npus": "Ascend NPUs",
+    "rl_config.actor_resource.num_gpus": "GPUs",
+    "rl_config.actor_resource.num_cpus": "logical CPU slots (several may share a core)",
+    "rl_config.mini_batch_size": "prompts per policy update",
+    "rl_config.adv_estimator": "group_norm, rloo, reinforce_plus_plus; `gae` is refused "
+                               "until a critic role exists",
+    "rl_config.kl_penalty": "the KL estimator: kl, mse, low_var_kl, abs",
+    "rl_config.kl_coef": "weight of the KL term; 0 = none, and no reference role starts",
+    "rl_config.use_kl_loss": "KL in the loss (GRPO) rather than in the reward",
+    "rl_config.clip_ratio": "PPO clip range of the importance ratio",
+    "rl_config.clip_ratio_low": "lower clip; null = clip_ratio",
+    "rl_config.clip_ratio_high": "upper clip; null = clip_ratio",
+    "rl_config.policy_loss": "the policy-gradient loss, a registered name "
+                             "(mindrl.algorithms.POLICY_LOSSES): ppo_clip",
+    "rl_config.clip_ratio_c": "dual-clip PPO: a negative advantage's loss is capped at "
+                              "-A x clip_ratio_c (> 1, e.g. 3.0); null = no dual clip",
+    "rl_config.entropy_coeff": "the entropy bonus at step 1 (logged as actor/entropy_coeff)",
+    "rl_config.entropy_coeff_final": "the bonus after entropy_decay_steps (linear decay; set "
+                                     "both or neither); null = entropy_coeff throughout",
+    "rl_config.entropy_decay_steps": "steps from entropy_coeff to entropy_coeff_final",
+    "rl_config.loss_agg_mode": "token-mean, seq-mean-token-mean, seq-mean-token-sum",
+    "rl_config.rollout_is": "rollout correction, truncated importance sampling of old over "
+        "rollout log-probs: off, token, sequence (docs/design.md#rollout-correction)",
+    "rl_config.rollout_is_cap": "the importance weights' upper bound (> 1)",
+    "rl_config.logprob_drift_threshold": "warn when rollout/logprob_diff_mean stays above "
+                                         "this; null = off",
+    "rl_config.logprob_drift_steps": "consecutive steps above the threshold before the "
+                                     "warning",
+    "rl_config.logprob_chunk_tokens": "response tokens per fp32 log-softmax slab in the "
+                                      "log-prob and entropy passes",
+    "rl_config.n_samples_per_prompt": "samples generated per prompt (the group size)",
+    "rl_config.epochs": "passes over a step's samples",
+    "rl_config.shuffle_mini_batch": "shuffle samples before cutting mini batches",
+    "rl_config.max_prompt_length": "longer prompts are set aside at start-up, counted in "
+        "data/prompts_over_max_length and listed in <run_dir>/prompt_rejects.jsonl",
+    "rl_config.blocking": "false: the old-logprob and reference passes run at once "
+                          "(timing_s/log_prob_overlap)",
+    "rl_config.gamma": "discount of per-token returns in (0, 1]; read by "
+                       "reinforce_plus_plus only",
+    "rl_config.lam": "GAE's lambda: read only by the refused `gae` (accepted for "
+                     "MindSpeed-RL recipes)",
+    "rl_config.rule_reward": "the verifiers score the rollouts",
+    "rl_config.reward_model": "start the reward role (reward_config) to score them too "
+                              "(docs/guides/reward-model.md)",
+    "rl_config.reward_model_weight": "score = rule score + reward_model_weight x model score",
+    "rl_config.verifier_function": "registered verifier names (docs/guides/add-a-verifier.md)",
+    "rl_config.verifier_weight": "one weight per verifier",
+    "rl_config.verifier_parallel": "verifier worker processes",
+    "rl_config.verifier_timeout": "seconds per sample; a hang or crash scores 0 and is "
+                                  "counted",
+    "rl_config.phase_timeout_s": "seconds any phase of a step may take; past it the run stops "
+        "with a failure report, exit code 4 (docs/guides/failures.md)",
+    "rl_config.reference_resource": "the reference role's devices (ResourceSpec)",
+    "rl_config.reward_resource": "the reward role's devices (ResourceSpec)",
+    "rl_config.colocate_actor_ref": "the reference shares the actor's devices",
+    "rl_config.colocate_all_models": "every role shares the actor's devices",
+    "rl_config.actor_forward_micro_batch_size": "rows per old-log-prob micro batch; null = "
+        "micro_batch_size; refused beside max_tokens_per_micro_batch",
+    "rl_config.ref_forward_micro_batch_size": "rows per reference micro batch (likewise)",
+    "rl_config.use_tensorboard": "write tensorboard events",
+    "rl_config.use_wandb": "log to wandb",
+    "rl_config.wandb_project": "required with use_wandb",
+    "rl_config.wandb_exp_name": "the wandb run name",
+    "rl_config.wandb_mode": "online or offline",
+    "rl_config.save_freq": "steps between checkpoints; null = megatron_training.save_interval",
+    "rl_config.save_limit": "checkpoints kept; null = all",
+    "rl_config.val_freq": "steps between validations; null = none",
+    "rl_config.dynamic_sampling": "DAPO: drop groups whose samples all score the same and "
+                                  "generate again to fill the batch",
+    "rl_config.max_gen_rounds": "generation rounds per step to fill the batch (>= 1)",
+    "rl_config.val_data_path": "held-out prompt rows for validation",
+    "rl_config.val_before_train": "validate before the first step",
+    "rl_config.val_n_samples": "samples per validation prompt (>= 1)",
+    "rl_config.val_temperature": "validation sampling temperature; 0 = greedy",
+    "rl_config.val_max_prompts": "the first N validation rows; null = all",
+    "rl_config.wandb_save_dir": "wandb's local files; null = the run directory",
+    "rl_config.use_integrated_worker": "MindSpeed-RL's name: true = colocate_all_models",
+    "rl_config.guarantee_order": "accepted, no effect: rollouts always come back in prompt "
+                                 "order",
+    "rl_config.kl_ctrl_type": "`fixed` only: kl_coef is constant",
+    "rl_config.log_max_throughput": "false only: perf/throughput is one figure",
+    "rl_config.num_cpus_for_local_task": "null only: MindRL starts no Ray local task",
+
+    # --- generate_config -------------------------------------------------------------------
+    "generate_config.infer_tensor_parallel_size": "vLLM tensor parallelism per engine (must "
+                                                  "divide or be divided by training TP)",
+    "generate_config.infer_pipeline_parallel_size": "vLLM pipeline parallelism per engine",
+    "generate_config.infer_expert_parallel_size": "1 only: no MoE model yet",
+    "generate_config.max_num_seqs": "vLLM's concurrent sequences",
+    "generate_config.max_num_batched_tokens": "vLLM's tokens per scheduler step (on CPU "
+                                              "raised to max_num_seqs x max_model_len)",
+    "generate_config.max_model_len": "vLLM's longest prompt + response",
+    "generate_config.dtype": "vLLM's dtype (on CPU fp32, or bf16 beside a bf16 actor: "
+                             "docs/platforms.md#vllm-on-cpu)",
+    "generate_config.gpu_memory_utilization": "share of device memory vLLM takes (GPU/NPU)",
+    "generate_config.kv_cache_memory_bytes": "the KV cache's bytes; the CPU build sizes its "
+                                             "cache by this, never by gpu_memory_utilization",
+    "generate_config.block_size": "vLLM's KV block size; null = vLLM's",
+    "generate_config.enforce_eager": "no graph capture (always true on CPU)",
+    "generate_config.enable_prefix_caching": "vLLM's prefix cache (reset after every sync)",
+    "generate_config.trust_remote_code": "let vLLM run a model folder's code",
+    "generate_config.cpu_threads": "torch threads of the vLLM process (CPU device only)",
+    "generate_config.offload_train_optimizer": "move the optimizer state to host memory "
+                                               "while the engines generate",
+    "generate_config.offload_train_grad": "move gradients to host memory while the engines "
+                                          "generate",
+    "generate_config.offload_train_param": "move parameters to host memory while the "
+                                           "engines generate",
+    "generate_config.sampling_config": "sampling (the table below); ranges checked before "
+                                       "anything starts",
+    "generate_config.sampling_config.max_tokens": "response tokens at most (>= 1)",
+    "generate_config.sampling_config.logprobs": "log-probs returned per token (>= 0)",
+    "generate_config.sampling_config.top_p": "nucleus sampling, 0 < top_p <= 1",
+    "generate_config.sampling_config.top_k": "-1 (off) or >= 1",
+    "generate_config.sampling_config.min_p": "0 <= min_p <= 1",
+    "generate_config.sampling_config.temperature": ">= 0",
+    "generate_config.sampling_config.detokenize": "vLLM also returns text",
+    "generate_config.sampling_config.seed": "sampling seed (null = 0; the recipes set "
+        "`${megatron_training.seed}`); seeds follow the prompt, not the engine",
+    "generate_config.sampling_config.min_tokens": "no EOS before this many tokens "
+                                                  "(<= max_tokens)",
+    "generate_config.sampling_config.ignore_eos": "always generate max_tokens (benchmarks, "
+                                                  "fixed lengths)",
+    "generate_config.reshard_bucket_mb": "the Megatron -> vLLM weight-sync bucket",
+    "generate_config.rollout_devices": "where the engines run: 0 = on the actor's devices "
+        "(colocated); N = N devices of their own after every role's (on CPU, CPU slots), "
+        "hosting N / (infer TP x PP) engines; checked against the cluster before start, and "
+        "the plan (`+dry_run=true`) says which",
+    "generate_config.cpu_weights": "CPU only: `packed` (oneDNN-packed linears, a sync "
+        "repacks them) or `shared` (plain weights the ranks write directly; one engine of "
+        "infer TP = PP = 1): docs/platforms.md#weights-into-vllm-on-cpu",
+    "generate_config.verify_sync": "which syncs compare every engine's weight fingerprints "
+        "with the actor's: every, first, off (docs/design.md#weight-paths)",
+    "generate_config.sleep_level": "GPU/NPU: engines free device memory between rollouts (1: "
+        "weights to host, KV dropped; 2: both dropped); nothing on CPU",
+    "generate_config.torchair_graph": "false only: no torchair graph mode",
+    "generate_config.enable_expert_parallel": "false only: no MoE model yet",
+    "generate_config.num_scheduler_steps": "1 only: vLLM V1 schedules one step at a time",
+
+    # --- prepare ---------------------------------------------------------------------------
+    "prepare.tiny_model": "a configs/model name (e.g. tiny-qwen2) made random-init when the "
+                          "tokenizer folder is missing",
+    "prepare.tokenizer": "char or qwen25 (built offline)",
+    "prepare.task": "the generated task: arith (a+b=) or vl (synthetic pictures)",
+    "prepare.num_prompts": "generated training prompts",
+    "prepare.max_operand": "arith operands run 0..max_operand",
+    "prepare.holdout_pairs": "operand pairs never trained on, written as the validation set; "
+                             "0 = validate on the training table",
+    "prepare.vl_question": "task vl: colour, shape, count, digit, compare, mixed",
+    "prepare.image_size": "task vl: pixels a side",
+    "prepare.num_val_prompts": "task vl: held-out pictures, never trained on",
+    "prepare.vl_dataset": "task vl: the dataset recipe (configs/datasets) that preprocesses "
+                          "them",
+    "prepare.seed": "seed of the generated model and data",
+}
