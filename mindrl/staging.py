@@ -1,4 +1,5 @@
-"""Write-then-rename for output directories (DESIGN.md: bad input loses nothing).
+"""Write-then-rename for output directories (docs/design.md#conventions: bad input
+loses nothing).
 
 On the ground floor: the converter (ckpt/) and the tiny-model factory (models/) both write
 through it. A conversion writes into a hidden sibling of the target (same filesystem, so the final

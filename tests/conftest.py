@@ -1,5 +1,5 @@
-"""Test-wide settings: offline hub, one torch thread per process (PLATFORM_NOTES); the `slow`
-marker."""
+"""Test-wide settings: offline hub, one torch thread per process
+(docs/platforms.md#one-torch-thread-per-process); the `slow` marker."""
 
 import os
 

@@ -1,4 +1,5 @@
-"""DESIGN.md's layer order, read from the package's own imports (lazy ones included).
+"""The layer order (docs/design.md#layers), read from the package's own imports (lazy ones
+included).
 
 A module may import its own package and any layer below its own, never a layer above it, nor
 a sibling package of its own layer (the ground floor's modules excepted); no two files may import each other, directly or around
@@ -92,7 +93,7 @@ def layer_violations(root: Path) -> List[str]:
         src = top(module)
         if src not in RANK:
             problems.append(f"{module}: package {src!r} has no layer in LAYERS (add it where "
-                            f"DESIGN.md puts it)")
+                            f"docs/design.md#layers puts it)")
             continue
         for target, line in sorted(targets):
             dst = top(target)
@@ -149,7 +150,8 @@ def circles(root: Path) -> List[List[str]]:
 
 def test_mindrl_imports_follow_design_layers():
     problems = layer_violations(MINDRL)
-    assert not problems, "imports against DESIGN.md's layer order:\n" + "\n".join(problems)
+    assert not problems, ("imports against the layer order (docs/design.md#layers):\n"
+                          + "\n".join(problems))
 
 
 def test_no_two_mindrl_files_import_each_other():

@@ -2,9 +2,9 @@
 keys against the cluster's bf16 capability, ClusterResources.bf16).
 
 Machines of one size differ: an AVX-512 bf16 CPU trains a bf16 recipe, an AVX2-only one would
-run its bf16 matmuls 8-40x slower than fp32 (PLATFORM_NOTES), an older GPU would emulate them.
-Such a recipe is refused before anything starts, naming the key that asks for bf16 and the
-fp32 fallback. The cluster says what it can do (device.bf16_supported(), filled in by
+run its bf16 matmuls 8-40x slower than fp32 (docs/platforms.md#bf16), an older GPU would
+emulate them. Such a recipe is refused before anything starts, naming the key that asks for
+bf16 and the fp32 fallback. The cluster says what it can do (device.bf16_supported(), filled in by
 local_cluster()); a cluster whose capability is unknown (None: a Ray cluster's nodes) is not
 checked.
 """

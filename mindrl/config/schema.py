@@ -211,7 +211,8 @@ class GenerateConfig:
     max_model_len: int = 4096
     dtype: Literal["bfloat16", "float16", "float32", "auto"] = "bfloat16"
     gpu_memory_utilization: float = 0.5
-    kv_cache_memory_bytes: Optional[int] = None  # CPU build: set it (PLATFORM_NOTES)
+    # CPU build: set it (docs/platforms.md#vllm-on-cpu).
+    kv_cache_memory_bytes: Optional[int] = None
     block_size: Optional[int] = None
     enforce_eager: bool = False
     enable_prefix_caching: bool = False
@@ -225,7 +226,8 @@ class GenerateConfig:
     # CPU device only. packed: vLLM's oneDNN-packed linears (a sync repacks them: ~5x a
     # memcpy). shared: plain weights in shared memory that the actor's ranks write directly
     # (a sync costs about one memcpy); decoding then uses torch's GEMM: 0.81x the tokens/s at
-    # the qwen2.5-0.5b shape with 64 sequences, 1.19x at the 75M bench shape (README).
+    # the qwen2.5-0.5b shape with 64 sequences, 1.19x at the 75M bench shape
+    # (docs/platforms.md#weights-into-vllm-on-cpu).
     cpu_weights: Literal["packed", "shared"] = "packed"
     # Which weight syncs are verified (every engine's fingerprints against the tensors sent;
     # a mismatch stops the run naming the tensor and the engine): every sync, the first of

@@ -269,7 +269,8 @@ def check_reward(run: RunConfig) -> list[Problem]:
     if load is None:
         out.append(Problem("reward_config.load", "is not set: a reward model needs trained "
                            "weights", "convert the HF reward model with cli/convert_ckpt.py "
-                           "(README: reward model) and point reward_config.load at it", None))
+                           "(docs/guides/reward-model.md) and point reward_config.load at it",
+                           None))
     elif load == run.actor_config.load:
         out.append(Problem(names.role_key(run, "reward", "load"), "is the actor's checkpoint: a "
                            "reward model has a score head, not an LM head",

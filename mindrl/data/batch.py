@@ -1,4 +1,5 @@
-"""The step's Batch: DESIGN.md's data contract as one object.
+"""The step's Batch: the data contract (docs/design.md#the-batch-contract) as one
+object.
 
 Rows are samples (B = prompts x n); the n samples of one prompt are consecutive rows sharing
 a `group_id`. `tensors` hold per-sample tensors with B leading (2-D fields padded: prompt

@@ -4,7 +4,7 @@ vLLM takes token ids holding ONE `<|image_pad|>` per image plus the images thems
 expands each pad to the image's feature count with its own processor; Megatron takes the ids
 already expanded plus the processor's `pixel_values` / `image_grid_thw`. Both sides must see
 the same resized image through the same processor class, backend and pixel bounds
-(PLATFORM_NOTES, "Qwen2.5-VL on this stack"): the driver computes the Megatron side here with
+(docs/platforms.md#qwen25-vl-on-cpu): the driver computes the Megatron side here with
 the checked processor (`models.processors.load_vl_processor`) and sends vLLM the same bounds
 per request (`mm_processor_kwargs`); after every generate the rollout compares vLLM's expanded
 ids with `prompt_ids` (rollout/merge.py).

@@ -3,7 +3,8 @@
 Three jobs, kept apart below:
 
 - generate: token-id prompts in, responses + the sampled tokens' log-probs out, and the
-  padded tensors of DESIGN.md's data contract (`RolloutOutput.to_batch`).
+  padded tensors of the Batch contract (`RolloutOutput.to_batch`;
+  docs/design.md#the-batch-contract).
 - load weights in place, by the loader `vllm_weights.load_mode` picks for the model (on CPU:
   straight into oneDNN's packed weights, or into plain parameters; elsewhere vLLM's
   ``reload_weights``), through ``collective_rpc``: an in-process iterator at infer TP 1, a

@@ -5,7 +5,7 @@
 where the device compiles them (`device.fused_kernels`): each reads the chunk's logits in their
 own dtype once and writes per-token sums (or the chunk's gradient) without materialising the
 fp32 slabs the eager ops pass between them. On the H200 the eager chunk maths were about three
-quarters of a packed bf16 update's device time (README, Platforms).
+quarters of a packed bf16 update's device time (docs/platforms.md#gpu-sessions).
 
 z = logits / T over this rank's vocabulary slice, -inf past the real vocabulary (`valid`
 columns are real), minus the row's max over the whole (TP) vocabulary.

@@ -62,7 +62,7 @@ def transformer_config(spec: ModelSpec, parallel: Parallelism, params_dtype: str
         gradient_accumulation_fusion=False,
         persist_layer_norm=False,
         # Megatron's own backward (custom_backward): on CPU it keeps sequence parallel's
-        # backward inside the CUDA -> CPU redirects (PLATFORM_NOTES).
+        # backward inside the CUDA -> CPU redirects (docs/platforms.md#megatron-core-on-cpu).
         deallocate_pipeline_outputs=True,
     )
     values.update(device.megatron_config())   # host init, fused kernels, p2p sync

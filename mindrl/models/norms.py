@@ -5,7 +5,7 @@ SP-capable norms need Transformer Engine or apex. A plain torch RMSNorm / LayerN
 under SP as long as its gradient is summed over the TP group: each TP rank normalises its own
 slice of the sequence, so each holds a partial gradient of the (replicated) weight. Megatron's
 `finalize_model_grads` does that sum for every parameter marked ``sequence_parallel = True``
-(PLATFORM_NOTES "The cluster path on CPU": loss identical with and without SP, norm grads
+(docs/platforms.md#sequence-parallel-on-cpu: loss identical with and without SP, norm grads
 within 3e-8).
 """
 

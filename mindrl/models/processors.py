@@ -4,8 +4,8 @@
 ``AutoProcessor`` / ``AutoTokenizer`` and vLLM load for a tiny Qwen2.5-VL: the char tokenizer
 (``tokenizers.build_char_tokenizer``, same text ids) plus Qwen's vision special tokens, the
 Qwen2-VL chat template, and a ``Qwen2_5_VLProcessor`` whose image processor has small pixel
-bounds, so a CPU test image costs a few dozen LLM tokens (PLATFORM_NOTES, "Qwen2.5-VL on this
-stack"). It returns the token ids the model's HF config must carry.
+bounds, so a CPU test image costs a few dozen LLM tokens (docs/platforms.md#qwen25-vl-on-cpu).
+It returns the token ids the model's HF config must carry.
 
 Images and videos need torchvision (the torchvision shim on CPU builds): transformers' default
 image-processor backend and vLLM's both use it, so pixel values agree on the two sides.
@@ -122,7 +122,7 @@ def write_vl_tokenizer_and_processor(out_dir: Union[str, Path],
 
 # The image-processor backend both sides must use: vLLM's Qwen2.5-VL preprocesses with
 # torchvision; transformers' PIL backend gives pixel values up to 0.015 apart (2e-3 to 9e-3 in
-# log-probs, PLATFORM_NOTES "Qwen2.5-VL on this stack").
+# log-probs, docs/platforms.md#qwen25-vl-on-cpu).
 IMAGE_BACKEND = "torchvision"
 
 

@@ -1,6 +1,6 @@
 """Tokenizers that need no model hub.
 
-Two kinds (PLATFORM_NOTES, "Tokenizers, models and data without a hub"):
+Two kinds (docs/platforms.md#tokenizers-models-and-data-without-a-hub):
 
 * ``char``: one token per ASCII character, under 128 ids, so tiny models can learn fast on CPU.
 * ``qwen25``: the real Qwen2.5 vocabulary, rebuilt offline from the tiktoken file that the

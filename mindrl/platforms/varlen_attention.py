@@ -2,7 +2,7 @@
 
 CUDA: torch's flash-attention varlen entry (`torch.nn.attention.varlen.varlen_attn`, torch >=
 2.9), half precision only (flash attention has no fp32 kernel). CPU has none (torch's varlen has
-no CPU kernel; PLATFORM_NOTES "Packed sequences on CPU") and NPU's is not wired yet: there the
+no CPU kernel; docs/platforms.md#packed-sequences-on-cpu) and NPU's is not wired yet: there the
 caller runs exact SDPA per sequence.
 
 Its keywords changed between releases, so the adapter reads the signature:

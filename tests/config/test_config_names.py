@@ -18,7 +18,7 @@ def test_a_registered_verifier_validates_with_no_second_edit():
     with pytest.raises(ConfigError, match=r"rl_config.verifier_function\[0\]"):
         load_recipe(TINY, override, cluster=CPU2)   # not registered yet
 
-    @register_verifier("test_names_exact")      # the README's way, and nothing else
+    @register_verifier("test_names_exact")      # the guide's way (docs/guides/add-a-verifier.md)
     def exact(completion: str, label: str, **extra) -> float:
         return float(completion.strip() == label)
 

@@ -1,5 +1,6 @@
 """A config ported from MindSpeed-RL's GRPO guide: every key of the guide's parameter list
-is accepted and honoured, or refused naming key, value, why and the fix (README says which)."""
+is accepted and honoured, or refused naming key, value, why and the fix
+(docs/config-reference.md says which)."""
 
 from pathlib import Path
 
@@ -16,7 +17,8 @@ HERE = Path(__file__).parent
 GUIDE = "mindspeed_grpo_guide"
 NPU16 = ClusterResources("npu", 8, 2, device_memory_gib=64)
 
-# The guide's parameter list (docs/zh/features/grpo_yaml.md), section by section.
+# The guide's parameter list, section by section
+# (https://gitee.com/ascend/MindSpeed-RL/blob/master/docs/zh/features/grpo_yaml.md).
 GUIDE_KEYS = {
     "megatron_training": ["stage", "global_batch_size", "data_path", "tokenizer_name_or_path",
                           "recompute_granularity", "recompute_num_layers", "recompute_method"],

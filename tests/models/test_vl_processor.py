@@ -21,7 +21,7 @@ from support.synthetic_images import synthetic_image
 # the transpose. 20x20 is under min_pixels (3136): up to 56x56, 4 x 4 patches, 4 tokens.
 # 448x448 is 4x max_pixels (50176): down to 224x224, 16 x 16 patches, 64 tokens. 300x200 goes
 # down to 252x168 (18 x 12 patches, 54 tokens): a downscale, where image-processor backends
-# differ most (PLATFORM_NOTES), so a backend mismatch fails the logprob check.
+# differ most (docs/platforms.md#qwen25-vl-on-cpu), so a backend mismatch fails the logprob check.
 IMAGE_A, IMAGE_B, IMAGE_SMALL, IMAGE_BIG = (56, 84, 0), (84, 56, 1), (20, 20, 2), (448, 448, 3)
 IMAGE_WIDE = (300, 200, 4)
 GRIDS = {IMAGE_A: [1, 4, 6], IMAGE_B: [1, 6, 4], IMAGE_SMALL: [1, 4, 4], IMAGE_BIG: [1, 16, 16],

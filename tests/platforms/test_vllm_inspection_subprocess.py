@@ -1,4 +1,5 @@
-"""torchvision in the processes vLLM starts itself (PLATFORM_NOTES "Qwen2.5-VL on this stack").
+"""torchvision in the processes vLLM starts itself
+(docs/platforms.md#torchvision-beside-cpu-torch).
 
 vLLM inspects a model class in a child interpreter of its own (registry._run_in_subprocess,
 `python -m vllm.model_executor.models.registry`); without torchvision there, engine creation

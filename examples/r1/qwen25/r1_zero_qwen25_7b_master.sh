@@ -12,7 +12,7 @@ export RESOURCE=${RESOURCE:-NPU}          # NPU (Ascend), GPU, or CPU (a miniatu
 CONFIG=${CONFIG:-r1_zero_qwen25_7b}
 PYTHON=${PYTHON:-python}
 
-# Collective-communication settings (see README "Many nodes").
+# Collective-communication settings (see docs/guides/many-nodes.md).
 export HCCL_CONNECT_TIMEOUT=${HCCL_CONNECT_TIMEOUT:-1800}
 export HCCL_EXEC_TIMEOUT=${HCCL_EXEC_TIMEOUT:-1800}
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-}

@@ -1,4 +1,4 @@
-"""THE table of HF <-> Megatron-core tensor names and layouts (DESIGN.md "Names and layouts").
+"""THE table of HF <-> Megatron-core tensor names and layouts (docs/design.md#model-families).
 
 Converter, trainer checkpoint loading and the resharding engine all go through this package,
 by this one entry point (``from mindrl.ckpt import mapping``). One module per family:

@@ -281,7 +281,8 @@ def load(module, optimizer, scheduler, ckpt_dir, load_optim: bool = True,
     checkpoint_vocab.finish_vocab_rows(loaded, fixes)
     module.load_state_dict(loaded["model"], strict=False)
     if load_optim:
-        # fp32: the optimizer's main params are views of the model params (PLATFORM_NOTES).
+        # fp32: the optimizer's main params are views of the model params
+        # (docs/platforms.md#megatron-core-on-cpu).
         step = _saved_adam_step(loaded["optimizer"])
         with torch.no_grad():
             _load_optimizer(optimizer, loaded["optimizer"])

@@ -1,1 +1,1 @@
-"""CPU-only machinery (PLATFORM_NOTES): what the CPU builds of Megatron and vLLM need."""
+"""CPU-only machinery (docs/platforms.md#cpu): what the CPU builds of Megatron and vLLM need."""

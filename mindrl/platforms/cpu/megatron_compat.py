@@ -1,10 +1,10 @@
 """Megatron-core on a CPU-only torch: redirect the places where it still reaches for CUDA.
 
 Installed by mindrl.device.prepare_megatron() only when the device is CPU. The places
-(PLATFORM_NOTES): torch.cuda.current_device(), literal device="cuda" tensors (causal mask,
-optimizer scalars, grad clipping, schedule counters), the TP RNG tracker built on CUDA RNG
-state, `param.type() == 'torch.cuda.FloatTensor'` assertions, and torch.cuda.synchronize()
-in p2p communication.
+(docs/platforms.md#megatron-core-on-cpu): torch.cuda.current_device(), literal device="cuda"
+tensors (causal mask, optimizer scalars, grad clipping, schedule counters), the TP RNG tracker
+built on CUDA RNG state, `param.type() == 'torch.cuda.FloatTensor'` assertions, and
+torch.cuda.synchronize() in p2p communication.
 """
 
 from __future__ import annotations

@@ -4,9 +4,10 @@ Why: vLLM's Qwen2.5-VL and transformers' AutoProcessor need torchvision, and the
 torch 2.13 on our index (0.28.0) ships a ``_C.so`` linked against libtorch_cuda. Beside CPU torch
 that library fails to load, which torchvision tolerates, but its ``_meta_registrations`` then
 registers fake kernels for ``torchvision::nms`` / ``qnms``, ops only ``_C.so`` defines, and
-``import torchvision`` dies with "operator torchvision::nms does not exist" (PLATFORM_NOTES,
-"Qwen2.5-VL on this stack"). Defining those two op schemas first is enough: everything Qwen-VL
-uses (the image transforms) works; ``torchvision.ops.nms`` itself still does not.
+``import torchvision`` dies with "operator torchvision::nms does not exist"
+(docs/platforms.md#torchvision-beside-cpu-torch). Defining those two op schemas first is
+enough: everything Qwen-VL uses (the image transforms) works; ``torchvision.ops.nms`` itself
+still does not.
 
 The definitions must run before torchvision's first import in EVERY process (Ray workers and
 vLLM's subprocesses included), so ``python -m mindrl.platforms.cpu.torchvision_shim --install``

@@ -6,7 +6,7 @@ from __future__ import annotations
 from mindrl.platforms.cpu import vllm_loaders, vllm_shm
 from mindrl.platforms.vllm_build import VLLMBuild
 
-# PLATFORM_NOTES "vLLM on CPU": without an explicit KV-cache size start-up demands 92% of the
+# docs/platforms.md#vllm-on-cpu: without an explicit KV-cache size start-up demands 92% of the
 # NUMA node's memory free.
 BLOCK_SIZE = 32
 WORKER_EXTENSION = "mindrl.platforms.cpu.vllm_worker.WorkerStart"

@@ -22,7 +22,7 @@ SEGMENTS = "vllm_dist_*cpushm*"
 def tp_collectives_use_segments() -> bool:
     """Whether this machine's vLLM CPU build runs TP collectives on these segments: only the
     AVX-512 kernels carry `init_shm_manager`; the AVX2 build (`vllm._C_AVX2`) falls back to
-    torch.distributed and creates none (PLATFORM_NOTES "CPUs differ"). Asked of the kernels
+    torch.distributed and creates none (docs/platforms.md#cpus-differ). Asked of the kernels
     vLLM itself loads, never of the CPU's name."""
     import torch
     from vllm.platforms import current_platform

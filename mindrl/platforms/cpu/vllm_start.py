@@ -1,5 +1,5 @@
-"""What a vLLM engine process needs on the CPU build before `LLM()` starts (PLATFORM_NOTES
-"vLLM on CPU" and "The cluster path on CPU")."""
+"""What a vLLM engine process needs on the CPU build before `LLM()` starts
+(docs/platforms.md#vllm-on-cpu, docs/platforms.md#the-cluster-path-on-cpu)."""
 
 from __future__ import annotations
 
