@@ -1,8 +1,10 @@
 """Which device indices each role gets, from the resource counts and colocation flags.
 
 Shared by validation (does it fit the cluster?) and plan mode (print it), so both agree.
-Colocated roles start on the same first device; the rollout engines always run on the
-actor's devices, one per `infer TP x infer PP` of them (`engine_devices`).
+Colocated roles start on the same first device. The rollout engines run on the actor's devices
+(the default) or, with `generate_config.rollout_devices: N`, on N devices of their own after
+every role's (`rollout_devices`); either way one engine per `infer TP x infer PP` of them
+(`engine_devices`).
 """
 
 from __future__ import annotations
@@ -42,8 +44,26 @@ def place_roles(run: RunConfig) -> list[RolePlacement]:
     return [out[r] for r in run.active_roles]
 
 
-def devices_required(run: RunConfig) -> int:
+def _roles_end(run: RunConfig) -> int:
+    """The first device after every role's."""
     return max((max(p.devices) + 1 for p in place_roles(run) if p.devices), default=0)
+
+
+def engines_colocated(run: RunConfig) -> bool:
+    """Whether the engines share the actor's devices (generate_config.rollout_devices: 0)."""
+    return run.generate_config.rollout_devices <= 0
+
+
+def rollout_devices(run: RunConfig) -> tuple[int, ...]:
+    """The devices the engines run on: the actor's, or N of their own after every role's."""
+    if engines_colocated(run):
+        return next(p.devices for p in place_roles(run) if p.role == "actor")
+    first = _roles_end(run)
+    return tuple(range(first, first + run.generate_config.rollout_devices))
+
+
+def devices_required(run: RunConfig) -> int:
+    return max(_roles_end(run), max(rollout_devices(run), default=-1) + 1)
 
 
 def world_size(run: RunConfig, role: str) -> int:
@@ -62,16 +82,17 @@ def data_parallel_size(run: RunConfig, role: str) -> int:
 
 
 def rollout_data_parallel_size(run: RunConfig) -> int:
-    """vLLM instances on the actor's devices."""
-    world = world_size(run, "actor")
+    """vLLM instances: the engines' devices / (infer TP x PP); 0 when they do not divide."""
+    world = (world_size(run, "actor") if engines_colocated(run)
+             else run.generate_config.rollout_devices)
     mp = run.generate_config.model_parallel_size
     return world // mp if mp > 0 and world % mp == 0 else 0
 
 
 def engine_devices(run: RunConfig) -> list[tuple[int, ...]]:
-    """The actor devices each rollout engine spans, in engine order: consecutive runs of
-    infer TP x PP devices (empty when they do not divide the actor's devices)."""
-    devices = next(p.devices for p in place_roles(run) if p.role == "actor")
+    """The devices each rollout engine spans, in engine order: consecutive runs of infer TP x
+    PP devices of `rollout_devices` (empty when they do not divide them)."""
+    devices = rollout_devices(run)
     per_engine = run.generate_config.model_parallel_size
     if rollout_data_parallel_size(run) == 0:
         return []

@@ -11,8 +11,9 @@ from typing import Any, Iterable, Optional
 from mindrl.config.cluster import ClusterResources
 from mindrl.config.errors import Problem
 from mindrl.config.memory import GIB, inference_weight_bytes, train_state_bytes
-from mindrl.config.placement import (data_parallel_size, engine_devices, place_roles,
-                                     rollout_data_parallel_size)
+from mindrl.config.placement import (data_parallel_size, devices_required, engine_devices,
+                                     engines_colocated, place_roles, rollout_data_parallel_size,
+                                     rollout_devices)
 from mindrl.config.schema import RunConfig
 
 
@@ -108,11 +109,15 @@ def _memory(run: RunConfig, cluster: ClusterResources,
             "optimizer": not gen.offload_train_optimizer}
     gen_phase = (vllm_weights + (kv or 0) + colocated
                  + sum(v for k, v in actor.items() if k in kept and kept[k]))
+    engine_device = None
+    if not engines_colocated(run):   # vLLM on devices of its own: the actor's keep training's
+        gen_phase, engine_device = train_phase, vllm_weights + (kv or 0)
     return {
         "roles": raw,
         "rollout": {"weights": vllm_weights, "kv_cache": kv, "kv_cache_source": kv_note},
         "actor_device_training_phase": train_phase,
         "actor_device_generation_phase": gen_phase,
+        "rollout_device": engine_device,
         "device_memory": (int(cluster.device_memory_gib * GIB) if cluster.device_memory_gib
                           else None),
     }
@@ -122,7 +127,7 @@ def make_plan(run: RunConfig, cluster: ClusterResources,
               warnings: Iterable[Problem] = ()) -> dict[str, Any]:
     """Placement, parallel layout, batch arithmetic and memory estimate as a plain dict."""
     placements = {p.role: p for p in place_roles(run)}
-    needed = max((d + 1 for p in placements.values() for d in p.devices), default=0)
+    needed = devices_required(run)      # the roles' and the engines' own, if any
     fits = (needed <= cluster.total_devices
             and run.resource("actor").kind == cluster.device_type)
     roles = {}
@@ -145,7 +150,8 @@ def make_plan(run: RunConfig, cluster: ClusterResources,
     gen = run.generate_config
     idp = rollout_data_parallel_size(run)
     rollout = {
-        "devices": list(placements["actor"].devices),
+        "devices": list(rollout_devices(run)),
+        "colocated": engines_colocated(run),
         "tp": gen.infer_tensor_parallel_size,
         "pp": gen.infer_pipeline_parallel_size,
         "instances": idp,
@@ -233,7 +239,8 @@ def format_plan(plan: dict[str, Any]) -> str:
         if r["rank_nodes"] and c["num_nodes"] > 1:
             lines.append(f"          node of each rank: {r['rank_nodes']}")
     ro = plan["rollout"]
-    lines.append(f"  rollout devices {_ranges(ro['devices'])} (on the actor's): vLLM TP="
+    where = "on the actor's" if ro["colocated"] else "their own: generate_config.rollout_devices"
+    lines.append(f"  rollout devices {_ranges(ro['devices'])} ({where}): vLLM TP="
                  f"{ro['tp']} PP={ro['pp']} x {ro['instances']} instance(s), "
                  f"{ro['prompts_per_instance']} prompts each, {ro['dtype']}")
     if ro["engine_nodes"] and c["num_nodes"] > 1:
@@ -265,6 +272,8 @@ def format_plan(plan: dict[str, Any]) -> str:
     lines.append(f"  actor devices: training phase {_size(m['actor_device_training_phase'])}, "
                  f"generation phase {_size(m['actor_device_generation_phase'])}"
                  + (f" of {_size(m['device_memory'])}" if m["device_memory"] else ""))
+    if m["rollout_device"] is not None:
+        lines.append(f"  rollout devices: {_size(m['rollout_device'])} each engine device")
     if plan["warnings"]:
         lines += ["", f"warnings ({len(plan['warnings'])}; fatal outside plan mode):"]
         lines += [f"  - {w}" for w in plan["warnings"]]

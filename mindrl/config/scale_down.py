@@ -94,6 +94,9 @@ def scale_down(raw: Any) -> Any:
     gen["infer_tensor_parallel_size"] = _divide(gen.get("infer_tensor_parallel_size", 1),
                                                 divisor, "generate_config."
                                                 "infer_tensor_parallel_size", problems)
+    if gen.get("rollout_devices"):
+        gen["rollout_devices"] = _divide(gen["rollout_devices"], divisor,
+                                         "generate_config.rollout_devices", problems)
     if problems:
         raise ConfigError(problems)
 

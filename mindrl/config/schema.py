@@ -104,29 +104,14 @@ class ResourceSpec:
 
 @dataclass(frozen=True)
 class RLConfig:
+    """The algorithm and the step around it, grouped by concern (the keys are flat)."""
+
+    # --- required: the actor's devices and the update's batch
     actor_resource: ResourceSpec
     mini_batch_size: int              # prompts per policy update
+
+    # --- algorithm: advantages and the rewards they come from
     adv_estimator: str = "group_norm"
-    kl_penalty: str = "low_var_kl"
-    kl_coef: float = 0.0              # 0 = no KL term, so no reference model is started
-    use_kl_loss: bool = True          # KL in the loss (GRPO) rather than in the reward
-    clip_ratio: float = 0.2
-    clip_ratio_low: Optional[float] = None    # null = clip_ratio
-    clip_ratio_high: Optional[float] = None   # null = clip_ratio
-    entropy_coeff: float = 0.0                 # the entropy bonus's coefficient at step 1
-    entropy_coeff_final: Optional[float] = None   # null = entropy_coeff throughout
-    entropy_decay_steps: int = 0               # steps from entropy_coeff to entropy_coeff_final
-    loss_agg_mode: str = "token-mean"
-    rollout_is: str = "off"           # truncated IS on old / rollout log-probs: off, token, sequence
-    rollout_is_cap: float = 2.0       # the weights' upper bound (> 1)
-    logprob_drift_threshold: Optional[float] = 1e-2   # rollout/logprob_diff_mean alarm; null = off
-    logprob_drift_steps: int = 3      # consecutive steps above the threshold before it warns
-    logprob_chunk_tokens: int = 512   # response tokens per fp32 log-softmax slab in the engines
-    n_samples_per_prompt: int = 8
-    epochs: int = 1
-    shuffle_mini_batch: bool = False
-    max_prompt_length: int = 1024
-    blocking: bool = True
     gamma: float = 1.0
     lam: float = 0.95
     rule_reward: bool = True          # verifier_function scores the rollouts
@@ -136,31 +121,66 @@ class RLConfig:
     verifier_weight: list[float] = field(default_factory=list)
     verifier_parallel: int = 1
     verifier_timeout: float = 30.0
-    phase_timeout_s: float = 1800.0   # seconds any phase of a step may take before the run
-                                      # stops with a failure report (trainer/failure_report.py)
+
+    # --- objective: the actor's loss (config/roles.LossConfig, algorithms/objective.py)
+    policy_loss: str = "ppo_clip"     # a POLICY_LOSSES name (mindrl/algorithms)
+    clip_ratio: float = 0.2
+    clip_ratio_low: Optional[float] = None    # null = clip_ratio
+    clip_ratio_high: Optional[float] = None   # null = clip_ratio
+    clip_ratio_c: Optional[float] = None      # dual-clip PPO's cap (> 1, e.g. 3.0); null = off
+    loss_agg_mode: str = "token-mean"
+    kl_penalty: str = "low_var_kl"
+    kl_coef: float = 0.0              # 0 = no KL term, so no reference model is started
+    use_kl_loss: bool = True          # KL in the loss (GRPO) rather than in the reward
+    entropy_coeff: float = 0.0                 # the entropy bonus's coefficient at step 1
+    entropy_coeff_final: Optional[float] = None   # null = entropy_coeff throughout
+    entropy_decay_steps: int = 0               # steps from entropy_coeff to entropy_coeff_final
+    rollout_is: str = "off"           # truncated IS on old / rollout log-probs: off, token, sequence
+    rollout_is_cap: float = 2.0       # the weights' upper bound (> 1)
+    logprob_chunk_tokens: int = 512   # response tokens per fp32 log-softmax slab in the engines
+    logprob_drift_threshold: Optional[float] = 1e-2   # rollout/logprob_diff_mean alarm; null = off
+    logprob_drift_steps: int = 3      # consecutive steps above the threshold before it warns
+
+    # --- sampling and batching
+    n_samples_per_prompt: int = 8
+    epochs: int = 1
+    shuffle_mini_batch: bool = False
+    max_prompt_length: int = 1024
+    dynamic_sampling: bool = False        # DAPO: drop groups whose samples all score the same
+    max_gen_rounds: int = 3               # generation rounds per step to fill the batch
+    actor_forward_micro_batch_size: Optional[int] = None  # null = micro_batch_size
+    ref_forward_micro_batch_size: Optional[int] = None
+    blocking: bool = True
+
+    # --- resources and placement
     reference_resource: Optional[ResourceSpec] = None
     reward_resource: Optional[ResourceSpec] = None
     colocate_actor_ref: bool = False
     colocate_all_models: bool = False
-    actor_forward_micro_batch_size: Optional[int] = None  # null = micro_batch_size
-    ref_forward_micro_batch_size: Optional[int] = None
-    use_tensorboard: bool = True
-    use_wandb: bool = False
-    wandb_project: Optional[str] = None
-    wandb_exp_name: Optional[str] = None
-    wandb_mode: Literal["online", "offline"] = "offline"
+
+    # --- run control: time limits and checkpoints
+    phase_timeout_s: float = 1800.0   # seconds any phase of a step may take before the run
+                                      # stops with a failure report (trainer/failure_report.py)
     save_freq: Optional[int] = None   # null = megatron_training.save_interval
     save_limit: Optional[int] = None  # checkpoints kept; null = all
+
+    # --- validation
     val_freq: Optional[int] = None
-    dynamic_sampling: bool = False        # DAPO: drop groups whose samples all score the same
-    max_gen_rounds: int = 3               # generation rounds per step to fill the batch
     val_data_path: Optional[str] = None   # jsonl prompt rows held out for validation
     val_before_train: bool = False
     val_n_samples: int = 1                # samples per validation prompt
     val_temperature: float = 0.0          # 0 = greedy
     val_max_prompts: Optional[int] = None  # first N rows; null = all
+
+    # --- logging
+    use_tensorboard: bool = True
+    use_wandb: bool = False
+    wandb_project: Optional[str] = None
+    wandb_exp_name: Optional[str] = None
+    wandb_mode: Literal["online", "offline"] = "offline"
     wandb_save_dir: Optional[str] = None   # wandb's local files; null = the run directory
-    # MindSpeed-RL keys (config/ported.py). use_integrated_worker: true = colocate_all_models.
+
+    # --- MindSpeed-RL keys (config/ported.py). use_integrated_worker: true = colocate_all_models.
     use_integrated_worker: bool = False
     guarantee_order: bool = False          # no effect: rollouts always come back in order
     kl_ctrl_type: str = "fixed"            # fixed only: kl_coef is constant
@@ -175,14 +195,6 @@ class RLConfig:
     def colocates_all(self) -> bool:
         """Every role on the actor's devices: MindRL's flag or MindSpeed-RL's name for it."""
         return self.colocate_all_models or self.use_integrated_worker
-
-    @property
-    def clip_low(self) -> float:
-        return self.clip_ratio if self.clip_ratio_low is None else self.clip_ratio_low
-
-    @property
-    def clip_high(self) -> float:
-        return self.clip_ratio if self.clip_ratio_high is None else self.clip_ratio_high
 
 
 @dataclass(frozen=True)
@@ -223,6 +235,10 @@ class GenerateConfig:
     offload_train_param: bool = False
     sampling_config: SamplingConfig = field(default_factory=SamplingConfig)
     reshard_bucket_mb: float = 512.0      # Megatron -> vLLM weight sync bucket
+    # Where the engines run (config/placement.py): 0 = on the actor's devices (colocated,
+    # the synchronous loop's default); N = N devices of their own after every role's, N /
+    # (infer TP x PP) engines (on CPU: CPU slots of their own).
+    rollout_devices: int = 0
     # CPU device only. packed: vLLM's oneDNN-packed linears (a sync repacks them: ~5x a
     # memcpy). shared: plain weights in shared memory that the actor's ranks write directly
     # (a sync costs about one memcpy); decoding then uses torch's GEMM: 0.81x the tokens/s at

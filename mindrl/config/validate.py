@@ -20,7 +20,8 @@ from mindrl.config.errors import (CLUSTER, MACHINE_DEPENDENT, PATHS, STRUCTURE, 
                                   Problem)
 from mindrl.config.hf_files import IMAGE_PROCESSOR_FILES, PROCESSOR_FILES, has_image_processor
 from mindrl.config.parse import parse
-from mindrl.config.placement import engine_devices, place_roles, rollout_data_parallel_size
+from mindrl.config.placement import (devices_required, engine_devices, place_roles,
+                                     rollout_data_parallel_size)
 from mindrl.config.ported import check_ported
 from mindrl.config.packing_checks import check_packing
 from mindrl.config.rl_checks import check_algorithm
@@ -184,7 +185,24 @@ def check_resources(run: RunConfig, cluster: ClusterResources) -> list[Problem]:
         return out
     imp = run.generate_config.model_parallel_size
     actor = run.resource("actor")
-    if imp >= 1 and actor.count % imp:
+    own = run.generate_config.rollout_devices
+    if own < 0 or (own and imp >= 1 and own % imp):
+        out.append(Problem("generate_config.rollout_devices",
+                           "must be 0 (engines on the actor's devices) or a positive multiple "
+                           f"of infer TP x PP = {imp}",
+                           f"use 0 or a multiple of {imp}", own))
+        return out
+    if own:
+        need, roles_need = devices_required(run), devices_required(run) - own
+        if roles_need <= cluster.total_devices < need:   # roles too many: said below
+            out.append(Problem("generate_config.rollout_devices",
+                               f"asks for {own} device(s) of the engines' own after the roles' "
+                               f"{roles_need}: {need} devices, but the cluster has "
+                               f"{cluster.total_devices} ({cluster.describe()})",
+                               f"lower it to at most {max(cluster.total_devices - roles_need, 0)}"
+                               f", set 0 to run the engines on the actor's devices, or add "
+                               f"nodes", own, CLUSTER))
+    elif imp >= 1 and actor.count % imp:
         out.append(Problem("generate_config.infer_tensor_parallel_size",
                            f"x infer_pipeline_parallel_size = {imp} does not divide the "
                            f"actor's {actor.count} devices (vLLM runs on them)",

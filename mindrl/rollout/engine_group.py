@@ -1,11 +1,13 @@
-"""The rollout engines: a data-parallel group of vLLM engines on the actor's devices.
+"""The rollout engines: a data-parallel group of vLLM engines, on the actor's devices or on
+devices of their own (generate_config.rollout_devices, config/placement.py).
 
-The actor's devices host `devices / (infer TP x infer PP)` engines (DESIGN.md, the cluster
-picture), each a Ray actor running one `VLLMEngine` placed on the first device of its span.
+Those devices host `devices / (infer TP x infer PP)` engines, each a Ray actor running one
+`VLLMEngine` placed on the first device of its span.
 A step's Batch is split by prompt group into one contiguous run per engine (a prompt's n
 samples stay on one engine), every engine generates at once, and the parts merge back in
 prompt order with the rollout fields added (response_ids, response_mask, rollout_log_probs,
-finish_reason). Sampling seeds follow the prompt, not the
+finish_reason, and the policy version the engines held). `submit` starts a generate and
+returns a handle; `generate` is submit and wait. Sampling seeds follow the prompt, not the
 engine: prompt i's samples use seed + i*n ... whatever the engine count, so a run's samples do
 not depend on how many engines drew them.
 
@@ -17,13 +19,54 @@ PhaseTimeout naming it (workers/deadline.py).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
+
+import torch
 
 from mindrl.data.batch import Batch
 from mindrl.errors import EngineDied, PhaseTimeout
 from mindrl.rollout.merge import rollout_prompts, with_rollout
 from mindrl.workers.deadline import answers, bundle_nodes, member
 from mindrl.workers.placement import EngineSlot
+
+
+@dataclass
+class RolloutHandle:
+    """One submitted generate: the engines' Ray object refs (by engine index), the batch's
+    parts they answer, and the policy version the engines held when it was submitted."""
+
+    group: "RolloutGroup"
+    parts: List[Batch]
+    refs: Dict[Any, int]
+    n: int
+    policy_version: int
+    submitted: float
+    _batch: Optional[Batch] = None
+
+    def done(self) -> bool:
+        """Whether every engine has answered (waits for nothing)."""
+        import ray
+
+        if self._batch is not None or not self.refs:
+            return True
+        ready, _ = ray.wait(list(self.refs), num_returns=len(self.refs), timeout=0)
+        return len(ready) == len(self.refs)
+
+    def wait(self) -> Batch:
+        """The batch plus its responses and `policy_version` (one per sample), in prompt
+        order; a dead, failing or late engine raises as `generate` does. Waiting again gives
+        the same batch."""
+        if self._batch is None:
+            group = self.group
+            outputs = group._wait(self.refs, "generate", group.phase_timeout_s, self.submitted)
+            merged = Batch.concat([with_rollout(self.parts[i], outputs[i], self.n)
+                                   for i in sorted(outputs)])
+            self._batch = merged.add(policy_version=torch.full(
+                (len(merged),), self.policy_version, dtype=torch.long))
+        return self._batch
+
+    result = wait
 
 
 class RolloutGroup:
@@ -52,6 +95,10 @@ class RolloutGroup:
         self.asleep = False               # engines hold no device memory until woken
         self.pids: List[Optional[int]] = [None] * len(self.engines)
         self.phase_timeout_s = phase_timeout_s
+        # The actor's weights version the engines hold (the number of updates behind them),
+        # set by each weight sync (trainer/assemble.RunParts.sync_weights); every sample
+        # generated carries it as `policy_version`.
+        self.policy_version = 0
 
     def __len__(self) -> int:
         return len(self.engines)
@@ -60,7 +107,8 @@ class RolloutGroup:
         devices = self.slots[index].devices
         span = (f"device {devices[0]}" if len(devices) == 1
                 else f"devices {devices[0]}-{devices[-1]}")
-        return f"rollout engine {index} (actor {span})"
+        owner = "actor " if self.slots[index].on_actor_devices else ""
+        return f"rollout engine {index} ({owner}{span})"
 
     def members(self) -> List[dict]:
         """Each engine's label, pid and Ray node (workers/deadline.py)."""
@@ -68,12 +116,13 @@ class RolloutGroup:
                                for n in bundle_nodes(slot.placement_group, [slot.bundle])]
         return [member(self._name(i), self.pids[i], nodes[i]) for i in range(len(self.slots))]
 
-    def _wait(self, refs: Dict[Any, int], what: str,
-              timeout_s: Optional[float] = None) -> Dict[int, Any]:
-        """Results by engine index as they finish; the first failure raises at once."""
+    def _wait(self, refs: Dict[Any, int], what: str, timeout_s: Optional[float] = None,
+              since: Optional[float] = None) -> Dict[int, Any]:
+        """Results by engine index as they finish; the first failure raises at once.
+        `busy_seconds` of each engine counts from `since` (default: now)."""
         import ray
 
-        results, start = {}, time.perf_counter()
+        results, start = {}, time.perf_counter() if since is None else since
         for ref in answers({r: self._name(i) for r, i in refs.items()}, what, timeout_s):
             index = refs[ref]
             try:
@@ -99,19 +148,20 @@ class RolloutGroup:
         self.pids = [found[i]["pid"] for i in range(len(self.engines))]
         return list(self.pids)
 
-    def generate(self, batch: Batch, mm_processor_kwargs: Optional[dict] = None,
-                 **sampling_overrides) -> Batch:
-        """The batch plus its responses (DESIGN.md's rollout fields), every engine at once:
-        the batch splits by prompt group, one contiguous run per engine, and merges back in
-        prompt order (see the module docstring for seeds); `busy_seconds` then holds each
-        engine's time to its answer. A batch with images (data/vl_prompts.py: fields
-        `rollout_prompt_ids`, `images`) sends each group's one-pad-per-image ids and images,
-        processed with `mm_processor_kwargs`; the merge checks vLLM's expansion."""
+    def submit(self, batch: Batch, mm_processor_kwargs: Optional[dict] = None,
+               **sampling_overrides) -> "RolloutHandle":
+        """Start generating `batch` on every engine and return at once: the handle's `wait()`
+        gives what `generate` gives. Submissions queue on each engine in order, so several can
+        be in flight, each answered with its own prompts. The batch splits by prompt group, one
+        contiguous run per engine (see the module docstring for seeds); a batch with images
+        (data/vl_prompts.py: fields `rollout_prompt_ids`, `images`) sends each group's
+        one-pad-per-image ids and images, processed with `mm_processor_kwargs`."""
         base = sampling_overrides.pop("seed", self.config.sampling_config.seed)
         n = batch.samples_per_group()
         parts = batch.split_groups(len(self.engines))
         refs, first_group = {}, 0
         self.busy_seconds = [0.0] * len(self.engines)
+        submitted = time.perf_counter()
         for index, part in enumerate(parts):
             prompts, images = rollout_prompts(part)
             if prompts:
@@ -121,8 +171,15 @@ class RolloutGroup:
                 refs[self.engines[index].generate.remote(prompts, n, **seed, **vision,
                                                          **sampling_overrides)] = index
             first_group += len(prompts)
-        outputs = self._wait(refs, "generate", self.phase_timeout_s)
-        return Batch.concat([with_rollout(parts[i], outputs[i], n) for i in sorted(outputs)])
+        return RolloutHandle(self, parts, refs, n, self.policy_version, submitted)
+
+    def generate(self, batch: Batch, mm_processor_kwargs: Optional[dict] = None,
+                 **sampling_overrides) -> Batch:
+        """The batch plus its responses (docs/design.md#the-batch-contract) and the policy
+        version that generated them, every engine at once, in prompt order: `submit` and wait.
+        `busy_seconds` then holds each engine's time to its answer; the merge checks vLLM's
+        expansion of image pads."""
+        return self.submit(batch, mm_processor_kwargs, **sampling_overrides).wait()
 
     def sleep(self) -> bool:
         """Every engine hands its device memory back to the actor's passes

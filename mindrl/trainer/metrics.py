@@ -37,6 +37,16 @@ def reward_model_metrics(scores: torch.Tensor) -> Dict[str, float]:
     return _stats("critic/reward_model", scores)
 
 
+def policy_version_metrics(batch, actor_version: int) -> Dict[str, float]:
+    """rollout/policy_version: the oldest weights version among the batch's samples (the
+    number of actor updates behind the weights that generated it); rollout/staleness: how
+    many versions the update's starting weights (`actor_version`) are ahead of it, at most.
+    The synchronous loop generates from the weights it updates: staleness 0."""
+    oldest = int(batch["policy_version"].min())
+    return {"rollout/policy_version": float(oldest),
+            "rollout/staleness": float(actor_version - oldest)}
+
+
 def perf_metrics(step: Dict[str, float]) -> Dict[str, float]:
     """Time and tokens/s of a step's metrics; a VL model's tower share of the update."""
     seconds = step["timing_s/step"]

@@ -3,7 +3,9 @@
 Device indices come from mindrl.config.placement (the same assignment plan mode prints):
 one bundle per device, each bundle holding one rank of every role placed on that device;
 colocated roles split the bundle's device evenly so Ray lets them share it. A rollout engine
-takes an equal share of the first device of its span, beside the actor ranks there.
+on the actor's devices takes an equal share of the first device of its span, beside the actor
+ranks there; an engine on devices of its own (generate_config.rollout_devices) takes the whole
+first device of its span (on CPU, a CPU slot of its own).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from typing import Any, Dict, List, Tuple
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group
 
-from mindrl.config.placement import engine_devices, place_roles
+from mindrl.config.placement import (devices_required, engine_devices, engines_colocated,
+                                     place_roles)
 from mindrl.config.schema import RunConfig
 from mindrl.device_kinds import placement_bundle, rank_resources
 
@@ -22,12 +25,14 @@ from mindrl.device_kinds import placement_bundle, rank_resources
 @dataclass(frozen=True)
 class EngineSlot:
     """Where one rollout engine runs: a placement-group bundle (the first device of its span),
-    the Ray resources it takes there, and the actor devices it spans (for messages)."""
+    the Ray resources it takes there, the devices it spans (for messages) and whether they are
+    the actor's."""
 
     placement_group: Any
     bundle: int
     resources: dict
     devices: Tuple[int, ...]
+    on_actor_devices: bool = True
 
 
 @dataclass
@@ -58,7 +63,7 @@ def create_placement(run: RunConfig, timeout_s: float = 120.0
     one slot per rollout engine."""
     placements = place_roles(run)
     kind = run.resource("actor").kind
-    num_devices = max(max(p.devices) + 1 for p in placements if p.devices)
+    num_devices = devices_required(run)
     pg = placement_group([placement_bundle(kind) for _ in range(num_devices)], strategy="PACK",
                          bundle_label_selector=_pinned_nodes(kind, num_devices))
     if not pg.wait(timeout_s):
@@ -67,14 +72,16 @@ def create_placement(run: RunConfig, timeout_s: float = 120.0
             f"Ray could not reserve {num_devices} x {placement_bundle(kind)} within {timeout_s:.0f} s; "
             f"the cluster offers {available}. Lower the *_resource counts in rl_config or add "
             f"nodes (ray start --address=...)")
+    colocated = engines_colocated(run)
     actor_devices = set(next(p.devices for p in placements if p.role == "actor"))
     slots = {}
     for p in placements:
-        # Roles on the actor's devices leave a share there for the rollout engines.
-        with_engine = 1 if actor_devices.intersection(p.devices) else 0
+        # Roles on the actor's devices leave a share there for colocated rollout engines.
+        with_engine = 1 if colocated and actor_devices.intersection(p.devices) else 0
         share = 1.0 / (1 + len(p.shares_with) + with_engine)
         slots[p.role] = RoleSlots(pg, p.devices[0], rank_resources(kind, share))
-    # An engine takes the same share of its device as an actor rank there.
-    engines = [EngineSlot(pg, span[0], slots["actor"].resources_per_rank, span)
+    # A colocated engine takes the same share of its device as an actor rank there.
+    resources = slots["actor"].resources_per_rank if colocated else rank_resources(kind, 1.0)
+    engines = [EngineSlot(pg, span[0], resources, span, colocated)
                for span in engine_devices(run)]
     return slots, engines

@@ -81,6 +81,32 @@ def test_two_engines_give_the_samples_of_one_in_prompt_order(cluster):
     assert greedy["group_id"].tolist() == list(range(5))
 
 
+def test_two_submissions_in_flight_each_return_their_own_samples_in_prompt_order(cluster):
+    """Two generates submitted before either is waited on: each engine answers them in
+    submission order, so once the second is back the first is done; each handle gives exactly
+    what a blocking generate of its batch gives, with the policy version the engines held when
+    it was submitted."""
+    _, _, two, _ = cluster
+    first, second = _batch(2), _batch(3, prompts=[[20, 21], [22], [23, 24, 25]])
+    alone = [two.generate(first, seed=11), two.generate(second, seed=5)]
+    try:
+        a = two.submit(first, seed=11)
+        two.policy_version = 3                      # a sync between the two submissions
+        b = two.submit(second, seed=5)
+        got_b = b.wait()
+        assert a.done()
+        got_a = a.result()
+    finally:
+        two.policy_version = 0
+    for got, want, version in ((got_a, alone[0], 0), (got_b, alone[1], 3)):
+        assert got["group_id"].tolist() == want["group_id"].tolist()
+        assert torch.equal(got["prompt_ids"], want["prompt_ids"])
+        assert got.response_lists() == want.response_lists()
+        assert got["policy_version"].tolist() == [version] * len(want)
+    assert alone[0]["policy_version"].tolist() == [0] * 10
+    assert a.wait() is got_a                        # waiting again gives the same batch
+
+
 def test_one_sync_reaches_every_engine_and_a_mismatch_names_the_engine(cluster):
     from safetensors.torch import load_file
 
