@@ -12,9 +12,8 @@ Three jobs, kept apart below:
   is dropped (prefix cache, multimodal encoder cache: `_weights_changed`). Tensors may come
   under HF names or the engine's own; they are renamed by vLLM's own mapper of the model
   (`engine_name`: a VL model's language model lives under `language_model.` in vLLM). Any
-  failure is fatal
-  (`WeightSyncError`): vLLM may hold half-loaded, meta or mixed weights and must not
-  generate again.
+  failure is fatal (`WeightSyncError`): vLLM may hold half-loaded, meta or mixed weights and
+  must not generate again.
 - fingerprint: a cheap per-HF-tensor digest of the weights vLLM is really computing with,
   derived from vLLM's own fused-module metadata (not from mindrl/ckpt/mapping/), so that a
   wrong mapping entry shows up as a mismatch against an independent reference.
@@ -28,7 +27,6 @@ tests and benches beside a Megatron rank through `vllm_process.VLLMEngineProcess
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -37,67 +35,17 @@ import torch
 
 from mindrl import device, shared_memory, startup
 from mindrl.ckpt.fingerprint import NamedTensors, compare_fingerprints
-from mindrl.config.cpu_notice import cpu_vllm
-from mindrl.config.schema import GenerateConfig, SamplingConfig
+from mindrl.config.schema import GenerateConfig
 from mindrl.data.batch import left_pad, right_pad
-from mindrl.data.vl_prompts import decode_image
 from mindrl.engines import vllm_weights
 from mindrl.engines.vllm_fingerprint import combine_views
 from mindrl.engines.vllm_fingerprint import vllm_view as _vllm_view
+from mindrl.engines.vllm_settings import (configure_environment, llm_kwargs, requests,
+                                          reseeded, sampling_params)
 from mindrl.errors import WeightSyncError
 from mindrl.platforms import device_ipc
+from mindrl.platforms.cpu.vllm_shared_weights import SharedWeights, prefix_renames
 from mindrl.processes import this_node
-
-
-# ---------------------------------------------------------------------------- settings
-
-def _configure_environment(cpu_threads: int) -> None:
-    """What vLLM reads at start-up; the platform's own needs come from device.py."""
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"   # in-process: iterators, fast start
-    device.prepare_vllm(cpu_threads)
-
-
-def llm_kwargs(cfg: GenerateConfig, seed: int, logprobs_mode: str, build,
-               actor_dtype: Optional[str] = None) -> dict:
-    """GenerateConfig -> ``vllm.LLM`` keyword arguments, with what `build` (the platform's
-    vLLM build, `device.vllm_build()`) needs; `actor_dtype`: what the run's actor computes in
-    (vLLM's CPU build follows it: config/cpu_notice.py)."""
-    kw = dict(tensor_parallel_size=cfg.infer_tensor_parallel_size,
-              pipeline_parallel_size=cfg.infer_pipeline_parallel_size,
-              max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
-              max_model_len=cfg.max_model_len, dtype=cfg.dtype, enforce_eager=cfg.enforce_eager,
-              enable_prefix_caching=cfg.enable_prefix_caching,
-              trust_remote_code=cfg.trust_remote_code, seed=seed, logprobs_mode=logprobs_mode)
-    if cfg.block_size:
-        kw["block_size"] = cfg.block_size
-    if cfg.kv_cache_memory_bytes:
-        kw["kv_cache_memory_bytes"] = cfg.kv_cache_memory_bytes
-    if cfg.model_parallel_size > 1:
-        # Workers in processes of their own beside this one (vLLM's mp executor): the one
-        # that runs on every platform, CPU included (PLATFORM_NOTES "The cluster path").
-        kw["distributed_executor_backend"] = "mp"
-    return build.engine_kwargs(kw, cfg, cpu_vllm(cfg.dtype, actor_dtype))
-
-
-def sampling_params(cfg: SamplingConfig, n: int, **overrides):
-    """SamplingConfig (+ per-call overrides named like its fields) -> vllm.SamplingParams."""
-    from vllm import SamplingParams
-
-    names = {f.name for f in dataclasses.fields(SamplingConfig)}
-    unknown = sorted(set(overrides) - names)
-    if unknown:
-        raise ValueError(f"unknown sampling override(s) {unknown}; known: {sorted(names)}")
-    cfg = dataclasses.replace(cfg, **overrides)
-    return SamplingParams(n=n, max_tokens=cfg.max_tokens, logprobs=max(cfg.logprobs, 0),
-                          top_p=cfg.top_p, top_k=cfg.top_k, min_p=cfg.min_p,
-                          temperature=cfg.temperature, seed=cfg.seed, detokenize=cfg.detokenize,
-                          min_tokens=cfg.min_tokens, ignore_eos=cfg.ignore_eos)
-
-
-def _reseeded(params, seed: int):
-    params = params.clone()
-    params.seed = seed
-    return params
 
 
 # ---------------------------------------------------------------------------- rollout data
@@ -133,24 +81,6 @@ class RolloutOutput:
                 **self.response_tensors(pad_id, response_length)}
 
 
-def _requests(prompt_token_ids: Sequence[Sequence[int]],
-              images: Optional[Sequence[Sequence[bytes]]],
-              mm_processor_kwargs: Optional[dict]) -> List[dict]:
-    """vLLM token prompts; a prompt with images carries them decoded (vLLM takes images, not
-    pixel values) and the processor settings both sides share."""
-    if images is not None and len(images) != len(prompt_token_ids):
-        raise ValueError(f"{len(images)} image lists for {len(prompt_token_ids)} prompts")
-    requests = []
-    for index, ids in enumerate(prompt_token_ids):
-        request = {"prompt_token_ids": list(map(int, ids))}
-        if images is not None and images[index]:
-            request["multi_modal_data"] = {"image": [decode_image(b) for b in images[index]]}
-            if mm_processor_kwargs:
-                request["mm_processor_kwargs"] = dict(mm_processor_kwargs)
-        requests.append(request)
-    return requests
-
-
 # ---------------------------------------------------------------------------- the engine
 
 class _NameTracker:
@@ -163,44 +93,6 @@ class _NameTracker:
         for name, tensor in self.pairs:
             self.last = name
             yield name, tensor
-
-
-@dataclass(frozen=True)
-class SharedWeights:
-    """Where vLLM's weights live when they are shared: a /dev/shm file of `numel` elements of
-    `dtype`, and each tensor's (element offset, shape) in it under the engine's own name."""
-
-    path: str
-    numel: int
-    dtype: torch.dtype
-    places: Dict[str, Tuple[int, Tuple[int, ...]]]
-    # The model's checkpoint-prefix renames (vLLM's hf_to_vllm_mapper), applied in order as
-    # vLLM does: the writers are Megatron ranks without vLLM.
-    renames: Tuple[Tuple[str, str], ...] = ()
-
-    def place(self, name: str) -> Tuple[int, Tuple[int, ...]]:
-        """(offset, shape) of a tensor named as HF or as the engine names it."""
-        for prefix, new in self.renames:
-            if name.startswith(prefix):
-                name = new + name[len(prefix):]
-        if name not in self.places:
-            raise KeyError(f"{name}: not among vLLM's shared weights")
-        return self.places[name]
-
-
-def _prefix_renames(mapper) -> Tuple[Tuple[str, str], ...]:
-    """A vLLM WeightsMapper's prefix renames, for `SharedWeights`; other kinds of rule are
-    refused (the writers could not follow them)."""
-    if mapper is None:
-        return ()
-    others = [kind for kind in ("orig_to_new_renaming", "orig_to_new_regex",
-                                "orig_to_new_substr", "orig_to_new_stacked",
-                                "orig_to_new_suffix") if getattr(mapper, kind, None)]
-    if others or any(new is None for new in mapper.orig_to_new_prefix.values()):
-        raise NotImplementedError(f"shared weights: the model renames checkpoint tensors by "
-                                  f"{others or 'dropping prefixes'}; use the shm bucket "
-                                  f"(cpu_weights other than shared)")
-    return tuple(mapper.orig_to_new_prefix.items())
 
 
 class VLLMEngine:
@@ -233,7 +125,7 @@ class VLLMEngine:
             raise RuntimeError(
                 "vLLM cannot start in a process that is part of a torch.distributed world (it "
                 "would join it and hang creating its groups); use VLLMEngineProcess here")
-        _configure_environment(generate_config.cpu_threads)
+        configure_environment(generate_config.cpu_threads)
         from vllm import LLM
 
         self.config = generate_config
@@ -277,7 +169,7 @@ class VLLMEngine:
                 raise RuntimeError(f"shared weight places {sorted(shapes)} disagree with "
                                    f"vLLM's tensors {sorted(self.hf_shapes)}")
             self.shared_weights = SharedWeights(path, numel, dtype, places,
-                                                _prefix_renames(self._mapper))
+                                                prefix_renames(self._mapper))
         startup.started()                 # a Ray engine's start ends (workers/worker_setup.py)
 
     def describe(self) -> dict:
@@ -307,9 +199,9 @@ class VLLMEngine:
         """
         self._usable()
         params = sampling_params(self.config.sampling_config, n, **sampling_overrides)
-        prompts = _requests(prompt_token_ids, images, mm_processor_kwargs)
+        prompts = requests(prompt_token_ids, images, mm_processor_kwargs)
         if params.seed is not None:   # vLLM seeds sample i with seed + i: same for every prompt
-            params = [_reseeded(params, params.seed + i * n) for i in range(len(prompts))]
+            params = [reseeded(params, params.seed + i * n) for i in range(len(prompts))]
         results = self.llm.generate(prompts, params, use_tqdm=False)
         out = RolloutOutput([], [], [], [], [])
         for index, result in enumerate(results):
@@ -480,9 +372,6 @@ class VLLMEngine:
     def release_bucket(self, path: Optional[str] = None) -> None:
         """Unmap one shared file, or all of them (None), in every TP worker."""
         self.llm.collective_rpc(vllm_weights.release_buckets, args=(path,))
-
-    def reset_prefix_cache(self) -> None:
-        self.llm.reset_prefix_cache()
 
     def _view(self, with_digest: bool):
         """`vllm_fingerprint.vllm_view` of every TP worker, combined."""

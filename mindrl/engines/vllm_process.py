@@ -135,9 +135,6 @@ class VLLMEngineProcess:
     def check_fingerprint(self, expected, strict: bool = True) -> None:
         self._call("check_fingerprint", dict(expected), strict)
 
-    def reset_prefix_cache(self) -> None:
-        self._call("reset_prefix_cache")
-
     def sleep(self) -> bool:
         return self._call("sleep")
 

@@ -21,7 +21,7 @@ Entry = Tuple[str, int, Tuple[int, ...]]     # HF name, element offset in a file
 @runtime_checkable
 class WeightTarget(Protocol):
     dtype: torch.dtype              # what the engines compute in: the wire dtype
-    shared_weights: Optional[object]   # engines/vllm_engine.SharedWeights, or None
+    shared_weights: Optional[object]   # platforms/cpu/vllm_shared_weights.SharedWeights, or None
     wants_shared_memory: bool       # tensors handed over should live in shared memory
     loads_in_background: bool       # submit_load_from_bucket returns before the load ends
 

@@ -1,0 +1,82 @@
+"""What vLLM is given: the run's settings (GenerateConfig, SamplingConfig) as vLLM's own
+arguments (``LLM`` keyword arguments, ``SamplingParams``, token prompts with their images), and
+the environment it reads at start-up. Pure translation, apart from the engine that uses it."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import List, Optional, Sequence
+
+from mindrl import device
+from mindrl.config.cpu_notice import cpu_vllm
+from mindrl.config.schema import GenerateConfig, SamplingConfig
+from mindrl.data.vl_prompts import decode_image
+
+
+def configure_environment(cpu_threads: int) -> None:
+    """What vLLM reads at start-up; the platform's own needs come from device.py."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"   # in-process: iterators, fast start
+    device.prepare_vllm(cpu_threads)
+
+
+def llm_kwargs(cfg: GenerateConfig, seed: int, logprobs_mode: str, build,
+               actor_dtype: Optional[str] = None) -> dict:
+    """GenerateConfig -> ``vllm.LLM`` keyword arguments, with what `build` (the platform's
+    vLLM build, `device.vllm_build()`) needs; `actor_dtype`: what the run's actor computes in
+    (vLLM's CPU build follows it: config/cpu_notice.py)."""
+    kw = dict(tensor_parallel_size=cfg.infer_tensor_parallel_size,
+              pipeline_parallel_size=cfg.infer_pipeline_parallel_size,
+              max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
+              max_model_len=cfg.max_model_len, dtype=cfg.dtype, enforce_eager=cfg.enforce_eager,
+              enable_prefix_caching=cfg.enable_prefix_caching,
+              trust_remote_code=cfg.trust_remote_code, seed=seed, logprobs_mode=logprobs_mode)
+    if cfg.block_size:
+        kw["block_size"] = cfg.block_size
+    if cfg.kv_cache_memory_bytes:
+        kw["kv_cache_memory_bytes"] = cfg.kv_cache_memory_bytes
+    if cfg.model_parallel_size > 1:
+        # Workers in processes of their own beside this one (vLLM's mp executor): the one
+        # that runs on every platform, CPU included (docs/platforms.md#the-cluster-path-on-cpu).
+        kw["distributed_executor_backend"] = "mp"
+    return build.engine_kwargs(kw, cfg, cpu_vllm(cfg.dtype, actor_dtype))
+
+
+def sampling_params(cfg: SamplingConfig, n: int, **overrides):
+    """SamplingConfig (+ per-call overrides named like its fields) -> vllm.SamplingParams."""
+    from vllm import SamplingParams
+
+    names = {f.name for f in dataclasses.fields(SamplingConfig)}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise ValueError(f"unknown sampling override(s) {unknown}; known: {sorted(names)}")
+    cfg = dataclasses.replace(cfg, **overrides)
+    return SamplingParams(n=n, max_tokens=cfg.max_tokens, logprobs=max(cfg.logprobs, 0),
+                          top_p=cfg.top_p, top_k=cfg.top_k, min_p=cfg.min_p,
+                          temperature=cfg.temperature, seed=cfg.seed, detokenize=cfg.detokenize,
+                          min_tokens=cfg.min_tokens, ignore_eos=cfg.ignore_eos)
+
+
+def reseeded(params, seed: int):
+    """A copy of vLLM SamplingParams `params` with another seed."""
+    params = params.clone()
+    params.seed = seed
+    return params
+
+
+def requests(prompt_token_ids: Sequence[Sequence[int]],
+             images: Optional[Sequence[Sequence[bytes]]],
+             mm_processor_kwargs: Optional[dict]) -> List[dict]:
+    """vLLM token prompts; a prompt with images carries them decoded (vLLM takes images, not
+    pixel values) and the processor settings both sides share."""
+    if images is not None and len(images) != len(prompt_token_ids):
+        raise ValueError(f"{len(images)} image lists for {len(prompt_token_ids)} prompts")
+    out = []
+    for index, ids in enumerate(prompt_token_ids):
+        request = {"prompt_token_ids": list(map(int, ids))}
+        if images is not None and images[index]:
+            request["multi_modal_data"] = {"image": [decode_image(b) for b in images[index]]}
+            if mm_processor_kwargs:
+                request["mm_processor_kwargs"] = dict(mm_processor_kwargs)
+        out.append(request)
+    return out
