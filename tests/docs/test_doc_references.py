@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Dict, List, Set
 
 ROOT = Path(__file__).resolve().parents[2]
-SCANNED = ("mindrl", "tests", "cli", "bench", "configs", "examples", "docs", "Makefile",
-           "README.md")
+SCANNED = ("mindrl", "tests", "cli", "bench", "configs", "examples", "docs", ".ci", "Makefile",
+           "README.md", "setup.py", "requirements.txt", "constraints.txt")
 TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".sh", ".txt", ".cfg", ".toml", ".json", ""}
 SKIP_DIRS = {"__pycache__", ".venv", "work", "results"}
 # Spelt in pieces so that this file does not name them itself.
