@@ -27,8 +27,8 @@ KEY_DOCS: dict[str, str] = {
     "megatron_training.dataset_additional_keys": "row keys besides `labels` that reach the "
         "verifiers as keywords (lists and objects as Python values); a row without one stops "
         "the run at start-up, naming the row",
-    "megatron_training.save_interval": "steps between checkpoints; null = none but the last "
-                                       "(rl_config.save_freq overrides)",
+    "megatron_training.save_interval": "steps between checkpoints, and the last step; null "
+                                       "(and no rl_config.save_freq) = no checkpoints",
     "megatron_training.seed": "seeds Megatron, the data order and vLLM's sampling: the same "
                               "seed on the same machine gives bit-identical metrics",
     "megatron_training.bf16": "Megatron mixed precision (bf16 weights and matmuls, fp32 main "
@@ -147,9 +147,10 @@ KEY_DOCS: dict[str, str] = {
     "rl_config.wandb_project": "required with use_wandb",
     "rl_config.wandb_exp_name": "the wandb run name",
     "rl_config.wandb_mode": "online or offline",
-    "rl_config.save_freq": "steps between checkpoints; null = megatron_training.save_interval",
+    "rl_config.save_freq": "steps between checkpoints (and the last step); null = "
+                           "megatron_training.save_interval",
     "rl_config.save_limit": "checkpoints kept; null = all",
-    "rl_config.val_freq": "steps between validations; null = none",
+    "rl_config.val_freq": "steps between validations (and the last step); null = none",
     "rl_config.dynamic_sampling": "DAPO: drop groups whose samples all score the same and "
                                   "generate again to fill the batch",
     "rl_config.max_gen_rounds": "generation rounds per step to fill the batch (>= 1)",
