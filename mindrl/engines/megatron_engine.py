@@ -1,5 +1,6 @@
 """The Megatron actor / reference / reward engine: logprobs, GRPO updates, reward-model
-scores, offload, checkpoints.
+scores, offload, checkpoints. The engine runs the passes; the objective's maths (losses,
+micro-batch weighting, metric reductions) is algorithms/objective.py.
 
 One instance lives in each rank of a role (TP x PP x DP processes). Every rank of the role
 receives the same step Batch (mindrl/data/batch.py: tensors and per-sample lists), each DP
@@ -16,7 +17,7 @@ from typing import Callable, Dict, List, Optional
 import torch
 
 from mindrl import device
-from mindrl.algorithms import aggregate_loss, get_policy_loss, kl_loss, rollout_is_weights
+from mindrl.algorithms import objective
 from mindrl.config.model_spec import ModelSpec
 from mindrl.config.roles import LossConfig, OptimConfig, Parallelism
 from mindrl.data import packing
@@ -24,29 +25,6 @@ from mindrl.data.batch import Batch
 from mindrl.engines import model_rows, vocab_parallel
 from mindrl.models.builder import build_gpt_model
 from mindrl.models.forward import run_schedule
-
-
-def _minibatch_weight(mask: torch.Tensor, agg_mode: str) -> torch.Tensor:
-    """What the mini-batch loss is a mean over: valid tokens, or sequences with tokens."""
-    if agg_mode == "token-mean":
-        return mask.sum()
-    return (mask.sum(-1) > 0).sum()
-
-
-def _merge_mini_batches(history: List[Dict[str, float]]) -> Dict[str, float]:
-    """One step's metrics from its mini batches': losses averaged; the log-prob diff from the
-    first (before any update); the IS weights pooled exactly over all (they depend on the old
-    and rollout log-probs only)."""
-    out = {k: sum(h[k] for h in history) / len(history) for k in history[0]
-           if not k.startswith("rollout/")}
-    out.update({k: v for k, v in history[0].items()
-                if k.startswith("rollout/") and not k.startswith("rollout/is_")})
-    count = sum(h.get("rollout/is_count", 0.0) for h in history)
-    if count > 0:
-        for key in ("rollout/is_weight_mean", "rollout/is_capped_fraction"):
-            out[key] = sum(h[key] * h["rollout/is_count"] for h in history
-                           if h.get("rollout/is_count", 0.0) > 0) / count
-    return out
 
 
 def _in_batch_order(result: Dict[str, torch.Tensor], order: List[int]
@@ -273,62 +251,13 @@ class MegatronEngine:
 
     # ------------------------------------------------------------------ update
 
-    def _rollout_correction(self, old: torch.Tensor, micro: dict, mask: torch.Tensor,
-                            cfg: LossConfig):
-        """Truncated IS weights on old / rollout (rl_config.rollout_is) and their summed stats
-        as metrics; (None, {}) when off."""
-        if cfg.rollout_is == "off":
-            return None, {}
-        if "rollout_log_probs" not in micro:
-            raise ValueError(f"rl_config.rollout_is={cfg.rollout_is!r} needs the batch's "
-                             f"rollout_log_probs (the rollout engine's sampled-token "
-                             f"log-probs); set rl_config.rollout_is to 'off' without them")
-        weights, stats = rollout_is_weights(cfg.rollout_is, old, micro["rollout_log_probs"],
-                                            mask, cfg.rollout_is_cap)
-        return weights, {"rollout/is_weight_sum": stats["weight_sum"],
-                         "rollout/is_count": stats["count"],
-                         "rollout/is_capped_count": stats["capped"]}
-
     def _policy_loss(self, output, micro, cfg: LossConfig, mb_weight: torch.Tensor,
                      num_micro: int):
-        mask = micro["response_mask"].float()
-        # Entropy is always reported; it enters the loss (and the graph) only with a coefficient.
+        """The micro batch's loss and metric parts (algorithms/objective.py) on its log-probs
+        and entropy (always computed: the entropy is reported even without a bonus)."""
         logp, ent = self._token_stats(output, micro, with_entropy=True)
-        if not cfg.entropy_coeff > 0:
-            ent = ent.detach()
-        # No old-logprob pass (one on-policy mini batch): the current detached log-probs.
-        old = micro.get("old_log_probs", logp.detach())
-        is_weights, is_metrics = self._rollout_correction(old, micro, mask, cfg)
-        pg, stats = get_policy_loss(cfg.policy_loss)(
-            logp, old, micro["advantages"], mask, clip_ratio=cfg.clip_ratio,
-            clip_ratio_low=cfg.clip_ratio_low, clip_ratio_high=cfg.clip_ratio_high,
-            clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode,
-            is_weights=is_weights)
-        loss = pg
-        kl = torch.zeros((), device=logp.device)
-        if cfg.use_kl_loss and cfg.kl_coef > 0:
-            kl = kl_loss(logp, micro["ref_log_probs"], mask, cfg.kl_penalty, cfg.loss_agg_mode)
-            loss = loss + cfg.kl_coef * kl
-        entropy = aggregate_loss(ent, mask, cfg.loss_agg_mode)
-        if cfg.entropy_coeff > 0:
-            loss = loss - cfg.entropy_coeff * entropy
-        # Each micro batch's mean, re-weighted so the sum over micro batches (the schedule
-        # divides by their number) and the DP average (DDP) is the mean over the mini batch.
-        share = _minibatch_weight(mask, cfg.loss_agg_mode) / mb_weight.clamp(min=1)
-        scale = share * num_micro * self.ps.get_data_parallel_world_size()
-        metrics = {"actor/pg_loss": pg.detach() * share, "actor/kl_loss": kl.detach() * share,
-                   "actor/entropy": entropy.detach() * share,
-                   "actor/pg_clipfrac": stats["pg_clipfrac"] * share,
-                   "actor/ppo_kl": stats["ppo_kl"] * share, **is_metrics}
-        if "rollout_log_probs" in micro:
-            # How far the rollout engine's sampled log-probs are from the trainer's on the
-            # same tokens: exact on the first mini batch (nothing updated yet).
-            diff = (logp.detach() - micro["rollout_log_probs"]).abs() * mask
-            metrics["rollout/logprob_diff_sum"] = diff.sum()
-            metrics["rollout/logprob_diff_count"] = mask.sum()
-            metrics["rollout/logprob_diff_max"] = (diff.max() if diff.numel()
-                                                   else torch.zeros((), device=diff.device))
-        return loss * scale, metrics
+        return objective.micro_batch_loss(logp, ent, micro, cfg, mb_weight, num_micro,
+                                          self.ps.get_data_parallel_world_size())
 
     def update(self, batch: Batch, mini_batch_size: int, shuffle: bool = False,
                seed: int = 0, entropy_coeff: Optional[float] = None) -> Dict[str, float]:
@@ -345,7 +274,7 @@ class MegatronEngine:
             clock.take()
         for rows in packing.mini_batches(len(batch), mini_batch_size, shuffle, seed):
             history.append(self._train_mini_batch(batch.select(rows), entropy_coeff))
-        out = _merge_mini_batches(history)
+        out = objective.merge_mini_batches(history)
         if clock is not None:
             out["actor/vision_tower_s"] = clock.take()
         return out
@@ -356,8 +285,8 @@ class MegatronEngine:
         self.model.train()
         cfg = (self.loss_cfg if entropy_coeff is None
                else dataclasses.replace(self.loss_cfg, entropy_coeff=entropy_coeff))
-        mb_weight = _minibatch_weight(mini["response_mask"].float(), cfg.loss_agg_mode
-                                      ).to(device.current_device())
+        mb_weight = objective.mini_batch_weight(mini["response_mask"].float(),
+                                                cfg.loss_agg_mode).to(device.current_device())
         micro, seq_length = self._micro_batches(mini, self._plan(mini, self.micro_batch_size))
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
@@ -384,33 +313,16 @@ class MegatronEngine:
         return groups
 
     def _reduce_metrics(self, losses: list, grad_norm) -> Dict[str, float]:
-        keys = ["actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/pg_clipfrac",
-                "actor/ppo_kl", "rollout/logprob_diff_sum", "rollout/logprob_diff_count",
-                "rollout/is_weight_sum", "rollout/is_count", "rollout/is_capped_count"]
+        """The mini batch's metrics: objective.METRICS from the micro batches' parts, summed
+        (or maxed) over micro batches and ranks, and the optimizer's."""
         # On the device: the all-reduce below runs on nccl / hccl there.
-        vec = torch.zeros(len(keys) + 1, device=device.current_device())   # sums, then a max
-        zero = torch.zeros((), device=vec.device)   # not a view of vec: vec is summed into
-        for item in losses or []:
-            vec[:-1] += torch.stack([item.get(k, zero).float().reshape(()).to(vec.device)
-                                     for k in keys])
-            vec[-1] = torch.maximum(vec[-1], item.get("rollout/logprob_diff_max", zero)
-                                    .float().to(vec.device))
+        vec = objective.micro_batch_totals(losses or [], device.current_device())
+        summed = len(objective.SUMMED_PARTS)
         for group in self._metric_groups():
-            torch.distributed.all_reduce(vec[:-1], group=group)
-            torch.distributed.all_reduce(vec[-1:], op=torch.distributed.ReduceOp.MAX,
+            torch.distributed.all_reduce(vec[:summed], group=group)
+            torch.distributed.all_reduce(vec[summed:], op=torch.distributed.ReduceOp.MAX,
                                          group=group)
-        values = dict(zip(keys, vec[:-1].tolist()))
-        out = {k: values[k] for k in keys[:5]}
-        if values["rollout/logprob_diff_count"] > 0:
-            out["rollout/logprob_diff_mean"] = (values["rollout/logprob_diff_sum"]
-                                                / values["rollout/logprob_diff_count"])
-            out["rollout/logprob_diff_max"] = vec[-1].item()
-        if values["rollout/is_count"] > 0:   # over tokens, or sequences in sequence mode
-            out["rollout/is_weight_mean"] = (values["rollout/is_weight_sum"]
-                                             / values["rollout/is_count"])
-            out["rollout/is_capped_fraction"] = (values["rollout/is_capped_count"]
-                                                 / values["rollout/is_count"])
-            out["rollout/is_count"] = values["rollout/is_count"]
+        out = objective.mini_batch_metrics(vec.tolist())
         out["actor/grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
         out["actor/lr"] = self.optimizer.param_groups[0]["lr"]
         return out
