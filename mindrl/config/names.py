@@ -11,6 +11,7 @@ ADV_ESTIMATORS: tuple[str, ...] = ("group_norm", "rloo", "reinforce_plus_plus", 
 KL_PENALTIES: tuple[str, ...] = ("kl", "mse", "low_var_kl", "abs")
 LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
 ROLLOUT_IS_MODES: tuple[str, ...] = ("off", "token", "sequence")
+POLICY_LOSSES: tuple[str, ...] = ("ppo_clip",)
 
 ROLES: tuple[str, ...] = ("actor", "ref", "reward")
 ROLE_SECTIONS = {"actor": "actor_config", "ref": "ref_config", "reward": "reward_config"}

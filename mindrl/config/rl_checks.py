@@ -59,6 +59,7 @@ def check_algorithm(run: RunConfig) -> list[Problem]:
     if rl.adv_estimator in ("gae", "reinforce_plus_plus") and not 0 < rl.gamma <= 1:
         out.append(Problem("rl_config.gamma", f"must be in (0, 1] for {rl.adv_estimator}",
                            "use 1.0 (no discount) for outcome rewards", rl.gamma))
+    out += check_objective(rl)
     out += check_rollout_correction(rl)
     if gen.infer_expert_parallel_size != 1:
         out.append(Problem("generate_config.infer_expert_parallel_size", "must be 1: no "
@@ -91,6 +92,22 @@ def check_algorithm(run: RunConfig) -> list[Problem]:
         out.append(Problem("generate_config.gpu_memory_utilization", "must be in (0, 1]",
                            "use e.g. 0.5 when training shares the devices",
                            gen.gpu_memory_utilization))
+    return out
+
+
+def check_objective(rl) -> list[Problem]:
+    """The policy loss is a registered one; dual-clip PPO's cap (as verl defines it: a
+    negative advantage's loss is capped at -A x clip_ratio_c) bounds the ratio from above
+    only when it is > 1."""
+    out: list[Problem] = []
+    if rl.policy_loss not in names.POLICY_LOSSES:
+        out.append(Problem("rl_config.policy_loss", "is not a registered policy loss "
+                           f"(registered: {', '.join(names.POLICY_LOSSES)})",
+                           suggest(rl.policy_loss, names.POLICY_LOSSES), rl.policy_loss))
+    if rl.clip_ratio_c is not None and not rl.clip_ratio_c > 1:
+        out.append(Problem("rl_config.clip_ratio_c", "must be > 1 (dual-clip PPO caps the "
+                           "loss of a negative advantage at -A x clip_ratio_c) or null (no "
+                           "dual clip)", "use e.g. 3.0, or null", rl.clip_ratio_c))
     return out
 
 

@@ -79,7 +79,8 @@ class RoleSetup:
 def loss_config(run: RunConfig) -> LossConfig:
     rl = run.rl_config
     return LossConfig(clip_ratio=rl.clip_ratio, clip_ratio_low=rl.clip_ratio_low,
-                      clip_ratio_high=rl.clip_ratio_high, loss_agg_mode=rl.loss_agg_mode,
+                      clip_ratio_high=rl.clip_ratio_high, clip_ratio_c=rl.clip_ratio_c,
+                      policy_loss=rl.policy_loss, loss_agg_mode=rl.loss_agg_mode,
                       entropy_coeff=rl.entropy_coeff,
                       use_kl_loss=rl.use_kl_loss and rl.kl_coef > 0, kl_coef=rl.kl_coef,
                       kl_penalty=rl.kl_penalty,
