@@ -7,6 +7,7 @@ fields on the left, everything else on the right); `meta` holds per-sample Pytho
 (labels, a dataset's additional keys, finish reasons). Phases add fields and never rewrite
 another phase's (`add` refuses), and the batch splits by prompt group and concatenates back,
 re-padding to the widest part, so a rollout engine group can deal it out and merge it.
+FIELDS holds the contract: each field's shape, pad side and value, writer and readers.
 
 Later fields (packed sequences with `cu_seqlens`, images with `pixel_values` and
 `image_grid_thw`) are more entries of `tensors` / `meta`: the operations here are by row.
@@ -19,8 +20,57 @@ from typing import Dict, List, Optional, Sequence, Union
 
 import torch
 
-LEFT_PADDED = frozenset({"prompt_ids", "prompt_mask"})
-ID_FIELDS = frozenset({"prompt_ids", "response_ids"})   # padded with the pad id, others with 0
+LEFT, RIGHT, NONE = "left", "right", "none"     # pad side of a field (NONE: not 2-D)
+PAD_ID, ZERO = "pad id", "0"                    # what a field's padding holds
+
+
+@dataclass(frozen=True)
+class Field:
+    """One row of the Batch contract."""
+
+    name: str
+    shape: str         # B = samples, P / R = padded prompt / response length; list = per sample
+    pad: str           # LEFT / RIGHT (re-padded on that side by concat) or NONE
+    fill: str          # PAD_ID or ZERO
+    writer: str        # the phase that adds it; no other phase rewrites it
+    rollout: bool      # the rollout engines read it (rollout/merge.rollout_prompts)
+    megatron: bool     # the Megatron roles receive it (the trainer's PromptBatches.for_workers)
+
+
+FIELDS = (
+    Field("prompt_ids", "[B, P] int", LEFT, PAD_ID, "prompt loader", True, True),
+    Field("prompt_mask", "[B, P] int", LEFT, ZERO, "prompt loader", True, True),
+    Field("group_id", "[B] int: the prompt's, shared by its n samples", NONE, ZERO,
+          "prompt loader", True, True),
+    Field("label", "list: the dataset's label (verifiers' keyword)", NONE, ZERO,
+          "prompt loader", False, True),
+    # A VL prompt's, shared by reference by its n samples (trainer/prompt_batches.py).
+    Field("rollout_prompt_ids", "list: ids with one <|image_pad|> per image", NONE, ZERO,
+          "prompt loader", True, False),
+    Field("images", "list: PNG bytes per image", NONE, ZERO, "prompt loader", True, False),
+    Field("pixel_values", "list: the processor's tensor", NONE, ZERO, "prompt loader",
+          False, True),
+    Field("image_grid_thw", "list: the processor's tensor", NONE, ZERO, "prompt loader",
+          False, True),
+    Field("response_ids", "[B, R] int", RIGHT, PAD_ID, "rollout", False, True),
+    Field("response_mask", "[B, R] int: 1 up to and including EOS", RIGHT, ZERO, "rollout",
+          False, True),
+    Field("rollout_log_probs", "[B, R] float: vLLM's sampled-token log-probs", RIGHT, ZERO,
+          "rollout", False, True),
+    Field("finish_reason", "list: vLLM's (stop, length)", NONE, ZERO, "rollout", False, True),
+    Field("policy_version", "[B] int: the actor's weights version that generated it", NONE,
+          ZERO, "rollout", False, True),
+    Field("scores", "[B] float", NONE, ZERO, "rewards", False, True),
+    Field("old_log_probs", "[B, R] float", RIGHT, ZERO, "actor (old-log-prob pass)", False,
+          True),
+    Field("ref_log_probs", "[B, R] float", RIGHT, ZERO, "reference", False, True),
+    Field("token_rewards", "[B, R] float", RIGHT, ZERO, "advantage step", False, True),
+    Field("advantages", "[B, R] float", RIGHT, ZERO, "advantage step", False, True),
+)
+# Not rows: a dataset's additional keys (megatron_training.dataset_additional_keys), lists
+# the prompt loader adds under the dataset's own names, read by the verifiers.
+BY_NAME = {f.name: f for f in FIELDS}
+ROLLOUT_ONLY = tuple(f.name for f in FIELDS if f.rollout and not f.megatron)
 
 Rows = Union[Sequence[int], torch.Tensor]
 
@@ -59,9 +109,10 @@ def _pad_to(name: str, value: torch.Tensor, width: int, pad_id: int) -> torch.Te
     extra = width - value.shape[1]
     if extra == 0:
         return value
-    fill = pad_id if name in ID_FIELDS else 0
+    row = BY_NAME.get(name)         # a field outside the table pads like a response's
+    fill = pad_id if row is not None and row.fill == PAD_ID else 0
     pad = torch.full((value.shape[0], extra, *value.shape[2:]), fill, dtype=value.dtype)
-    parts = (pad, value) if name in LEFT_PADDED else (value, pad)
+    parts = (pad, value) if row is not None and row.pad == LEFT else (value, pad)
     return torch.cat(parts, dim=1)
 
 

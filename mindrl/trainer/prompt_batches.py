@@ -15,12 +15,9 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
-from mindrl.data.batch import Batch
+from mindrl.data.batch import ROLLOUT_ONLY, Batch   # ROLLOUT_ONLY: what vLLM alone reads
 from mindrl.data.prompt_rows import load_prompt_source, per_prompt_fields
 from mindrl.data.vl_prompts import VisionPrompts
-
-
-ROLLOUT_ONLY = ("images", "rollout_prompt_ids")   # what vLLM reads and the Megatron roles don't
 
 
 class PromptBatches:
