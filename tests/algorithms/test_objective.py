@@ -2,8 +2,6 @@
 micro-batch weighting, and its metric table's reductions."""
 
 import math
-from dataclasses import dataclass
-from typing import Optional
 
 import pytest
 import torch
@@ -13,33 +11,14 @@ from mindrl.algorithms.objective import (MAXED_PARTS, METRICS, SUMMED_PARTS,
                                          merge_mini_batches, micro_batch_loss,
                                          micro_batch_totals, mini_batch_metrics,
                                          mini_batch_weight)
+from mindrl.config.roles import LossConfig
 
 LN = math.log
 
 
-@dataclass(frozen=True)
-class Cfg:
-    """config/roles.LossConfig's fields the objective reads (algorithms may not import it)."""
-
-    clip_ratio: float = 0.2
-    clip_ratio_low: Optional[float] = None
-    clip_ratio_high: Optional[float] = None
-    clip_ratio_c: Optional[float] = None
-    loss_agg_mode: str = "token-mean"
-    entropy_coeff: float = 0.0
-    use_kl_loss: bool = False
-    kl_coef: float = 0.0
-    kl_penalty: str = "kl"
-    policy_loss: str = "ppo_clip"
-    rollout_is: str = "off"
-    rollout_is_cap: float = 2.0
-
-
-def test_cfg_mirrors_the_loss_config():
-    from mindrl.config.roles import LossConfig
-
-    mine = {k: v for k, v in Cfg().__dict__.items() if k != "kl_penalty"}
-    assert {k: getattr(LossConfig(), k) for k in mine} == mine
+def loss_cfg(**overrides) -> LossConfig:
+    """The actor's LossConfig with the k1 KL estimator (hand-computable)."""
+    return LossConfig(**{"kl_penalty": "kl", **overrides})
 
 
 def tiny():
@@ -61,7 +40,7 @@ def tiny():
 
 def test_loss_and_parts_equal_the_hand_computed_values():
     log_probs, entropy, micro = tiny()
-    cfg = Cfg(use_kl_loss=True, kl_coef=0.5, entropy_coeff=0.1)
+    cfg = loss_cfg(use_kl_loss=True, kl_coef=0.5, entropy_coeff=0.1)
     # This micro batch holds 3 of the mini batch's 6 tokens (share 0.5); 2 micro batches, 1 rank.
     loss, parts = micro_batch_loss(log_probs, entropy, micro, cfg, torch.tensor(6), 2, 1)
     # -0.2 + 0.5 x 0.3 - 0.1 x mean entropy 2, times share x micro batches x ranks = 1
@@ -80,7 +59,7 @@ def test_loss_and_parts_equal_the_hand_computed_values():
 
 def test_without_coefficients_entropy_is_reported_but_off_the_graph():
     log_probs, entropy, micro = tiny()
-    loss, parts = micro_batch_loss(log_probs, entropy, micro, Cfg(), torch.tensor(3), 1, 1)
+    loss, parts = micro_batch_loss(log_probs, entropy, micro, loss_cfg(), torch.tensor(3), 1, 1)
     assert loss.item() == pytest.approx(-0.2, abs=1e-6)
     assert parts["actor/entropy"].item() == pytest.approx(2.0)
     assert parts["actor/kl_loss"].item() == 0.0
@@ -91,7 +70,7 @@ def test_without_coefficients_entropy_is_reported_but_off_the_graph():
 def test_no_old_log_probs_means_on_policy_ratio_one():
     log_probs, entropy, micro = tiny()
     del micro["old_log_probs"]
-    loss, parts = micro_batch_loss(log_probs, entropy, micro, Cfg(), torch.tensor(3), 1, 1)
+    loss, parts = micro_batch_loss(log_probs, entropy, micro, loss_cfg(), torch.tensor(3), 1, 1)
     # ratio 1 everywhere: -(1 + 1 - 2) / 3 = 0, nothing clipped, ppo_kl 0
     assert loss.item() == pytest.approx(0.0, abs=1e-7)
     assert parts["actor/pg_clipfrac"].item() == 0.0 and parts["actor/ppo_kl"].item() == 0.0
@@ -101,7 +80,7 @@ def test_token_is_weights_and_the_rollout_diff():
     log_probs, entropy, micro = tiny()
     # old - rollout = 0, ln 3, ln 1.5: weights 1, min(3, 2) = 2 (capped), 1.5
     micro["rollout_log_probs"] = -torch.tensor([[0.0, LN(3), 0.0], [LN(1.5), 0.0, 0.0]])
-    loss, parts = micro_batch_loss(log_probs, entropy, micro, Cfg(rollout_is="token"),
+    loss, parts = micro_batch_loss(log_probs, entropy, micro, loss_cfg(rollout_is="token"),
                                    torch.tensor(3), 1, 1)
     assert loss.item() == pytest.approx((-1 * 1 - 1.2 * 2 + 1.6 * 1.5) / 3, abs=1e-6)
     got = {k: v.item() for k, v in parts.items() if k.startswith("rollout/")}
@@ -115,7 +94,7 @@ def test_token_is_weights_and_the_rollout_diff():
 def test_is_weights_without_rollout_log_probs_name_the_key():
     log_probs, entropy, micro = tiny()
     with pytest.raises(ValueError, match="rl_config.rollout_is='token' needs"):
-        micro_batch_loss(log_probs, entropy, micro, Cfg(rollout_is="token"), torch.tensor(3),
+        micro_batch_loss(log_probs, entropy, micro, loss_cfg(rollout_is="token"), torch.tensor(3),
                          1, 1)
 
 
@@ -124,11 +103,11 @@ def test_dual_clip_and_policy_loss_come_from_the_config():
     # A = -2 at ratio 0.5 ... make it explode: ratio 4 gives max(8, 2.4) = 8 > 3 x 2 = 6
     with torch.no_grad():
         log_probs[1, 0] = LN(4.0)
-    loss, _ = micro_batch_loss(log_probs, entropy, micro, Cfg(clip_ratio_c=3.0),
+    loss, _ = micro_batch_loss(log_probs, entropy, micro, loss_cfg(clip_ratio_c=3.0),
                                torch.tensor(3), 1, 1)
     assert loss.item() == pytest.approx((-1 - 1.2 + 6.0) / 3, abs=1e-6)
     with pytest.raises(ValueError, match="unknown policy loss 'gspo'"):
-        micro_batch_loss(log_probs, entropy, micro, Cfg(policy_loss="gspo"), torch.tensor(3),
+        micro_batch_loss(log_probs, entropy, micro, loss_cfg(policy_loss="gspo"), torch.tensor(3),
                          1, 1)
 
 
@@ -143,7 +122,7 @@ def test_micro_batches_and_ranks_add_up_to_the_mini_batch_loss(agg):
              "old_log_probs": -torch.rand(5, 5, generator=g),
              "ref_log_probs": -torch.rand(5, 5, generator=g)}
     entropy = torch.rand(5, 5, generator=g)
-    cfg = Cfg(loss_agg_mode=agg, use_kl_loss=True, kl_coef=0.3, entropy_coeff=0.05)
+    cfg = loss_cfg(loss_agg_mode=agg, use_kl_loss=True, kl_coef=0.3, entropy_coeff=0.05)
     weight = mini_batch_weight(mask.float(), agg)
     assert weight.item() == (11 if agg == "token-mean" else 4)   # tokens, or non-empty rows
     whole, whole_parts = micro_batch_loss(log_probs, entropy, micro, cfg, weight, 1, 1)
@@ -170,7 +149,7 @@ def test_micro_batches_and_ranks_add_up_to_the_mini_batch_loss(agg):
 def test_every_part_a_micro_batch_reports_is_in_the_table():
     log_probs, entropy, micro = tiny()
     micro["rollout_log_probs"] = micro["old_log_probs"]
-    _, parts = micro_batch_loss(log_probs, entropy, micro, Cfg(rollout_is="sequence"),
+    _, parts = micro_batch_loss(log_probs, entropy, micro, loss_cfg(rollout_is="sequence"),
                                 torch.tensor(3), 1, 1)
     assert set(parts) == set(SUMMED_PARTS) | set(MAXED_PARTS)
     assert len({m.key for m in METRICS}) == len(METRICS)

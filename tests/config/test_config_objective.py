@@ -3,17 +3,9 @@
 
 import pytest
 
-from mindrl.config import ClusterResources, ConfigError, load_recipe, names
+from mindrl.config import load_recipe, names
 from mindrl.config.roles import loss_config
-
-TINY = "grpo_tiny_cpu"
-CPU2 = ClusterResources("cpu", 2)
-
-
-def rejected(overrides):
-    with pytest.raises(ConfigError) as info:
-        load_recipe(TINY, overrides, cluster=CPU2)
-    return info.value
+from test_config_rollout_correction import CPU2, TINY, rejected
 
 
 def test_defaults_reach_the_loss_config():
