@@ -3,7 +3,8 @@
 Imports only torch; no I/O, no torch.distributed. Each family is a registry keyed by the
 config's names (ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATORS, POLICY_LOSSES,
 ROLLOUT_CORRECTIONS); get_* looks a name up and raises ValueError listing the known names.
-Shapes: token quantities and masks [B, R], scores and group_id [B].
+Shapes: token quantities and masks [B, R], scores and group_id [B]. objective.py assembles
+them into the actor's loss on a micro batch, with the table of its metrics' reductions.
 """
 
 from mindrl.algorithms.advantages import (
