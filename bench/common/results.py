@@ -61,11 +61,13 @@ def now_utc() -> str:
 
 
 def machine() -> dict:
-    """machine_facts plus the device the run used (cpu / cuda / npu)."""
+    """machine_facts plus the device the run used (cpu / cuda / npu) and the load average as
+    the run ended (timings from a machine busy with other work are not the machine's)."""
     from bench.common.machine import machine_facts
     from mindrl import device
 
-    return {**machine_facts(), "device": device.device_type()}
+    return {**machine_facts(), "device": device.device_type(),
+            "load_avg_1m": round(os.getloadavg()[0], 2)}
 
 
 def record(figures: dict, bench: str, argv: Optional[List[str]] = None) -> dict:
@@ -139,8 +141,23 @@ def figure_cell(figures: dict) -> str:
 def machine_cell(machine: dict) -> str:
     device = machine.get("device")
     where = machine.get("cpu_model") or "unknown CPU"
+    load = machine.get("load_avg_1m")
     return (f"{where}, {machine.get('cpus_allowed')} cores"
-            + (f", {device}" if device and device != "cpu" else ""))
+            + (f", {device}" if device and device != "cpu" else "")
+            + (f", load {load:g}" if load is not None else ""))
+
+
+def arguments_cell(argv: List[str]) -> str:
+    """The command line, less where its line was written (--results)."""
+    shown, skip = [], False
+    for arg in argv:
+        if skip or arg.startswith("--results="):
+            skip = False
+            continue
+        skip = arg == "--results"
+        if not skip:
+            shown.append(arg)
+    return " ".join(shown)
 
 
 def markdown_table(newest: Dict[str, dict]) -> str:
@@ -148,7 +165,7 @@ def markdown_table(newest: Dict[str, dict]) -> str:
             "|---|---|---|---|---|---|"]
     for name, line in newest.items():
         cells = [name, figure_cell(line["figures"]), machine_cell(line.get("machine", {})),
-                 line["date"], line.get("commit") or "", " ".join(line.get("argv") or [])]
+                 line["date"], line.get("commit") or "", arguments_cell(line.get("argv") or [])]
         rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(rows)
 

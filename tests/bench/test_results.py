@@ -40,7 +40,7 @@ def test_emit_prints_the_line_and_appends_it_with_machine_date_and_commit(tmp_pa
     assert first["commit"] in (_head(), _head() + "-dirty")
     machine = first["machine"]
     assert machine["torch"] == torch.__version__ and machine["device"] == "cpu"
-    assert machine["cpu_count"] >= machine["cpus_allowed"] >= 1
+    assert machine["cpu_count"] >= machine["cpus_allowed"] >= 1 and machine["load_avg_1m"] >= 0
     assert {"cpu_model", "avx512f", "avx512_bf16", "amx"} <= set(machine)
     assert isinstance(first["argv"], list)
 
@@ -59,8 +59,10 @@ def test_the_results_place_a_file_a_directory_the_environment_or_nowhere(tmp_pat
 
 
 def _line(bench, date, **figures):
-    return {"bench": bench, "date": date, "commit": "abc", "argv": ["--tiny"],
-            "machine": {"cpu_model": "CPU X", "cpus_allowed": 2, "device": "cpu"},
+    return {"bench": bench, "date": date, "commit": "abc",
+            "argv": ["--tiny", "--results", "bench/results/", "--results=x"],
+            "machine": {"cpu_model": "CPU X", "cpus_allowed": 2, "device": "cpu",
+                        "load_avg_1m": 1.5},
             "figures": {"bench": bench, **figures}}
 
 
@@ -86,8 +88,8 @@ def test_the_table_shows_scalar_figures_machine_date_and_commit(tmp_path, capsys
     assert results.main([str(tmp_path)]) == 0
     rows = capsys.readouterr().out.splitlines()
     assert rows[0] == "| bench | figures | machine | date | commit | arguments |"
-    assert rows[2] == ("| reshard | ratio_to_floor 1.432; ok True; mode a\\|b | CPU X, 2 cores "
-                       "| 2026-11-27T08:00:00Z | abc | --tiny |")
+    assert rows[2] == ("| reshard | ratio_to_floor 1.432; ok True; mode a\\|b | CPU X, 2 cores, "
+                       "load 1.5 | 2026-11-27T08:00:00Z | abc | --tiny |")
     assert rows[3].startswith("| rewards | serial_jobs_per_s 1.235e+05 |")
     assert len(rows) == 4
 
