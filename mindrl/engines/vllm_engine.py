@@ -22,7 +22,9 @@ vLLM's engine is driven in-process; at infer TP > 1 its workers are processes of
 (vLLM's mp executor: the executor that runs on every platform, CPU included). It cannot share
 a process with an initialised torch.distributed world (it would join that world and hang
 creating its groups): the trainer runs engines as Ray actors of their own (mindrl/rollout),
-tests and benches beside a Megatron rank through `vllm_process.VLLMEngineProcess`.
+tests and benches beside a Megatron rank through `vllm_process.VLLMEngineProcess`. What vLLM
+is given (LLM arguments, sampling parameters, token prompts) is `vllm_settings`; where shared
+CPU weights live is `platforms/cpu/vllm_shared_weights.SharedWeights`.
 """
 
 from __future__ import annotations
