@@ -12,28 +12,11 @@ from mindrl.distributed import spawn_local
 from mindrl.engines.megatron_engine import LossConfig
 from mindrl.config.model_spec import load_model_spec
 
+from support.engine_batch import B, R, make_batch
 from support.engine_worker import full_gradients, log_probs_at_layouts
 from support.hf_reference import reference_hf_model
 
 pytestmark = pytest.mark.slow   # see tests/conftest.py
-
-B, P, R = 4, 5, 6
-
-
-def make_batch(vocab, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    prompt_lengths = torch.tensor([5, 3, 1, 4])
-    response_lengths = torch.tensor([6, 2, 4, 1])
-    prompt_mask = (torch.arange(P) >= P - prompt_lengths[:, None]).long()      # left-padded
-    response_mask = (torch.arange(R) < response_lengths[:, None]).long()       # right-padded
-    prompt_ids = torch.randint(1, vocab, (B, P), generator=g) * prompt_mask
-    response_ids = torch.randint(1, vocab, (B, R), generator=g) * response_mask
-    return {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "response_ids": response_ids,
-            "response_mask": response_mask,
-            "advantages": torch.randn(B, 1, generator=g).expand(B, R) * response_mask,
-            "old_log_probs": -torch.rand(B, R, generator=g) * 4,
-            "ref_log_probs": -torch.rand(B, R, generator=g) * 4}
-
 
 def hf_token_stats(model, batch, temperature):
     """Response log-probs and entropies [B, R] from transformers, sample by sample."""

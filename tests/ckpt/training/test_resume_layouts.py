@@ -10,9 +10,9 @@ from mindrl.ckpt import mapping
 from mindrl.distributed import spawn_local
 from mindrl.config.model_spec import load_model_spec
 
+from support.engine_batch import make_batch
 from support.hf_reference import reference_hf_model
 from support.resume_worker import resume_checks
-from test_megatron_engine import make_batch
 
 pytestmark = pytest.mark.slow   # see tests/conftest.py
 
