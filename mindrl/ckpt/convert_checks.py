@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from mindrl.ckpt import hf_io, mapping, mcore_io
+from mindrl.ckpt import hf_io, mapping, mcore_io, registry
 from mindrl.config.hf_files import IMAGE_PROCESSOR_FILES, PROCESSOR_FILES, has_image_processor
 from mindrl.config.model_spec import ModelSpec, VisionSpec
 
@@ -20,18 +20,9 @@ PARAMS_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.fl
 _DTYPE_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 HF_DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
-# --model-type-hf -> config.json model_types it may convert. MindSpeed's guide converts Qwen2.5
-# with "llama2" + --add-qkv-bias (a Llama-layout decoder with qkv bias), so llama2 accepts qwen2.
-MODEL_TYPE_HF = {
-    "qwen2": ("qwen2",),
-    "llama2": ("llama", "qwen2"),
-    "llama3": ("llama",),
-    "llama": ("llama",),
-    "qwen2_5_vl": ("qwen2_5_vl",),
-}
-# config.json model_types of vision-language models: a text decoder plus a vision tower
-# (mindrl/models/families/), converted with mapping's vision family table.
-VL_MODEL_TYPES = ("qwen2_5_vl",)
+# --model-type-hf -> config.json model_types it may convert, as the registered families
+# declare them (mindrl/ckpt/mapping/<family>.py): the shipped ones, for the CLI's choices.
+MODEL_TYPE_HF = registry.model_type_hf()
 
 
 class ConversionError(ValueError):
@@ -60,15 +51,16 @@ def check_model_type_hf(model_type_hf: Optional[str], architecture: str, source:
     """architecture: config.json's model_type; architectures: its class names, if known."""
     if model_type_hf is None:
         return
-    if model_type_hf not in MODEL_TYPE_HF:
+    accepts = registry.model_type_hf()
+    if model_type_hf not in accepts:
         raise ConversionError(f"--model-type-hf {model_type_hf!r} is not supported; "
-                              f"supported: {', '.join(MODEL_TYPE_HF)}")
-    if architecture not in MODEL_TYPE_HF[model_type_hf]:
-        right = [k for k, v in MODEL_TYPE_HF.items() if architecture in v]
+                              f"supported: {', '.join(accepts)}")
+    if architecture not in accepts[model_type_hf]:
+        right = [k for k, v in accepts.items() if architecture in v]
         classes = f", architectures {architectures}" if architectures else ""
-        if model_type_hf in VL_MODEL_TYPES:
+        if any(_multimodal(t) for t in accepts[model_type_hf]):
             kind = " a text-only model, not a vision-language one;"
-        elif architecture in VL_MODEL_TYPES:
+        elif _multimodal(architecture):
             kind = " a vision-language model, not a text-only one;"
         else:
             kind = ""
@@ -76,6 +68,12 @@ def check_model_type_hf(model_type_hf: Optional[str], architecture: str, source:
                "that model type is not supported")
         raise ConversionError(f"--model-type-hf {model_type_hf} does not match {source} "
                               f"(model_type {architecture!r}{classes}):{kind} {use}")
+
+
+def _multimodal(model_type: str) -> bool:
+    """A registered vision-language family (a text decoder plus a vision tower)."""
+    return (model_type in registry.model_types()
+            and registry.mapping_of(model_type).multimodal)
 
 
 def check_qkv_bias(add_qkv_bias: Optional[bool], spec: ModelSpec, source: str) -> None:
@@ -150,20 +148,7 @@ def spec_from_config(config: dict, name: str, source: Path, divisible_by: int) -
 
 
 def is_vl_config(config: dict) -> bool:
-    return config.get("model_type") in VL_MODEL_TYPES
-
-
-def vision_tower(hf_config, family: str) -> VisionSpec:
-    """The vision tower of a VL model's transformers config (old and new config.json
-    layouts alike: transformers normalises them), as the model spec describes towers."""
-    v = hf_config.vision_config
-    return VisionSpec(
-        family=family, depth=v.depth, hidden_size=v.hidden_size,
-        intermediate_size=v.intermediate_size, num_heads=v.num_heads,
-        in_channels=v.in_channels, patch_size=v.patch_size,
-        temporal_patch_size=v.temporal_patch_size, spatial_merge_size=v.spatial_merge_size,
-        window_size=v.window_size, fullatt_block_indexes=tuple(v.fullatt_block_indexes),
-        out_hidden_size=v.out_hidden_size)
+    return _multimodal(config.get("model_type"))
 
 
 def vl_hf_config(config: dict, source):
@@ -183,15 +168,14 @@ def model_from_config(config: dict, name: str, source: Path, divisible_by: int
     """(language-model spec, vision tower or None) of an HF config.json."""
     if not is_vl_config(config):
         return spec_from_config(config, name, source, divisible_by), None
-    from mindrl.models.families.qwen25_vl import text_spec
-
     if not isinstance(config.get("vision_config"), dict):
         raise ConversionError(f"{source}: model_type {config['model_type']!r} but no "
                               f"vision_config")
+    family = registry.family(config["model_type"]).model
     hf_config = vl_hf_config(config, source)
     try:
-        spec = text_spec(hf_config, name, make_vocab_size_divisible_by=divisible_by)
-        return spec, vision_tower(hf_config, config["model_type"])
+        spec = family.text_spec(hf_config, name, make_vocab_size_divisible_by=divisible_by)
+        return spec, family.vision_spec(hf_config)
     except (ValueError, TypeError, AttributeError, KeyError) as e:
         raise ConversionError(f"{source}: {e}") from e
 

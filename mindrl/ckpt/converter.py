@@ -24,7 +24,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 
-from mindrl.ckpt import copy_plan, distcp_reader, fastio, hf_io, mapping, mcore_io
+from mindrl.ckpt import copy_plan, distcp_reader, fastio, hf_io, mapping, mcore_io, registry
 from mindrl.ckpt.convert_checks import (HF_DTYPE_NAMES, PARAMS_DTYPES,
                                         ConversionError, check_hf_tensors,
                                         check_model_type_hf, check_parallel_sizes,
@@ -120,12 +120,10 @@ def _build_model(spec: ModelSpec, vision: Optional[VisionSpec],
 
     if vision is None:
         return build_gpt_model(spec, Parallelism(), params_dtype, perform_initialization=False)
-    from mindrl.models.families.qwen25_vl import build_qwen25_vl_model
-
-    return build_qwen25_vl_model(vl_hf_config(hf_config, "config.json"), Parallelism(),
-                                 params_dtype,
-                                 make_vocab_size_divisible_by=spec.make_vocab_size_divisible_by,
-                                 perform_initialization=False)
+    family = registry.family(vision.family).model
+    return family.build(vl_hf_config(hf_config, "config.json"), Parallelism(), params_dtype,
+                        make_vocab_size_divisible_by=spec.make_vocab_size_divisible_by,
+                        perform_initialization=False)
 
 
 def plan_hf_to_mcore(load_dir, save_dir, *, tp: int = 1, pp: int = 1,

@@ -14,15 +14,13 @@ from typing import Any, Mapping, Optional, Tuple
 
 import yaml
 
+from mindrl.config import names
 from mindrl.paths import config_dir, model_config_path
 
-ARCHITECTURES = ("qwen2", "llama")
 # What the last stage computes: vocabulary logits (policy, reference) or one score per token
 # (a reward model: HF *ForSequenceClassification with num_labels=1, tensor score.weight).
 HEADS = ("lm", "scalar")
 
-
-VISION_FAMILIES = ("qwen2_5_vl",)
 
 
 @dataclass(frozen=True)
@@ -45,9 +43,9 @@ class VisionSpec:
     in_channels: int = 3
 
     def check(self, where: str) -> None:
-        if self.family not in VISION_FAMILIES:
+        if self.family not in names.VISION_FAMILIES:
             raise ValueError(f"{where}: vision.family={self.family!r} is not supported; use one "
-                             f"of {VISION_FAMILIES}")
+                             f"of {names.VISION_FAMILIES}")
         if self.hidden_size % self.num_heads:
             raise ValueError(f"{where}: vision.num_heads={self.num_heads} must divide "
                              f"vision.hidden_size={self.hidden_size}")
@@ -92,10 +90,10 @@ class ModelSpec:
     vision: Optional[VisionSpec] = None
 
     def __post_init__(self) -> None:
-        if self.architecture not in ARCHITECTURES:
+        if self.architecture not in names.ARCHITECTURES:
             raise ValueError(
                 f"model {self.name}: architecture={self.architecture!r} is not supported; "
-                f"use one of {ARCHITECTURES}")
+                f"use one of {names.ARCHITECTURES}")
         if self.head not in HEADS:
             raise ValueError(f"model {self.name}: head={self.head!r} is not supported; "
                              f"use one of {HEADS}")
@@ -131,6 +129,12 @@ class ModelSpec:
     @property
     def is_multimodal(self) -> bool:
         return self.vision is not None
+
+    @property
+    def family(self) -> str:
+        """The registered family (HF model_type) this spec is a model of: the vision family
+        of a VL model, else the decoder's architecture."""
+        return self.vision.family if self.vision is not None else self.architecture
 
     @property
     def head_dim(self) -> int:

@@ -2,9 +2,9 @@
 
 Verifier names are not listed here: validation reads mindrl/rewards' registry itself
 (`known_verifiers`), so a verifier registered with `register_verifier` validates with no
-second edit. The algorithm tables stay hand-kept because mindrl/algorithms imports torch,
-which config must not pull in; tests/config/test_config_names.py keeps them equal to
-the registries.
+second edit. The algorithm tables and the model family names stay hand-kept because
+mindrl/algorithms and the family registry import torch, which config must not pull in;
+tests keep them equal to the registries.
 """
 
 ADV_ESTIMATORS: tuple[str, ...] = ("group_norm", "rloo", "reinforce_plus_plus", "gae")
@@ -12,6 +12,12 @@ KL_PENALTIES: tuple[str, ...] = ("kl", "mse", "low_var_kl", "abs")
 LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
 ROLLOUT_IS_MODES: tuple[str, ...] = ("off", "token", "sequence")
 POLICY_LOSSES: tuple[str, ...] = ("ppo_clip",)
+
+# Registered model families (mindrl/ckpt/registry.py, by HF model_type), which config cannot
+# import: decoder families a spec's `architecture` may name, and vision-language families a
+# spec's `vision.family` may name. tests/ckpt/test_registry.py keeps them equal to the registry.
+ARCHITECTURES: tuple[str, ...] = ("qwen2", "llama")
+VISION_FAMILIES: tuple[str, ...] = ("qwen2_5_vl",)
 
 ROLES: tuple[str, ...] = ("actor", "ref", "reward")
 ROLE_SECTIONS = {"actor": "actor_config", "ref": "ref_config", "reward": "reward_config"}

@@ -20,7 +20,7 @@ def model_builder(spec: ModelSpec, load: Optional[str],
                          f"the tower's HF config)")
     from mindrl.ckpt.convert_checks import vl_hf_config
     from mindrl.ckpt.mcore_io import VISION_INFO, read_model_info, resolve_checkpoint_dir
-    from mindrl.models.families.qwen25_vl import build_qwen25_vl_model
+    from mindrl.models.families import model_family
 
     ckpt = resolve_checkpoint_dir(load)
     vision = read_model_info(ckpt).extra.get(VISION_INFO)
@@ -29,9 +29,10 @@ def model_builder(spec: ModelSpec, load: Optional[str],
                          f"convert the VL model with --model-type-hf qwen2_5_vl")
     hf_config = vl_hf_config(vision["hf_config"], ckpt)
     divisible_by = spec.make_vocab_size_divisible_by
+    family = model_family(spec.family)
 
     def build(_spec, parallel, params_dtype):
-        return build_qwen25_vl_model(hf_config, parallel, params_dtype,
-                                     freeze_vision_tower=freeze_vision_tower,
-                                     make_vocab_size_divisible_by=divisible_by)
+        return family.build(hf_config, parallel, params_dtype,
+                            freeze_vision_tower=freeze_vision_tower,
+                            make_vocab_size_divisible_by=divisible_by)
     return build

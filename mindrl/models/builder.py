@@ -1,7 +1,10 @@
 """ModelSpec -> Megatron TransformerConfig -> GPTModel (local layer spec, TP/PP aware).
 
-The local spec keeps Megatron-core free of Transformer Engine / Apex, so one builder serves
-CPU (gloo), CUDA and Ascend; fusions are switched off where the device has no kernels.
+What the decoder is (norm, activation, biases, its layer spec) comes from the spec's
+registered family (mindrl/models/families/); shape, parallelism, dtype and the device's
+fusions are set here for every family. The local spec keeps Megatron-core free of Transformer
+Engine / Apex, so one builder serves CPU (gloo), CUDA and Ascend; fusions are switched off
+where the device has no kernels.
 """
 
 from __future__ import annotations
@@ -9,11 +12,11 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 
 from mindrl import device
 from mindrl.config.model_spec import ModelSpec
 from mindrl.config.roles import Parallelism  # noqa: F401  (builders take it; callers import it here)
+from mindrl.models.families import model_family
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
           "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
@@ -28,7 +31,8 @@ def torch_dtype(name: str) -> torch.dtype:
 
 def transformer_config(spec: ModelSpec, parallel: Parallelism, params_dtype: str = "fp32",
                        init_method_std: float = 0.02, **overrides):
-    """The TransformerConfig of a Qwen2 / Llama decoder: RMSNorm, SwiGLU, GQA, RoPE."""
+    """The TransformerConfig of the spec's decoder: its family's settings (for Qwen2 /
+    Llama: RMSNorm, SwiGLU, GQA, RoPE) with the spec's shape."""
     from megatron.core.transformer import TransformerConfig
 
     dtype = torch_dtype(params_dtype)
@@ -39,12 +43,8 @@ def transformer_config(spec: ModelSpec, parallel: Parallelism, params_dtype: str
         num_attention_heads=spec.num_attention_heads,
         num_query_groups=spec.num_query_groups,
         kv_channels=spec.head_dim,
-        normalization="RMSNorm",
         layernorm_epsilon=spec.norm_epsilon,
-        gated_linear_unit=True,
-        activation_func=F.silu,
-        add_bias_linear=False,
-        add_qkv_bias=spec.add_qkv_bias,
+        **model_family(spec.architecture).transformer_config_kwargs(spec),
         attention_dropout=0.0,
         hidden_dropout=0.0,
         init_method_std=init_method_std,
@@ -70,11 +70,10 @@ def transformer_config(spec: ModelSpec, parallel: Parallelism, params_dtype: str
     return TransformerConfig(**values)
 
 
-def _block_spec(config):
-    """Megatron's local (no Transformer Engine) layers with SDPA as their core attention and
-    torch norms that work under sequence parallelism (`norms.SequenceParallelNorm`), the
+def _block_spec(config, family):
+    """The family's local (no Transformer Engine) layer spec with SDPA as its core attention
+    and torch norms that work under sequence parallelism (`norms.SequenceParallelNorm`), the
     block's final norm included, for this rank's pipeline stage."""
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer.transformer_block import (TransformerBlockSubmodules,
                                                              get_num_layers_to_build)
 
@@ -84,7 +83,7 @@ def _block_spec(config):
 
     packed_rope.install()
 
-    layer = get_gpt_layer_local_spec(normalization="RMSNorm")
+    layer = family.layer_spec(config)
     layer.submodules.self_attention.submodules.core_attention = SDPAttention
     layer.submodules.input_layernorm = SequenceParallelNorm
     layer.submodules.pre_mlp_layernorm = SequenceParallelNorm
@@ -94,14 +93,16 @@ def _block_spec(config):
 
 def build_gpt_model(spec: ModelSpec, parallel: Parallelism, params_dtype: str = "fp32",
                     pre_process: Optional[bool] = None, post_process: Optional[bool] = None,
-                    model_class=None, model_kwargs: Optional[dict] = None, **config_overrides):
+                    model_class=None, model_kwargs: Optional[dict] = None,
+                    family: Optional[str] = None, **config_overrides):
     """One pipeline stage of the model for this rank (parallel_state must be initialised).
 
     spec.head "scalar" gives a reward model: the last stage outputs [b, s, 1] scores instead
     of vocab-parallel logits (mindrl/models/scalar_head.py).
     model_class / model_kwargs: a GPTModel subclass and the constructor arguments it adds or
     replaces (a multimodal family, mindrl/models/families/), so such a family is this same
-    decoder, built here, plus its own parts.
+    decoder, built here, plus its own parts; `family` (default the spec's) is the registered
+    family the model records as `model.family`, whose declared features callers read.
     """
     from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
@@ -114,7 +115,7 @@ def build_gpt_model(spec: ModelSpec, parallel: Parallelism, params_dtype: str = 
         post_process = parallel_state.is_pipeline_last_stage()
     arguments = dict(
         config=config,
-        transformer_layer_spec=_block_spec(config),
+        transformer_layer_spec=_block_spec(config, model_family(spec.architecture)),
         vocab_size=spec.padded_vocab_size(parallel.tensor_model_parallel_size),
         max_sequence_length=spec.max_position_embeddings,
         pre_process=pre_process,
@@ -132,6 +133,7 @@ def build_gpt_model(spec: ModelSpec, parallel: Parallelism, params_dtype: str = 
         # GPTModel always builds a vocab head; a reward model swaps in its [1, hidden] score.
         model.output_layer = ScalarHead(config)
     model.head_kind = spec.head   # on every stage: checkpoint loading checks it (mcore_io)
+    model.family = family or spec.family
     return model.to(device.current_device())
 
 

@@ -31,10 +31,11 @@ def _convert_to_mcore(hf_dir: Path, save_dir: Path, spec) -> None:
 
 
 def _hf_family(spec) -> str:
-    """The converter's --model-type-hf for a spec: the VL family when it has a vision tower."""
-    if spec.vision is not None:
-        return spec.vision.family
-    return "qwen2" if spec.architecture == "qwen2" else "llama2"
+    """The converter's --model-type-hf for a spec: the first its family declares (the VL
+    family's own when it has a vision tower)."""
+    from mindrl.ckpt import registry
+
+    return registry.mapping_of(spec.family).model_type_hf[0]
 
 
 def prepare_artifacts(run: RunConfig) -> List[str]:

@@ -66,14 +66,11 @@ def plan_units(spec: ModelSpec, pp_size: int) -> List[Unit]:
 
 
 def fused_module(rule: mapping.TensorRule, layer: Optional[int]) -> str:
-    """The group of tensors that must reach vLLM in one load. A Megatron module already holds
-    what vLLM fuses in the language model (qkv, gate/up); the vision tower keeps HF's
-    separate tensors, which vLLM fuses among siblings (`mlp.gate_proj` + `mlp.up_proj` ->
-    `mlp.gate_up_proj`), so a vision tensor's group is its module's parent (`blocks.N.mlp`)."""
-    module = rule.mcore_name(layer).rsplit(".", 1)[0]
-    if mapping.is_vision_tensor(rule.mcore):
-        module = module.rsplit(".", 1)[0]
-    return module
+    """The group of tensors that must reach vLLM in one load, as the family's table declares
+    it (`TensorRule.group`): a Megatron module already holds what vLLM fuses in the language
+    model (qkv, gate/up); a vision tower's HF tensors, which vLLM fuses among siblings, are
+    grouped by their module's parent (mindrl/ckpt/mapping/vision.py)."""
+    return rule.group_name(layer)
 
 
 def plan_buckets(units: List[Unit], bucket_numel: int) -> List[List[Unit]]:

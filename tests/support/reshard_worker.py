@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from mindrl.ckpt import mapping
+from mindrl.ckpt import mapping, registry
 from mindrl.ckpt.fingerprint import checkpoint_fingerprint
 from mindrl.data.batch import Batch
 from mindrl.engines.megatron_engine import LossConfig, MegatronEngine, OptimConfig
@@ -193,11 +193,11 @@ def _failing_sync(engine, spec, target, vllm, **resharder_kw):
 
 def _swap_parts(fuse, first, second):
     """A mapping table whose `fuse` rules list two HF parts the wrong way round."""
-    original = mapping.ARCHITECTURE_TABLES["qwen2"]
+    original = registry.mapping_of("qwen2")
 
     def table(spec):
         rules = []
-        for rule in original(spec):
+        for rule in original.layer_rules(spec):
             if rule.fuse == fuse:
                 hf = list(rule.hf)
                 hf[first], hf[second] = hf[second], hf[first]
@@ -205,7 +205,7 @@ def _swap_parts(fuse, first, second):
             rules.append(rule)
         return rules
 
-    return original, table
+    return original, dataclasses.replace(original, layer_rules=table)
 
 
 def _wrong_mapping_entries(spec, hf_dir, full, layout, vllm):
@@ -223,11 +223,11 @@ def _wrong_mapping_entries(spec, hf_dir, full, layout, vllm):
     for label, (fuse, a, b) in {"gate<->up": (mapping.FUSE_GATE_UP, 0, 1),
                                 "k<->v": (mapping.FUSE_QKV, 1, 2)}.items():
         original, wrong = _swap_parts(fuse, a, b)
-        mapping.ARCHITECTURE_TABLES["qwen2"] = wrong
+        registry.replace_mapping(wrong)
         try:
             Resharder(engine.model, spec, target=vllm).sync(verify=True)
         finally:
-            mapping.ARCHITECTURE_TABLES["qwen2"] = original
+            registry.replace_mapping(original)
         if vllm is not None:
             t0 = time.perf_counter()
             try:

@@ -1,29 +1,31 @@
 """THE table of HF <-> Megatron-core tensor names and layouts (docs/design.md#model-families).
 
 Converter, trainer checkpoint loading and the resharding engine all go through this package,
-by this one entry point (``from mindrl.ckpt import mapping``). One module per family:
-decoder (Qwen2, Llama) and vision (Qwen2.5-VL's tower), both tables of rule.TensorRule;
-layout holds the transforms (fuse / unfuse, vocab padding, TP shard / gather) and model the
-whole model (every rule in order, pipeline stages, name lookup). A new architecture is one
-new table.
+by this one entry point (``from mindrl.ckpt import mapping``). One module per family
+(dense: Qwen2, Llama; qwen25_vl), each a `family.FamilyMapping` of rule.TensorRule tables
+registered in mindrl/ckpt/registry.py; decoder holds what every decoder shares (embedding,
+final norm, head), vision a tower's names, layout the transforms (fuse / unfuse, vocab
+padding, TP shard / gather) and model the whole model (every rule in order, pipeline stages,
+name lookup). A new architecture is one new table, registered.
 """
 
-from mindrl.ckpt.mapping.decoder import (ARCHITECTURE_TABLES, DERIVED_HF_SUFFIXES, EMBEDDING,
-                                         FINAL_NORM, OUTPUT, SCORE, global_rules, head_rule,
-                                         is_derived_hf_tensor, layer_rules)
+from mindrl.ckpt.mapping.decoder import (DERIVED_HF_SUFFIXES, EMBEDDING, FINAL_NORM, OUTPUT,
+                                         SCORE, global_rules, head_rule, is_derived_hf_tensor)
+from mindrl.ckpt.mapping.family import FamilyMapping
 from mindrl.ckpt.mapping.layout import (fuse_qkv, gather, hf_to_mcore, mcore_part_views,
                                         mcore_to_hf, pad_vocab, shard, shards_are_row_blocks,
                                         unfuse_qkv, write_shard)
 from mindrl.ckpt.mapping.model import (expected_hf_shapes, full_mcore_from_hf, hf_tensor_names,
-                                       iter_rules, rule_for, rules_by_mcore_suffix,
-                                       stage_layers, stage_state_dict)
-from mindrl.ckpt.mapping.rule import FUSE_GATE_UP, FUSE_NONE, FUSE_QKV, TensorRule
-from mindrl.ckpt.mapping.vision import (VISION_PREFIX, VISION_TABLES, hf_disk_name,
-                                        is_vision_tensor, vision_rules)
+                                       iter_rules, layer_rules, rule_for,
+                                       rules_by_mcore_suffix, stage_layers, stage_state_dict,
+                                       vision_rules)
+from mindrl.ckpt.mapping.rule import (FUSE_GATE_UP, FUSE_NONE, FUSE_QKV, TensorRule,
+                                      expand_experts)
+from mindrl.ckpt.mapping.vision import VISION_PREFIX, hf_disk_name, is_vision_tensor
 
 __all__ = [
-    "ARCHITECTURE_TABLES", "DERIVED_HF_SUFFIXES", "EMBEDDING", "FINAL_NORM", "FUSE_GATE_UP",
-    "FUSE_NONE", "FUSE_QKV", "OUTPUT", "SCORE", "TensorRule", "VISION_PREFIX", "VISION_TABLES",
+    "DERIVED_HF_SUFFIXES", "EMBEDDING", "FINAL_NORM", "FUSE_GATE_UP", "FUSE_NONE", "FUSE_QKV",
+    "FamilyMapping", "OUTPUT", "SCORE", "TensorRule", "VISION_PREFIX", "expand_experts",
     "expected_hf_shapes", "full_mcore_from_hf", "fuse_qkv", "gather", "global_rules",
     "head_rule", "hf_disk_name", "hf_tensor_names", "hf_to_mcore", "is_derived_hf_tensor",
     "is_vision_tensor", "iter_rules", "layer_rules", "mcore_part_views", "mcore_to_hf",

@@ -1,4 +1,5 @@
-"""The whole model's tensors, both families in checkpoint order, and its parallel views.
+"""The whole model's tensors in checkpoint order (decoder, then a vision tower), read from
+the registered family tables, and its parallel views.
 
 A "full" Megatron state dict uses global layer numbers and unsplit tensors; pipeline stages
 and TP ranks are views of it (`stage_layers`, `layout.shard`).
@@ -11,12 +12,26 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 
-from mindrl.ckpt.mapping.decoder import (EMBEDDING, FINAL_NORM, OUTPUT, decoder_hf_shapes,
-                                         head_rule, layer_rules)
+from mindrl.ckpt import registry
+from mindrl.ckpt.mapping.decoder import EMBEDDING, FINAL_NORM, OUTPUT, head_rule
 from mindrl.ckpt.mapping.layout import hf_to_mcore, shard
-from mindrl.ckpt.mapping.rule import TensorRule
-from mindrl.ckpt.mapping.vision import vision_rules
+from mindrl.ckpt.mapping.rule import TensorRule, expand_experts, hf_shapes
 from mindrl.config.model_spec import ModelSpec, VisionSpec
+
+
+def layer_rules(spec: ModelSpec) -> List[TensorRule]:
+    """One decoder layer's rules, from the registered family of ``spec.architecture``, with
+    any ``{expert}`` rule expanded over the layer's experts."""
+    table = registry.mapping_of(spec.architecture)
+    return expand_experts(table.layer_rules(spec), table.num_experts(spec))
+
+
+def vision_rules(vision: VisionSpec) -> List[TensorRule]:
+    """The vision tower's rules, from the registered family of ``vision.family``."""
+    table = registry.mapping_of(vision.family)
+    if table.vision_rules is None:
+        raise ValueError(f"family {vision.family!r} has no vision tower table")
+    return table.vision_rules(vision)
 
 
 def iter_rules(spec: ModelSpec, vision: Optional[VisionSpec] = None
@@ -42,11 +57,9 @@ def hf_tensor_names(spec: ModelSpec) -> List[str]:
 
 
 def expected_hf_shapes(rule: TensorRule, spec: ModelSpec) -> Tuple[Tuple[int, ...], ...]:
-    """Shapes the HF parts must have; the converter checks them before any work. A vision
-    rule carries its own; a decoder rule's follow from the spec."""
-    if rule.shapes is not None:
-        return rule.shapes
-    return decoder_hf_shapes(rule, spec)
+    """Shapes the HF parts must have (each rule declares them); the converter checks them
+    before any work."""
+    return hf_shapes(rule, spec)
 
 
 # ---------------------------------------------------------------- pipeline stages

@@ -12,13 +12,17 @@ Where the tower lives: on the first pipeline stage only (it feeds the embeddings
 every TP rank. Its gradients are then the same on each TP rank (the gradient reaching
 `decoder_input` is already complete there), and Megatron's `finalize_model_grads` averages
 them over TP anyway (`average_gradients_across_tp_domain`) so replicas cannot drift.
+
+Registered as the `qwen2_5_vl` family (`FAMILY`: HF config both ways, the specs of the
+decoder and the tower, the builder hook); its tensor table is mindrl/ckpt/mapping/qwen25_vl.py.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
-from typing import Optional, Sequence, Tuple, Union
+from typing import Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from megatron.core import tensor_parallel
@@ -27,13 +31,18 @@ from transformers.initialization import no_init_weights
 from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import (
     Qwen2_5_VisionTransformerPretrainedModel, Qwen2_5_VLModel)
 
+from mindrl.config.model_spec import ModelSpec, VisionSpec
 from mindrl.models.builder import Parallelism, build_gpt_model
-from mindrl.config.model_spec import ModelSpec
+from mindrl.models.families import Features, register_model_family
+from mindrl.models.families.dense import QWEN2, TokenIds
 
 # transformers' text rotary embedding falls back to this when the config names no section.
 HF_DEFAULT_MROPE_SECTION = (16, 24, 24)
 # mm_token_type_ids values transformers' get_rope_index groups tokens by.
 TEXT, IMAGE = 0, 1
+# A VL config's token ids, from its tokenizer (models/processors.py writes them).
+VISION_TOKEN_KEYS = ("image_token_id", "video_token_id", "vision_start_token_id",
+                     "vision_end_token_id")
 
 Images = Union[None, torch.Tensor, Sequence[Optional[torch.Tensor]]]
 
@@ -275,8 +284,109 @@ def build_qwen25_vl_model(hf_config, parallel: Parallelism, params_dtype: str = 
     spec = text_spec(hf_config, make_vocab_size_divisible_by=make_vocab_size_divisible_by)
     return build_gpt_model(
         spec, parallel, params_dtype, pre_process, post_process, model_class=Qwen25VLModel,
+        family=Qwen25VLModel.family,
         model_kwargs=dict(position_embedding_type="mrope", hf_config=hf_config, spec=spec,
                           freeze_vision_tower=freeze_vision_tower, vision_seed=vision_seed,
                           # embed() scatters over sequence parallel once the images are in.
                           scatter_embedding_sequence_parallel=False),
         mrope_section=mrope_section(hf_config), perform_initialization=perform_initialization)
+
+
+def vision_spec(hf_config, family: str = "qwen2_5_vl") -> VisionSpec:
+    """The vision tower of a Qwen2_5_VLConfig (old and new config.json layouts alike:
+    transformers normalises them), as the model spec describes towers."""
+    v = hf_config.vision_config
+    return VisionSpec(
+        family=family, depth=v.depth, hidden_size=v.hidden_size,
+        intermediate_size=v.intermediate_size, num_heads=v.num_heads,
+        in_channels=v.in_channels, patch_size=v.patch_size,
+        temporal_patch_size=v.temporal_patch_size, spatial_merge_size=v.spatial_merge_size,
+        window_size=v.window_size, fullatt_block_indexes=tuple(v.fullatt_block_indexes),
+        out_hidden_size=v.out_hidden_size)
+
+
+class Qwen25VLFamily:
+    """The Qwen2.5-VL family: the Qwen2 decoder (its TransformerConfig settings and layer
+    spec, read by the builder through the spec's architecture) with mrope and the tower."""
+
+    model_type = "qwen2_5_vl"
+    features = Features(qkv_bias=True, multimodal=True, mrope=True)
+    decoder = QWEN2
+    model_class = Qwen25VLModel
+
+    def config_class(self):
+        from transformers import Qwen2_5_VLConfig
+
+        return Qwen2_5_VLConfig
+
+    def hf_config(self, spec: ModelSpec, torch_dtype: str = "float32",
+                  bos_token_id: TokenIds = None, eos_token_id: TokenIds = None,
+                  pad_token_id: Optional[int] = None, initializer_range: float = 0.02,
+                  vision_token_ids: Optional[Mapping[str, int]] = None):
+        """Qwen2_5_VLConfig: the decoder as text_config (mrope), the tower as vision_config."""
+        missing = [k for k in VISION_TOKEN_KEYS if k not in (vision_token_ids or {})]
+        if missing:
+            raise ValueError(f"model {spec.name}: a VL config needs the tokenizer's {missing}")
+        text = self.decoder.hf_config(
+            dataclasses.replace(spec, vision=None, mrope_section=None), torch_dtype,
+            bos_token_id, eos_token_id, pad_token_id, initializer_range).to_dict()
+        keep = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                "num_attention_heads", "num_key_value_heads", "hidden_act",
+                "max_position_embeddings", "rms_norm_eps", "bos_token_id", "eos_token_id",
+                "pad_token_id", "initializer_range")
+        text_config = {k: text[k] for k in keep}
+        text_config.update(rope_theta=float(spec.rotary_base),
+                           rope_scaling={"type": "mrope",
+                                         "mrope_section": list(spec.mrope_section)})
+        v = spec.vision
+        vision_config = dict(depth=v.depth, hidden_size=v.hidden_size,
+                             intermediate_size=v.intermediate_size, num_heads=v.num_heads,
+                             out_hidden_size=v.out_hidden_size, patch_size=v.patch_size,
+                             temporal_patch_size=v.temporal_patch_size,
+                             spatial_merge_size=v.spatial_merge_size, window_size=v.window_size,
+                             fullatt_block_indexes=list(v.fullatt_block_indexes),
+                             in_channels=v.in_channels, hidden_act="silu")
+        return self.config_class()(
+            text_config=text_config, vision_config=vision_config,
+            tie_word_embeddings=not spec.untie_embeddings_and_output_weights,
+            architectures=["Qwen2_5_VLForConditionalGeneration"], dtype=torch_dtype,
+            **{k: vision_token_ids[k] for k in VISION_TOKEN_KEYS})
+
+    def spec_from_hf(self, config, name: str, make_vocab_size_divisible_by: int = 1
+                     ) -> ModelSpec:
+        """A Qwen2_5_VLConfig's spec: its text_config as the decoder (a Qwen2: the same
+        checks), its vision_config as the vision part, the mrope sections from the text rope
+        parameters."""
+        text = config.text_config.to_dict()
+        params = dict(text.get("rope_parameters") or {})
+        section = params.pop("mrope_section", None)
+        if section is None:
+            raise ValueError(f"{name}: a Qwen2.5-VL text config without rope mrope_section")
+        params.update(rope_type="default")
+        text.pop("model_type", None)
+        text.update(rope_parameters=params, tie_word_embeddings=config.tie_word_embeddings)
+        decoder = self.decoder.spec_from_hf(self.decoder.config_class()(**text), name,
+                                            make_vocab_size_divisible_by)
+        return dataclasses.replace(decoder, mrope_section=tuple(section),
+                                   vision=vision_spec(config))
+
+    def text_spec(self, hf_config, name: str, make_vocab_size_divisible_by: int = 1
+                  ) -> ModelSpec:
+        return text_spec(hf_config, name, make_vocab_size_divisible_by)
+
+    def vision_spec(self, hf_config) -> VisionSpec:
+        return vision_spec(hf_config, self.model_type)
+
+    def transformer_config_kwargs(self, spec: ModelSpec) -> dict:
+        return self.decoder.transformer_config_kwargs(spec)
+
+    def layer_spec(self, config):
+        return self.decoder.layer_spec(config)
+
+    def build(self, hf_config, parallel: Parallelism, params_dtype: str = "fp32", **kwargs
+              ) -> Qwen25VLModel:
+        return build_qwen25_vl_model(hf_config, parallel, params_dtype, **kwargs)
+
+
+FAMILY = Qwen25VLFamily()
+register_model_family(FAMILY)

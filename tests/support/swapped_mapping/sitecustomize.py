@@ -7,16 +7,16 @@ import sys
 if any(arg.endswith("default_worker.py") for arg in sys.argv):
     import dataclasses
 
-    from mindrl.ckpt import mapping
+    from mindrl.ckpt import mapping, registry
 
-    _original = mapping.ARCHITECTURE_TABLES["qwen2"]
+    _original = registry.mapping_of("qwen2")
 
     def _swapped(spec):
         rules = []
-        for rule in _original(spec):
+        for rule in _original.layer_rules(spec):
             if rule.fuse == mapping.FUSE_GATE_UP:
                 rule = dataclasses.replace(rule, hf=tuple(reversed(rule.hf)))
             rules.append(rule)
         return rules
 
-    mapping.ARCHITECTURE_TABLES["qwen2"] = _swapped
+    registry.replace_mapping(dataclasses.replace(_original, layer_rules=_swapped))
