@@ -53,6 +53,9 @@ def test_tp2_actor_with_reference_logs_every_metric(work, tp2_run):
         # vLLM's sampled log-probs vs the TP2 actor's on the same tokens (fp32).
         assert row["rollout/logprob_diff_max"] < 1e-4
         assert row["weight_sync/verified"] == 1.0   # both engines checked every sync
+        # Step s generates from the weights of s - 1 updates and updates those: staleness 0.
+        assert row["rollout/policy_version"] == row["step"] - 1
+        assert row["rollout/staleness"] == 0.0
         assert row["actor/lr"] == pytest.approx(1e-3)
     assert (run_dir / "reward_curve.png").stat().st_size > 0
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
