@@ -19,6 +19,16 @@ class Parallelism:
     tensor_model_parallel_size: int = 1
     pipeline_model_parallel_size: int = 1
     sequence_parallel: bool = False
+    # Mixture-of-Experts' expert parallelism (inside data parallelism): a seam only so far.
+    expert_model_parallel_size: int = 1
+
+    def __post_init__(self) -> None:
+        ep = self.expert_model_parallel_size
+        if ep < 1:
+            raise ValueError(f"expert_model_parallel_size={ep} must be >= 1")
+        if ep > 1:
+            raise ValueError(f"expert_model_parallel_size={ep}: no registered model family "
+                             f"supports experts yet (use 1)")
 
 
 @dataclass(frozen=True)

@@ -269,7 +269,7 @@ class MegatronEngine:
         if self.optimizer is None:
             raise RuntimeError("this engine was built without an optimizer (reference role)")
         history: List[Dict[str, float]] = []
-        clock = getattr(self.module, "tower_clock", None)   # a VL model's first stage
+        clock = self._tower_clock()
         if clock is not None:
             clock.take()
         for rows in packing.mini_batches(len(batch), mini_batch_size, shuffle, seed):
@@ -344,14 +344,26 @@ class MegatronEngine:
                                         save_optim=save_optim, save_rng=save_rng, recipe=recipe,
                                         model_info=self._model_info())
 
+    def _features(self):
+        """What the model's registered family declares (vision tower, mrope, experts)."""
+        from mindrl.models.families import model_family
+
+        return model_family(self.module.family).features
+
+    def _tower_clock(self):
+        """A VL model's first stage times its vision tower; other models have no tower."""
+        if self._features().multimodal and self.module.pre_process:
+            return self.module.tower_clock
+        return None
+
     def _model_info(self) -> str:
         """What the converter needs to read a training checkpoint: the language model's spec
         and, for a VL family, its HF config (vision tower and token ids), as converted ones."""
         from mindrl.ckpt.mcore_io import ModelInfo, vision_info
 
-        hf_config = getattr(self.module, "hf_config", None)     # a VL family's stage
-        if hf_config is None:
+        if not self._features().multimodal:
             return ModelInfo(self.spec, self.params_dtype).to_json()
+        hf_config = self.module.hf_config                       # a VL family's stage
         spec = dataclasses.replace(self.spec, vision=None, mrope_section=None)
         return ModelInfo(spec, self.params_dtype,
                          vision_info(self.module.family, hf_config.to_dict())).to_json()

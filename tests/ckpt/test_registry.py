@@ -46,6 +46,9 @@ def test_model_type_hf_table_is_the_families_declaration():
     assert {k: set(v) for k, v in MODEL_TYPE_HF.items()} == {
         "qwen2": {"qwen2"}, "llama2": {"llama", "qwen2"}, "llama3": {"llama"},
         "llama": {"llama"}, "qwen2_5_vl": {"qwen2_5_vl"}}
+    # trainer/prepare.py converts with the first name a family declares.
+    assert [registry.mapping_of(t).model_type_hf[0] for t in ("qwen2", "llama", "qwen2_5_vl")] \
+        == ["qwen2", "llama2", "qwen2_5_vl"]
 
 
 def test_register_refuses_halves_of_two_families():
