@@ -157,7 +157,8 @@ class ModelSpec:
         q, kv = self.num_attention_heads * d, self.num_query_groups * d
         attn = h * (q + 2 * kv) + q * h + (q + 2 * kv if self.add_qkv_bias else 0)
         mlp = 3 * h * self.ffn_hidden_size
-        layer = attn + mlp + 2 * h
+        qk_norms = 2 * d if self.architecture in names.QK_NORM_ARCHITECTURES else 0
+        layer = attn + mlp + 2 * h + qk_norms
         emb = self.vocab_size * h
         out = h if self.head == "scalar" else 0 if self.tied_embeddings else emb
         vision = self.vision.num_parameters() if self.vision else 0

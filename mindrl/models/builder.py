@@ -73,7 +73,7 @@ def transformer_config(spec: ModelSpec, parallel: Parallelism, params_dtype: str
 def _block_spec(config, family):
     """The family's local (no Transformer Engine) layer spec with SDPA as its core attention
     and torch norms that work under sequence parallelism (`norms.SequenceParallelNorm`), the
-    block's final norm included, for this rank's pipeline stage."""
+    block's final norm and any q/k norms included, for this rank's pipeline stage."""
     from megatron.core.transformer.transformer_block import (TransformerBlockSubmodules,
                                                              get_num_layers_to_build)
 
@@ -84,7 +84,10 @@ def _block_spec(config, family):
     packed_rope.install()
 
     layer = family.layer_spec(config)
-    layer.submodules.self_attention.submodules.core_attention = SDPAttention
+    attention = layer.submodules.self_attention.submodules
+    attention.core_attention = SDPAttention
+    if config.qk_layernorm:   # per-head q/k norms (Qwen3): the local spec's refuses SP too
+        attention.q_layernorm = attention.k_layernorm = SequenceParallelNorm
     layer.submodules.input_layernorm = SequenceParallelNorm
     layer.submodules.pre_mlp_layernorm = SequenceParallelNorm
     return TransformerBlockSubmodules(layer_specs=[layer] * get_num_layers_to_build(config),

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.slow   # see tests/conftest.py
 @pytest.mark.parametrize("model_name,vocab,divisible", [
     ("tiny-qwen2", 126, 4),    # tied embeddings, qkv bias, 2 query groups, padded vocab
     ("tiny-llama", 128, 1),    # untied, no bias, 1 query group
+    ("tiny-qwen3", 128, 1),    # q/k norms, no bias, head dim 64 apart from hidden / heads
 ])
 def test_tp_pp_logits_match_each_other_and_transformers(model_name, vocab, divisible):
     spec = dataclasses.replace(load_model_spec(model_name), vocab_size=vocab,

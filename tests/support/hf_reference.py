@@ -15,6 +15,10 @@ def reference_hf_model(spec, seed=0):
     if spec.architecture == "qwen2":
         config = transformers.Qwen2Config(**common)
         cls = transformers.Qwen2ForCausalLM
+    elif spec.architecture == "qwen3":   # q/k norms; its head dim is its own number
+        config = transformers.Qwen3Config(head_dim=spec.head_dim, attention_bias=False,
+                                          **common)
+        cls = transformers.Qwen3ForCausalLM
     else:
         config = transformers.LlamaConfig(attention_bias=spec.add_qkv_bias, **common)
         cls = transformers.LlamaForCausalLM

@@ -19,19 +19,22 @@ from typing import Any, Dict, Tuple
 class Features:
     """What a family's models have, declared so that callers ask instead of probing a built
     model: a vision tower (`multimodal`), multimodal RoPE (`mrope`), a qkv bias fixed by the
-    HF architecture (`qkv_bias`: True always, False never), Mixture-of-Experts layers
-    (`experts`; no registered family has them yet)."""
+    HF architecture (`qkv_bias`: True always, False never), per-head RMSNorms on queries and
+    keys (`qk_norm`: Megatron's qk_layernorm), Mixture-of-Experts layers (`experts`; no
+    registered family has them yet)."""
 
     qkv_bias: bool = False
     multimodal: bool = False
     mrope: bool = False
     experts: bool = False
+    qk_norm: bool = False
 
 # model_type -> the module that registers it.
 SHIPPED: Dict[str, str] = {
     "qwen2": "mindrl.models.families.dense",
     "llama": "mindrl.models.families.dense",
     "qwen2_5_vl": "mindrl.models.families.qwen25_vl",
+    "qwen3": "mindrl.models.families.qwen3",
 }
 _FAMILIES: Dict[str, Any] = {}
 

@@ -135,14 +135,16 @@ class DenseFamily:
         import torch.nn.functional as F
 
         return dict(normalization="RMSNorm", gated_linear_unit=True, activation_func=F.silu,
-                    add_bias_linear=False, add_qkv_bias=spec.add_qkv_bias)
+                    add_bias_linear=False, add_qkv_bias=spec.add_qkv_bias,
+                    qk_layernorm=self.features.qk_norm)
 
     def layer_spec(self, config):
         """Megatron's local (no Transformer Engine) layer spec of one decoder layer; the
         builder puts MindRL's attention and norms into it."""
         from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
-        return get_gpt_layer_local_spec(normalization="RMSNorm")
+        return get_gpt_layer_local_spec(normalization="RMSNorm",
+                                        qk_layernorm=self.features.qk_norm)
 
 
 class Qwen2Family(DenseFamily):
