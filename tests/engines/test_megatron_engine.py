@@ -6,7 +6,6 @@ import math
 import pytest
 import torch
 
-from mindrl.algorithms import aggregate_loss, kl_loss, ppo_clip_loss
 from mindrl.ckpt import mapping
 from mindrl.distributed import spawn_local
 from mindrl.engines.megatron_engine import LossConfig
@@ -14,23 +13,10 @@ from mindrl.config.model_spec import load_model_spec
 
 from support.engine_batch import B, R, make_batch
 from support.engine_worker import full_gradients, log_probs_at_layouts
+from support.hf_grpo import hf_grpo_gradients, hf_token_stats
 from support.hf_reference import reference_hf_model
 
 pytestmark = pytest.mark.slow   # see tests/conftest.py
-
-def hf_token_stats(model, batch, temperature):
-    """Response log-probs and entropies [B, R] from transformers, sample by sample."""
-    logps, ents = [], []
-    for b in range(B):
-        prompt = batch["prompt_ids"][b][batch["prompt_mask"][b].bool()]
-        seq = torch.cat([prompt, batch["response_ids"][b]])
-        logits = model(seq[None]).logits[0].float() / temperature
-        lsm = torch.log_softmax(logits, -1)
-        pos = torch.arange(R) + len(prompt) - 1
-        logps.append(lsm[pos, batch["response_ids"][b]])
-        ents.append(-(lsm.exp() * lsm).sum(-1)[pos])
-    return torch.stack(logps), torch.stack(ents)
-
 
 def tiny_engine_setup():
     """(spec, transformers model, full Megatron tensors at TP1 and TP2, a batch): the tiny
@@ -72,15 +58,7 @@ def test_update_gradient_equals_plain_torch_grpo_loss(setup):
     cfg = LossConfig(clip_ratio=0.2, use_kl_loss=True, kl_coef=0.1, kl_penalty="low_var_kl",
                      entropy_coeff=0.01, temperature=1.0)
     # Reference: the same GRPO objective on the HF model, one full-batch backward.
-    hf.zero_grad()
-    logp, ent = hf_token_stats(hf, batch, cfg.temperature)
-    mask = batch["response_mask"].float()
-    pg, _ = ppo_clip_loss(logp, batch["old_log_probs"], batch["advantages"], mask,
-                          clip_ratio=cfg.clip_ratio)
-    loss = (pg + cfg.kl_coef * kl_loss(logp, batch["ref_log_probs"], mask, cfg.kl_penalty)
-            - cfg.entropy_coeff * aggregate_loss(ent, mask, "token-mean"))
-    loss.backward()
-    expected = {n: p.grad for n, p in hf.named_parameters()}
+    expected = hf_grpo_gradients(hf, batch, cfg)
 
     # (1, 1) in a world of 2 = DP2; there the coefficient comes per call, as the trainer's
     # entropy schedule passes it, over a config that has none. TP2 with sequence parallel:
