@@ -242,3 +242,15 @@ def _wrong_mapping_entries(spec, hf_dir, full, layout, vllm):
         vllm.check_fingerprint(reference)
     ps.destroy_model_parallel()
     return messages
+
+
+def sync_one_layout(rank, world, spec, vllm_dir, layout_dir, full, layout, prompts, gen_cfg):
+    """One layout of `sync_layouts` alone (sync, log-probs, a step, sync again) into a vLLM on
+    rank 0: the cheap check a new family's sync gets."""
+    vllm = VLLMEngineProcess(vllm_dir, gen_cfg) if rank == 0 else None
+    try:
+        res = _sync_and_train(spec, vllm, layout_dir, full, *layout, prompts, 0)
+    finally:
+        if vllm is not None:
+            vllm.close()
+    return res if rank == 0 else None
