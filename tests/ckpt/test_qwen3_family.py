@@ -88,3 +88,27 @@ def test_qwen3_round_trips_bit_for_bit(tmp_path):
     assert sorted(original) == sorted(converted) and len(original) == 2 + 2 * 11
     for name, tensor in original.items():
         assert converted[name].dtype == tensor.dtype and torch.equal(converted[name], tensor), name
+
+
+@pytest.mark.slow   # two converter CLI runs
+def test_qwen3_example_scripts_run_as_shipped(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    scripts = Path(__file__).resolve().parents[2] / "examples" / "ckpt"
+    env = dict(os.environ, PYTHON=sys.executable)
+    for name in ("ckpt_convert_qwen3_hf2mcore.sh", "ckpt_convert_qwen3_mcore2hf.sh"):
+        done = subprocess.run(["bash", str(scripts / name)],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, f"{name} failed:\n{done.stdout}\n{done.stderr[-3000:]}"
+    mcore = tmp_path / "model_weights" / "tiny_qwen3_mcore" / "release"
+    info = json.loads((mcore / "mindrl_model.json").read_text())
+    assert info["params_dtype"] == "bf16" and info["spec"]["architecture"] == "qwen3"
+    assert info["validated_layouts"] == [{"tensor_model_parallel_size": 2,
+                                          "pipeline_model_parallel_size": 2}]
+    original = read_hf_tensors(tmp_path / "model_from_hf" / "tiny_qwen3_hf")
+    back = read_hf_tensors(tmp_path / "model_from_hf" / "tiny_qwen3_hf_from_mcore")
+    assert sorted(original) == sorted(back) and "model.layers.1.self_attn.q_norm.weight" in back
+    assert all(torch.equal(back[k], v.to(torch.bfloat16)) for k, v in original.items())
