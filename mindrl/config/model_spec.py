@@ -66,6 +66,33 @@ class VisionSpec:
 
 
 @dataclass(frozen=True)
+class MoESpec:
+    """A Mixture-of-Experts decoder's expert layers (the `moe:` block of
+    configs/model/NAME.yaml), as HF Qwen3-MoE's config names them: `num_experts` experts of
+    `ffn_hidden_size` (HF moe_intermediate_size) per MoE layer, `router_topk` of them per token
+    (HF num_experts_per_tok), their weights renormalised to sum 1 when `norm_topk_prob`;
+    `dense_layers` (HF mlp_only_layers) keep a dense MLP of the spec's ffn_hidden_size."""
+
+    num_experts: int
+    router_topk: int
+    ffn_hidden_size: int
+    norm_topk_prob: bool = True
+    dense_layers: Tuple[int, ...] = ()
+
+    def check(self, where: str, num_layers: int) -> None:
+        if self.num_experts < 1 or not 1 <= self.router_topk <= self.num_experts:
+            raise ValueError(f"{where}: moe.router_topk={self.router_topk} must be in "
+                             f"[1, moe.num_experts={self.num_experts}]")
+        bad = [i for i in self.dense_layers if not 0 <= i < num_layers]
+        if bad:
+            raise ValueError(f"{where}: moe.dense_layers {bad} are not layers of a model with "
+                             f"num_layers={num_layers}")
+
+    def is_moe_layer(self, layer: int) -> bool:
+        return layer not in self.dense_layers
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     name: str
     architecture: str
@@ -88,6 +115,8 @@ class ModelSpec:
     # have neither, and code that does not care about images never reads them.
     mrope_section: Optional[Tuple[int, ...]] = None
     vision: Optional[VisionSpec] = None
+    # A Mixture-of-Experts decoder (architecture qwen3_moe); dense models have none.
+    moe: Optional[MoESpec] = None
 
     def __post_init__(self) -> None:
         if self.architecture not in names.ARCHITECTURES:
@@ -106,6 +135,12 @@ class ModelSpec:
                 f"model {self.name}: hidden_size={self.hidden_size} is not a multiple of "
                 f"num_attention_heads={self.num_attention_heads}; set kv_channels explicitly")
         self._check_vision()
+        if (self.moe is not None) != (self.architecture in names.MOE_ARCHITECTURES):
+            raise ValueError(f"model {self.name}: architecture {self.architecture!r} "
+                             f"{'needs' if self.moe is None else 'takes no'} `moe:` block "
+                             f"(Mixture-of-Experts architectures: {names.MOE_ARCHITECTURES})")
+        if self.moe is not None:
+            self.moe.check(f"model {self.name}", self.num_layers)
 
     def _check_vision(self) -> None:
         where = f"model {self.name}"
@@ -151,18 +186,30 @@ class ModelSpec:
         multiple = self.make_vocab_size_divisible_by * tensor_parallel_size
         return int(math.ceil(self.vocab_size / multiple) * multiple)
 
-    def num_parameters(self) -> int:
-        """Unpadded parameter count, as the HF checkpoint holds it."""
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None
+
+    def num_parameters(self, active: bool = False) -> int:
+        """Unpadded parameter count, as the HF checkpoint holds it. ``active``: the parameters
+        one token passes through (a MoE layer's router and its top-k experts only), which the
+        FLOP model counts; equal to the total for a dense model."""
         h, d = self.hidden_size, self.head_dim
         q, kv = self.num_attention_heads * d, self.num_query_groups * d
         attn = h * (q + 2 * kv) + q * h + (q + 2 * kv if self.add_qkv_bias else 0)
-        mlp = 3 * h * self.ffn_hidden_size
         qk_norms = 2 * d if self.architecture in names.QK_NORM_ARCHITECTURES else 0
-        layer = attn + mlp + 2 * h + qk_norms
+        dense_mlp = 3 * h * self.ffn_hidden_size
+        mlps = self.num_layers * dense_mlp
+        if self.moe is not None:
+            experts = self.moe.router_topk if active else self.moe.num_experts
+            moe_mlp = h * self.moe.num_experts + experts * 3 * h * self.moe.ffn_hidden_size
+            moe_layers = sum(map(self.moe.is_moe_layer, range(self.num_layers)))
+            mlps = moe_layers * moe_mlp + (self.num_layers - moe_layers) * dense_mlp
+        layers = self.num_layers * (attn + 2 * h + qk_norms) + mlps
         emb = self.vocab_size * h
         out = h if self.head == "scalar" else 0 if self.tied_embeddings else emb
         vision = self.vision.num_parameters() if self.vision else 0
-        return self.num_layers * layer + emb + out + h + vision
+        return layers + emb + out + h + vision
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any], source: str = "<dict>") -> "ModelSpec":
@@ -172,6 +219,11 @@ class ModelSpec:
             values["mrope_section"] = tuple(values["mrope_section"])
         if values.get("vision") is not None and not isinstance(values["vision"], VisionSpec):
             values["vision"] = _vision_from_dict(values["vision"], source)
+        if values.get("moe") is not None and not isinstance(values["moe"], MoESpec):
+            _check_keys(MoESpec, values["moe"], source, "moe")
+            moe = dict(values["moe"])
+            moe["dense_layers"] = tuple(moe.get("dense_layers") or ())
+            values["moe"] = MoESpec(**moe)
         return cls(**values)
 
     def to_dict(self) -> dict:

@@ -16,11 +16,13 @@ POLICY_LOSSES: tuple[str, ...] = ("ppo_clip",)
 # Registered model families (mindrl/ckpt/registry.py, by HF model_type), which config cannot
 # import: decoder families a spec's `architecture` may name, and vision-language families a
 # spec's `vision.family` may name. tests/ckpt/test_registry.py keeps them equal to the registry.
-ARCHITECTURES: tuple[str, ...] = ("qwen2", "llama", "qwen3")
+ARCHITECTURES: tuple[str, ...] = ("qwen2", "llama", "qwen3", "qwen3_moe")
 VISION_FAMILIES: tuple[str, ...] = ("qwen2_5_vl",)
 # Decoder families with per-head q/k RMSNorms (Features.qk_norm): their [head_dim] weights
 # count in ModelSpec.num_parameters. tests/ckpt/test_qwen3_family.py keeps it equal.
-QK_NORM_ARCHITECTURES: tuple[str, ...] = ("qwen3",)
+QK_NORM_ARCHITECTURES: tuple[str, ...] = ("qwen3", "qwen3_moe")
+# Mixture-of-Experts decoder families (Features.experts): their specs carry a `moe:` block.
+MOE_ARCHITECTURES: tuple[str, ...] = ("qwen3_moe",)
 
 ROLES: tuple[str, ...] = ("actor", "ref", "reward")
 ROLE_SECTIONS = {"actor": "actor_config", "ref": "ref_config", "reward": "reward_config"}
