@@ -20,8 +20,7 @@ class Features:
     """What a family's models have, declared so that callers ask instead of probing a built
     model: a vision tower (`multimodal`), multimodal RoPE (`mrope`), a qkv bias fixed by the
     HF architecture (`qkv_bias`: True always, False never), per-head RMSNorms on queries and
-    keys (`qk_norm`: Megatron's qk_layernorm), Mixture-of-Experts layers (`experts`; no
-    registered family has them yet)."""
+    keys (`qk_norm`: Megatron's qk_layernorm), Mixture-of-Experts layers (`experts`: qwen3_moe)."""
 
     qkv_bias: bool = False
     multimodal: bool = False
@@ -35,6 +34,7 @@ SHIPPED: Dict[str, str] = {
     "llama": "mindrl.models.families.dense",
     "qwen2_5_vl": "mindrl.models.families.qwen25_vl",
     "qwen3": "mindrl.models.families.qwen3",
+    "qwen3_moe": "mindrl.models.families.qwen3_moe",
 }
 _FAMILIES: Dict[str, Any] = {}
 

@@ -60,6 +60,10 @@ class DenseFamily:
     def check_hf(self, config, name: str) -> None:
         """HF config options a spec cannot express; ValueError if set."""
 
+    def spec_extra(self, config, name: str) -> dict:
+        """ModelSpec fields only this family reads from its HF config (a `moe:` block)."""
+        return {}
+
     def config_class(self):
         import transformers
 
@@ -125,6 +129,7 @@ class DenseFamily:
             kv_channels=kv_channels,
             make_vocab_size_divisible_by=make_vocab_size_divisible_by,
             head=head_kind(config, name),
+            **self.spec_extra(config, name),
         )
 
     # ------------------------------------------------------------------ Megatron
