@@ -58,10 +58,11 @@ def eng_micro_batches(lengths, budget: int) -> int:
 
 
 def step_flops(spec, lengths) -> float:
-    """6 x params per real token, plus causal attention (QK^T and PV, forward and backward)."""
+    """6 x active params per real token, plus causal attention (QK^T and PV, forward and
+    backward)."""
     attention = sum(4 * spec.hidden_size * spec.num_layers * n * (n + 1) / 2 * 3
                     for n in lengths)
-    return 6 * spec.num_parameters() * sum(lengths) + attention
+    return 6 * spec.num_parameters(active=True) * sum(lengths) + attention
 
 
 def chunk_parity(vocab: int, dtype: str, kernels, dev, tokens: int = 2048) -> dict:

@@ -10,7 +10,8 @@ from typing import Sequence
 
 @dataclass(frozen=True)
 class FlopModel:
-    """What a token costs: weights it multiplies (2 FLOPs each per forward token) and the
+    """What a token costs: weights it multiplies (2 FLOPs each per forward token; of a
+    Mixture-of-Experts layer the router and the top-k experts, its active parameters) and the
     attention's width and depth (4 x q_width FLOPs per layer per position attended)."""
     weights: int
     layers: int
@@ -22,10 +23,10 @@ class FlopModel:
 
         spec = load_model_spec(model)
         q, kv = spec.num_attention_heads * spec.head_dim, spec.num_query_groups * spec.head_dim
-        per_layer = spec.hidden_size * (q + 2 * kv) + q * spec.hidden_size \
-            + 3 * spec.hidden_size * spec.ffn_hidden_size
-        return cls(weights=spec.num_layers * per_layer + spec.vocab_size * spec.hidden_size,
-                   layers=spec.num_layers, q_width=q)               # + the LM head
+        attention = spec.hidden_size * (q + 2 * kv) + q * spec.hidden_size
+        return cls(weights=spec.num_layers * attention + spec.mlp_parameters(active=True)
+                   + spec.vocab_size * spec.hidden_size,            # + the LM head
+                   layers=spec.num_layers, q_width=q)
 
     def forward(self, length: float) -> float:
         """One causal forward over a sequence of `length` tokens."""

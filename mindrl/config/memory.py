@@ -6,6 +6,7 @@ left out; the numbers are meant to tell 'fits' from 'does not fit by a factor of
 
 from __future__ import annotations
 
+from mindrl.config import names
 from mindrl.config.model_spec import ModelSpec
 
 GIB = 2 ** 30
@@ -13,10 +14,14 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "auto": 2}
 
 
 def _layer_params(spec: ModelSpec) -> int:
+    """One decoder layer, its MLP the average over layers (a MoE layer holds every expert:
+    they split over TP like a dense MLP; expert parallelism, which would split them further,
+    is 1 here)."""
     h, d = spec.hidden_size, spec.head_dim
     q, kv = spec.num_attention_heads * d, spec.num_query_groups * d
     attn = h * (q + 2 * kv) + q * h + (q + 2 * kv if spec.add_qkv_bias else 0)
-    return attn + 3 * h * spec.ffn_hidden_size + 2 * h
+    qk_norms = 2 * d if spec.architecture in names.QK_NORM_ARCHITECTURES else 0
+    return attn + -(-spec.mlp_parameters() // spec.num_layers) + 2 * h + qk_norms
 
 
 def params_per_device(spec: ModelSpec, tp: int, pp: int) -> int:

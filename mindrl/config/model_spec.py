@@ -190,22 +190,28 @@ class ModelSpec:
     def is_moe(self) -> bool:
         return self.moe is not None
 
+    def mlp_parameters(self, active: bool = False) -> int:
+        """The MLPs' parameters over all layers: a dense layer's gate, up and down; a MoE
+        layer's router and its experts, only the top-k a token passes through when
+        ``active`` (what the FLOP model counts)."""
+        h = self.hidden_size
+        dense = 3 * h * self.ffn_hidden_size
+        if self.moe is None:
+            return self.num_layers * dense
+        moe = self.moe
+        experts = moe.router_topk if active else moe.num_experts
+        sparse = h * moe.num_experts + experts * 3 * h * moe.ffn_hidden_size
+        return sum(sparse if moe.is_moe_layer(i) else dense for i in range(self.num_layers))
+
     def num_parameters(self, active: bool = False) -> int:
         """Unpadded parameter count, as the HF checkpoint holds it. ``active``: the parameters
-        one token passes through (a MoE layer's router and its top-k experts only), which the
-        FLOP model counts; equal to the total for a dense model."""
+        one token passes through (a MoE layer's router and its top-k experts only); equal to
+        the total for a dense model."""
         h, d = self.hidden_size, self.head_dim
         q, kv = self.num_attention_heads * d, self.num_query_groups * d
         attn = h * (q + 2 * kv) + q * h + (q + 2 * kv if self.add_qkv_bias else 0)
         qk_norms = 2 * d if self.architecture in names.QK_NORM_ARCHITECTURES else 0
-        dense_mlp = 3 * h * self.ffn_hidden_size
-        mlps = self.num_layers * dense_mlp
-        if self.moe is not None:
-            experts = self.moe.router_topk if active else self.moe.num_experts
-            moe_mlp = h * self.moe.num_experts + experts * 3 * h * self.moe.ffn_hidden_size
-            moe_layers = sum(map(self.moe.is_moe_layer, range(self.num_layers)))
-            mlps = moe_layers * moe_mlp + (self.num_layers - moe_layers) * dense_mlp
-        layers = self.num_layers * (attn + 2 * h + qk_norms) + mlps
+        layers = self.num_layers * (attn + 2 * h + qk_norms) + self.mlp_parameters(active)
         emb = self.vocab_size * h
         out = h if self.head == "scalar" else 0 if self.tied_embeddings else emb
         vision = self.vision.num_parameters() if self.vision else 0

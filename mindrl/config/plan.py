@@ -172,6 +172,8 @@ def make_plan(run: RunConfig, cluster: ClusterResources,
         "recipe": run.recipe,
         "model": run.model.name,
         "model_parameters": run.model.num_parameters(),
+        # What one token passes through (a MoE layer's top-k experts): the FLOPs' measure.
+        "model_active_parameters": run.model.num_parameters(active=True),
         "cluster": {"device_type": cluster.device_type, "num_devices": cluster.num_devices,
                     "num_nodes": cluster.num_nodes, "total": cluster.total_devices,
                     "nodes": [{"label": n.label(i), "devices": n.num_devices}
@@ -217,11 +219,18 @@ def _ranges(devices: list[int]) -> str:
     return f"{devices[0]}" if len(devices) == 1 else f"{devices[0]}-{devices[-1]}"
 
 
+def _parameters(plan: dict[str, Any]) -> str:
+    total, active = plan["model_parameters"], plan["model_active_parameters"]
+    if active == total:
+        return f"{_count(total)} parameters"
+    return f"{_count(total)} parameters, {_count(active)} active per token"
+
+
 def format_plan(plan: dict[str, Any]) -> str:
     """The plan as the text a person reads before launching."""
     c, b, m = plan["cluster"], plan["batch"], plan["memory_bytes"]
     lines = [f"plan for recipe {plan['recipe'] or '<unnamed>'}: model {plan['model']} "
-             f"({_count(plan['model_parameters'])} parameters)",
+             f"({_parameters(plan)})",
              f"cluster: {c['num_nodes']} node(s) x {c['num_devices']} {c['device_type']} = "
              f"{c['total']} device(s); recipe needs {plan['devices_required']} "
              f"{plan['device_kind_required']} device(s)",

@@ -89,3 +89,17 @@ def test_a_vl_plan_says_how_images_travel_and_whether_the_tower_trains(recipe_cl
     assert "vision tower (qwen2_5_vl, depth 32): frozen" in text
     assert make_plan(load_recipe("grpo_tiny_cpu", cluster=ClusterResources("cpu", 2)),
                      ClusterResources("cpu", 2))["images"] is None
+
+
+def test_a_moe_plan_counts_total_and_active_parameters(cpu2):
+    """Qwen3-30B-A3B: 30.5B parameters held, 3.3B a token passes through (the published
+    figures); weights in memory are the total, the FLOP floor's measure the active count."""
+    plan = make_plan(load_recipe("grpo_tiny_cpu", ["model=qwen3-30b-a3b"], cluster=cpu2), cpu2)
+    assert round(plan["model_parameters"] / 1e9, 1) == 30.5
+    assert round(plan["model_active_parameters"] / 1e9, 1) == 3.4
+    assert "(30.53B parameters, 3.35B active per token)" in format_plan(plan)
+    spec = load_model_spec("qwen3-30b-a3b")
+    assert params_per_device(spec, 1, 1) == spec.num_parameters()
+    dense = make_plan(load_recipe("grpo_tiny_cpu", cluster=cpu2), cpu2)
+    assert dense["model_active_parameters"] == dense["model_parameters"]
+    assert "active per token" not in format_plan(dense)
