@@ -79,6 +79,12 @@ KEY_DOCS: dict[str, str] = {
                                                "recomputation",
     "megatron_training.recompute_method": "null only (as recompute_granularity)",
     "megatron_training.recompute_num_layers": "null only (as recompute_granularity)",
+    "megatron_training.no_pad_to_seq_lengths": "MindSpeed-RL's: true or null only (MindRL "
+                                               "packs real tokens, never pads)",
+    "megatron_training.finetune": "MindSpeed-RL's: true or null only (`load:` holds weights "
+                                  "only; a run resumes from its own save directory)",
+    "megatron_training.no_shuffle": "prompts in file order every epoch; false = a seeded "
+                                    "shuffle per epoch (run-wide)",
 
     # --- rl_config -------------------------------------------------------------------------
     "rl_config.actor_resource": "the actor's devices: one of `num_npus`, `num_gpus`, "
@@ -154,6 +160,12 @@ KEY_DOCS: dict[str, str] = {
     "rl_config.dynamic_sampling": "DAPO: drop groups whose samples all score the same and "
                                   "generate again to fill the batch",
     "rl_config.max_gen_rounds": "generation rounds per step to fill the batch (>= 1)",
+    "rl_config.overlong_buffer_len": "DAPO's soft overlong penalty: 0 up to max_tokens - this "
+        "many response tokens, then linear to -overlong_penalty_factor at "
+        "sampling_config.max_tokens, added to the rule score (rewards/overlong_penalty); 0 = "
+        "off. MindSpeed-RL's name: overlong_buffer",
+    "rl_config.overlong_penalty_factor": "the overlong penalty at max_tokens (>= 0). "
+                                         "MindSpeed-RL's name: overlong_buffer_penalty_factor",
     "rl_config.val_data_path": "held-out prompt rows for validation",
     "rl_config.val_before_train": "validate before the first step",
     "rl_config.val_n_samples": "samples per validation prompt (>= 1)",
@@ -166,6 +178,20 @@ KEY_DOCS: dict[str, str] = {
     "rl_config.kl_ctrl_type": "`fixed` only: kl_coef is constant",
     "rl_config.log_max_throughput": "false only: perf/throughput is one figure",
     "rl_config.num_cpus_for_local_task": "null only: MindRL starts no Ray local task",
+    "rl_config.token_level_loss": "MindSpeed-RL's: true = loss_agg_mode token-mean, false = "
+                                  "seq-mean-token-mean; refused where loss_agg_mode differs",
+    "rl_config.clip_higher_enable": "MindSpeed-RL's: false refuses clip_ratio_low/high other "
+                                    "than clip_ratio",
+    "rl_config.overlong_buffer_enable": "MindSpeed-RL's: must be true iff overlong_buffer "
+                                        "(overlong_buffer_len) > 0",
+    "rl_config.rollout_max_tokens": "MindSpeed-RL's: must equal sampling_config.max_tokens",
+    "rl_config.filter_groups_metric": "MindSpeed-RL's: must be the one verifier of "
+        "verifier_function (dynamic sampling compares scores); filter_groups_enable is "
+        "MindSpeed-RL's name for dynamic_sampling",
+    "rl_config.filter_groups_max_batches": "MindSpeed-RL's: -1 (unbounded there; "
+                                           "max_gen_rounds bounds it here) or max_gen_rounds",
+    "rl_config.filter_groups_train_batch_size": "MindSpeed-RL's: must equal "
+                                                "megatron_training.global_batch_size",
 
     # --- generate_config -------------------------------------------------------------------
     "generate_config.infer_tensor_parallel_size": "vLLM tensor parallelism per engine (must "

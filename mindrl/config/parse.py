@@ -103,7 +103,10 @@ def _role_model(section: str, name: Optional[str], composed: ModelSpec,
 
 
 # MindSpeed-RL's names for MindRL keys: (section, its name) -> MindRL's key in that section.
-ALIASES = {("rl_config", "init_kl_coef"): "kl_coef"}
+ALIASES = {("rl_config", "init_kl_coef"): "kl_coef",
+           ("rl_config", "overlong_buffer"): "overlong_buffer_len",
+           ("rl_config", "overlong_buffer_penalty_factor"): "overlong_penalty_factor",
+           ("rl_config", "filter_groups_enable"): "dynamic_sampling"}
 
 
 def _apply_aliases(data: dict, problems: list[Problem]) -> dict:

@@ -43,6 +43,14 @@ ONLY_VALUES: dict[str, tuple[tuple[Any, ...], str, str]] = {
     "generate_config.enable_expert_parallel": ((False,), "needs a mixture-of-experts model, "
                                                "and MindRL has none yet",
                                                "set it to false, or remove it"),
+    "megatron_training.no_pad_to_seq_lengths": ((None, True), "asks for samples padded to "
+                                                "seq_length, which MindRL never does: "
+                                                "Megatron passes pack real tokens",
+                                                "set it to true, or remove it"),
+    "megatron_training.finetune": ((None, True), "asks Megatron to resume the iteration and "
+                                   "optimizer from `load:`; MindRL's `load:` holds weights only "
+                                   "and a run resumes from its own save directory",
+                                   "set it to true, or remove it"),
     "generate_config.num_scheduler_steps": ((1,), "asks for multi-step scheduling, which "
                                             "vLLM V1 (the engine MindRL runs) does not have",
                                             "set it to 1, or remove it"),

@@ -2,10 +2,15 @@
 
 Every device count and every tensor-parallel size (training and inference) is divided by D,
 so pipeline stages, data-parallel replicas and the number of rollout engines stay as the
-recipe has them; the devices become logical CPU slots. The model becomes tiny-qwen2 and the
+recipe has them; the devices become logical CPU slots. A tensor-parallel size of 1 cannot be
+divided and stays 1: those engines (or model replicas) then shrink in number, D-fold, with
+the devices (grpo_qwen3_8b's 16 engines of TP1 become 8 at D=2), while the ratios of the
+divided sizes stay. The model becomes the tiny one of the recipe model's family (TINY_MODELS:
+tiny-qwen2 for Qwen2 and Llama, tiny-qwen3 for Qwen3, tiny-qwen3-moe for Qwen3-MoE) and the
 data the generated arithmetic task (made on first use, as the embedded default does), with
 lengths to match; a vision-language recipe's become tiny-qwen25vl and grpo_tiny_vl_cpu's
-image task (validated on its held-out images when the recipe validates). Every flag stays as
+image task (validated on its held-out images when the recipe validates). DAPO's overlong
+buffer keeps its share of the response limit (at least one token). Every flag stays as
 the recipe sets it (sequence parallel, colocation, offload, KL loss, verifiers, micro batch
 sizes, samples per prompt, updates per step); a micro-batch token budget keeps its count of
 longest samples. The step takes the fewest prompts that still give every actor DP rank a full
@@ -27,6 +32,9 @@ from mindrl.config.errors import STRUCTURE, ConfigError, Problem
 
 WORK = "${mindrl.work_dir:}"
 TINY_MODEL = "tiny-qwen2"
+# The recipe model's architecture -> the tiny model of its family (others: TINY_MODEL).
+TINY_MODELS = {"qwen2": TINY_MODEL, "llama": TINY_MODEL, "qwen3": "tiny-qwen3",
+               "qwen3_moe": "tiny-qwen3-moe"}
 TINY_VL_MODEL = "tiny-qwen25vl"      # a recipe on a vision-language model keeps one
 ROLE_SECTIONS = ("megatron_training", "actor_config", "ref_config", "reward_config")
 RESOURCES = ("actor_resource", "reference_resource", "reward_resource")
@@ -50,6 +58,9 @@ VL_LENGTHS = {**LENGTHS, ("megatron_training", "seq_length"): 128,
 
 
 def _divide(value: Any, divisor: int, key: str, problems: list) -> Any:
+    """value / divisor; a tensor-parallel size of 1 stays 1 (see the module docstring)."""
+    if value == 1 and key.endswith("_parallel_size"):
+        return value
     if not isinstance(value, int) or value % divisor:
         problems.append(Problem(key, f"cannot be divided by scale_down={divisor}",
                                 "pick a scale_down that divides every TP size and device count "
@@ -100,11 +111,12 @@ def scale_down(raw: Any) -> Any:
     if problems:
         raise ConfigError(problems)
 
-    vision = bool((data.get("model") or {}).get("vision"))
-    tiny = TINY_VL_MODEL if vision else TINY_MODEL
+    model = data.get("model") or {}
+    vision = bool(model.get("vision"))
+    tiny = TINY_VL_MODEL if vision else TINY_MODELS.get(model.get("architecture"), TINY_MODEL)
     data["model"] = OmegaConf.to_container(OmegaConf.load(_model_file(tiny)))
     data["prepare"] = dict(VL_TASK) if vision else {
-        "tiny_model": TINY_MODEL, "tokenizer": "char", "task": "arith", "num_prompts": 4096,
+        "tiny_model": tiny, "tokenizer": "char", "task": "arith", "num_prompts": 4096,
         "max_operand": 3, "holdout_pairs": 0}
     shared = data.setdefault("megatron_training", {})
     shared.update(model=tiny, tokenizer_name_or_path=f"{WORK}/models/{tiny}-hf",
@@ -125,12 +137,28 @@ def scale_down(raw: Any) -> Any:
         rl.pop("val_data_path", None)
     gen["dtype"] = "float32"
     sampling = gen.setdefault("sampling_config", {})
+    recipe_max_tokens = sampling.get("max_tokens")
     sampling["max_tokens"] = min(sampling.get("max_tokens", MAX_TOKENS), MAX_TOKENS)
+    _scale_overlong(rl, recipe_max_tokens, sampling["max_tokens"])
     sampling["min_tokens"] = min(sampling.get("min_tokens", 0), MAX_TOKENS)
     _scale_token_budgets(data, longest, _longest(data))
     del data["scale_down"]
     _fewest_prompts(data)
+    rl = data["rl_config"]        # _fewest_prompts may have replaced it
+    if rl.get("filter_groups_train_batch_size") is not None:   # MindSpeed-RL's copy of it
+        rl["filter_groups_train_batch_size"] = data["megatron_training"]["global_batch_size"]
     return OmegaConf.create(data)
+
+
+def _scale_overlong(rl: dict, recipe_max_tokens: Any, max_tokens: int) -> None:
+    """DAPO's response limit copy follows max_tokens; the overlong buffer (MindRL's name or
+    MindSpeed-RL's) keeps its share of it, at least one token."""
+    if rl.get("rollout_max_tokens") is not None:
+        rl["rollout_max_tokens"] = max_tokens
+    for key in ("overlong_buffer_len", "overlong_buffer"):
+        buffer = rl.get(key)
+        if isinstance(buffer, int) and buffer > 0 and isinstance(recipe_max_tokens, int):
+            rl[key] = max(1, buffer * max_tokens // recipe_max_tokens)
 
 
 def _fewest_prompts(data: dict) -> None:

@@ -17,7 +17,7 @@ DeviceKind = Literal["npu", "cuda", "cpu"]
 # megatron_training keys that describe the run, not a role: a role section may not
 # override them (one global batch, one dataset, one schedule length for everybody).
 RUN_WIDE_KEYS = ("global_batch_size", "train_iters", "data_path", "dataset_additional_keys",
-                 "seq_length", "save_interval", "stage")
+                 "seq_length", "save_interval", "stage", "no_shuffle")
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,9 @@ class MegatronConfig:
     recompute_granularity: Optional[str] = None   # no activation recomputation: null only
     recompute_method: Optional[str] = None
     recompute_num_layers: Optional[int] = None
+    no_pad_to_seq_lengths: Optional[bool] = None  # true/null only: packed, never padded
+    finetune: Optional[bool] = None               # true/null only: `load:` holds weights only
+    no_shuffle: bool = False          # prompts in file order every epoch (else seeded shuffle)
 
     @property
     def model_parallel_size(self) -> int:
@@ -148,6 +151,10 @@ class RLConfig:
     max_prompt_length: int = 1024
     dynamic_sampling: bool = False        # DAPO: drop groups whose samples all score the same
     max_gen_rounds: int = 3               # generation rounds per step to fill the batch
+    # DAPO's soft overlong penalty on the rule score (rewards/overlong.py): 0 up to max_tokens
+    # - overlong_buffer_len response tokens, then down to -overlong_penalty_factor at max_tokens.
+    overlong_buffer_len: int = 0          # 0 = off
+    overlong_penalty_factor: float = 1.0
     actor_forward_micro_batch_size: Optional[int] = None  # null = micro_batch_size
     ref_forward_micro_batch_size: Optional[int] = None
     blocking: bool = True
@@ -186,6 +193,15 @@ class RLConfig:
     kl_ctrl_type: str = "fixed"            # fixed only: kl_coef is constant
     log_max_throughput: bool = False       # false only: one perf/throughput figure
     num_cpus_for_local_task: Optional[float] = None  # null only: no Ray local task
+    # MindSpeed-RL's DAPO names (config/dapo_checks.py); overlong_buffer,
+    # overlong_buffer_penalty_factor and filter_groups_enable are aliases (parse.ALIASES).
+    token_level_loss: Optional[bool] = None        # true = loss_agg_mode token-mean
+    clip_higher_enable: Optional[bool] = None      # false = clip_ratio_low/high unset or equal
+    overlong_buffer_enable: Optional[bool] = None  # must agree with overlong_buffer_len > 0
+    rollout_max_tokens: Optional[int] = None       # = sampling_config.max_tokens
+    filter_groups_metric: Optional[str] = None     # = the one verifier the score is
+    filter_groups_max_batches: Optional[int] = None   # -1: bounded by max_gen_rounds
+    filter_groups_train_batch_size: Optional[int] = None   # = global_batch_size
 
     @property
     def uses_reference(self) -> bool:

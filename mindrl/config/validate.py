@@ -23,6 +23,7 @@ from mindrl.config.parse import parse
 from mindrl.config.placement import (devices_required, engine_devices, place_roles,
                                      rollout_data_parallel_size)
 from mindrl.config.ported import check_ported
+from mindrl.config.dapo_checks import check_dapo
 from mindrl.config.packing_checks import check_packing
 from mindrl.config.rl_checks import check_algorithm
 from mindrl.config.scale_down import scale_down, with_cpu_slots
@@ -370,6 +371,7 @@ def find_problems(run: RunConfig, cluster: ClusterResources, *,
     out += check_algorithm(run)
     out += check_packing(run)
     out += check_ported(run)
+    out += check_dapo(run)
     out += check_roles(run, cluster)
     out += check_bf16(run, cluster)
     out += check_reward(run)

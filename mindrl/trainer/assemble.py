@@ -20,7 +20,7 @@ from mindrl.config.roles import role_setup
 from mindrl.config.schema import RunConfig
 from mindrl.data.prompt_loader import PromptLoader
 from mindrl.data.prompt_rows import extra_keys
-from mindrl.rewards import RuleReward
+from mindrl.rewards import OverlongConfig, RuleReward
 from mindrl.rollout.engine_group import RolloutGroup
 from mindrl.trainer.prompt_batches import PromptBatches
 from mindrl.trainer.resume import ResumePlan, plan_resume
@@ -71,6 +71,16 @@ def _prompt_rows(prompts: PromptBatches, path: str, run_dir: Path, rejects_name:
     return rows
 
 
+def overlong_config(run: RunConfig) -> Optional[OverlongConfig]:
+    """DAPO's overlong penalty on the rule score, ramping to the engines' response limit
+    (generate_config.sampling_config.max_tokens); None when overlong_buffer_len is 0."""
+    rl = run.rl_config
+    if not rl.overlong_buffer_len:
+        return None
+    return OverlongConfig(run.generate_config.sampling_config.max_tokens,
+                          rl.overlong_buffer_len, rl.overlong_penalty_factor)
+
+
 def assemble(run: RunConfig, log: Callable[[str], None] = print) -> RunParts:
     """Every part of the run, its workers and engines started; `<run_dir>/workers.json`
     lists each role's pids."""
@@ -84,13 +94,13 @@ def assemble(run: RunConfig, log: Callable[[str], None] = print) -> RunParts:
     loader = PromptLoader(
         _prompt_rows(prompts, shared.data_path, run_dir, "prompt_rejects.jsonl",
                      "data/prompts_over_max_length", data_metrics, log),
-        shared.global_batch_size, seed=shared.seed)
+        shared.global_batch_size, seed=shared.seed, shuffle=not shared.no_shuffle)
     val_rows = (_prompt_rows(prompts, rl.val_data_path, run_dir, "val_prompt_rejects.jsonl",
                              "data/val_prompts_over_max_length", data_metrics, log)
                 [:rl.val_max_prompts] if rl.val_data_path else [])
     reward = (RuleReward(rl.verifier_function, rl.verifier_weight,
                          verifier_timeout=rl.verifier_timeout,
-                         verifier_parallel=rl.verifier_parallel)
+                         verifier_parallel=rl.verifier_parallel, overlong=overlong_config(run))
               if rl.rule_reward else None)
     resume_plan = plan_resume(run, save_dir)
     slots, engine_slots = create_placement(run)

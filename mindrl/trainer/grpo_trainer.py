@@ -56,14 +56,16 @@ class GRPOTrainer:
     def _score(self, batch: Batch) -> Tuple[List[float], Dict[str, float]]:
         """Per sample: rule score (weighted verifiers) + reward_model_weight x reward-model
         score, each part present when its rl_config switch is on. Verifiers get the label and
-        the dataset's additional keys as keywords."""
+        the dataset's additional keys as keywords; the rule score carries DAPO's overlong
+        penalty when rl_config.overlong_buffer_len is set (rewards/overlong_penalty)."""
         parts, prompts = self.parts, self.parts.prompts
         scores, metrics = [0.0] * len(batch), {}
         if parts.reward is not None:
-            texts = prompts.tokenizer.batch_decode(batch.response_lists(),
-                                                   skip_special_tokens=True)
+            responses = batch.response_lists()
+            texts = prompts.tokenizer.batch_decode(responses, skip_special_tokens=True)
             extras = [{k: batch[k][i] for k in prompts.extra_keys} for i in range(len(batch))]
-            scores, metrics = parts.reward.score(texts, batch["label"], extras)
+            scores, metrics = parts.reward.score(texts, batch["label"], extras,
+                                                 [len(r) for r in responses])
         if parts.reward_model is not None:
             model_scores = parts.reward_model.compute_scores(ray.put(
                 prompts.for_workers(batch)), self.run.reward_config.micro_batch_size)

@@ -12,6 +12,8 @@ RECIPE_CLUSTERS = {
     "grpo_qwen25_7b": ClusterResources("cuda", 8, 1, device_memory_gib=80),
     "grpo_qwen25vl_7b_geo3k": ClusterResources("npu", 8, 1, device_memory_gib=64),
     "grpo_qwen25vl_32b_geo3k": ClusterResources("npu", 8, 4, device_memory_gib=64),
+    "grpo_qwen3_8b": ClusterResources("npu", 16, 1, device_memory_gib=64),    # one A3 node
+    "dapo_qwen3_32b": ClusterResources("npu", 16, 1, device_memory_gib=64),
 }
 
 

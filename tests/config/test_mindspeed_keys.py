@@ -87,7 +87,9 @@ def test_each_mindspeed_only_key_is_refused_at_another_value(key):
     other = {"megatron_training.stage": "ray_ppo", "rl_config.kl_ctrl_type": "adaptive",
              "generate_config.num_scheduler_steps": 4,
              "megatron_training.recompute_num_layers": 2,
-             "rl_config.num_cpus_for_local_task": 2.0}.get(
+             "rl_config.num_cpus_for_local_task": 2.0,
+             "megatron_training.no_pad_to_seq_lengths": "false",
+             "megatron_training.finetune": "false"}.get(
                  key, "full" if "recompute" in key else "true")
     allowed, _, fix = ONLY_VALUES[key]
     with pytest.raises(ConfigError) as info:

@@ -2,9 +2,11 @@
 
 import pytest
 
-from mindrl.config import ConfigError, load_recipe, make_plan
+from mindrl.config import ClusterResources, ConfigError, load_recipe, make_plan
 from mindrl.config.placement import engine_devices, rollout_data_parallel_size
 from mindrl.config.scale_down import with_cpu_slots
+
+A3 = ClusterResources("npu", 16, 1, device_memory_gib=64)   # one Ascend A3 node
 
 
 def _layout(run, role):
@@ -84,3 +86,42 @@ def test_a_miniature_mini_batch_fills_a_micro_batch_on_every_actor_rank(recipe, 
     assert samples % dp == 0 and samples >= dp * mini.actor_config.micro_batch_size
     smaller = (prompts - 1) * mini.rl_config.n_samples_per_prompt
     assert smaller % dp or smaller < dp * mini.actor_config.micro_batch_size
+
+
+@pytest.mark.parametrize("model, tiny", [("qwen25-7b", "tiny-qwen2"), ("llama3-8b", "tiny-qwen2"),
+                                         ("qwen3-8b", "tiny-qwen3"),
+                                         ("qwen3-30b-a3b", "tiny-qwen3-moe")])
+def test_the_tiny_model_is_the_recipe_models_family(model, tiny, cpu2):
+    mini = load_recipe("grpo_qwen25_7b", [f"model={model}", "+scale_down=2"], cluster=cpu2)
+    assert mini.model.name == mini.megatron_training.model == mini.prepare.tiny_model == tiny
+    assert mini.actor_config.load.endswith(f"models/{tiny}-mcore")
+    assert mini.megatron_training.tokenizer_name_or_path.endswith(f"models/{tiny}-hf")
+
+
+def test_a_tensor_parallel_size_of_1_stays_1_and_its_engines_shrink_with_the_devices(cpu2):
+    """grpo_qwen3_8b: actor TP2 PP2 DP4 and 16 vLLM engines of TP1 on 16 NPUs; at D=2 the
+    actor is TP1 PP2 DP4 on 8 slots and the engines 8 of TP1."""
+    full = load_recipe("grpo_qwen3_8b", cluster=A3, check_paths=False)
+    mini = load_recipe("grpo_qwen3_8b", ["+scale_down=2"], cluster=cpu2)
+    assert _layout(full, "actor") == (2, 2, 4) and _layout(mini, "actor") == (1, 2, 4)
+    assert rollout_data_parallel_size(full) == 16 and rollout_data_parallel_size(mini) == 8
+    assert mini.generate_config.infer_tensor_parallel_size == 1
+    assert mini.resource("actor").count == 8 and mini.model.name == "tiny-qwen3"
+    # One prompt per engine; DP4 x micro 1 filled; the recipe's single update per step kept.
+    assert mini.megatron_training.global_batch_size == mini.rl_config.mini_batch_size == 8
+    assert make_plan(mini, with_cpu_slots(cpu2, mini), [])["rollout"]["instances"] == 8
+    with pytest.raises(ConfigError) as e:     # TP2 cannot be divided by 4
+        load_recipe("grpo_qwen3_8b", ["+scale_down=4"], cluster=cpu2)
+    assert "actor_config.tensor_model_parallel_size" in str(e.value)
+
+
+def test_dapo_lengths_follow_the_tiny_response_limit(cpu2):
+    """dapo_qwen3_32b at D=8: the 512-of-2048 overlong buffer keeps its quarter of the 8 tiny
+    tokens, rollout_max_tokens and filter_groups_train_batch_size follow what they copy."""
+    mini = load_recipe("dapo_qwen3_32b", ["+scale_down=8"], cluster=cpu2)
+    rl = mini.rl_config
+    assert mini.generate_config.sampling_config.max_tokens == rl.rollout_max_tokens == 8
+    assert rl.overlong_buffer_len == 2 and rl.overlong_penalty_factor == 0.1
+    assert rl.filter_groups_train_batch_size == mini.megatron_training.global_batch_size == 2
+    assert _layout(mini, "actor") == (1, 2, 1) and rollout_data_parallel_size(mini) == 2
+    assert rl.dynamic_sampling and mini.model.name == "tiny-qwen3"
