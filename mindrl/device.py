@@ -160,11 +160,15 @@ def init_distributed(rank: int, world_size: int, master_addr: str = "127.0.0.1",
 
 
 def prepare_megatron() -> None:
-    """Make Megatron-core usable on this device: on CPU install the compatibility layer."""
+    """Make Megatron-core usable on this device: on CPU install the compatibility layer;
+    on every device bind what its MoE code reads from Transformer Engine when TE is absent."""
     if is_cpu():
         from mindrl.platforms.cpu import megatron_compat
 
         megatron_compat.install()
+    from mindrl.platforms import megatron_without_te
+
+    megatron_without_te.bind_te_general_gemm()
 
 
 def has_grouped_expert_gemm() -> bool:

@@ -73,25 +73,43 @@ def transformer_config(spec: ModelSpec, parallel: Parallelism, params_dtype: str
 def _block_spec(config, family):
     """The family's local (no Transformer Engine) layer spec with SDPA as its core attention
     and torch norms that work under sequence parallelism (`norms.SequenceParallelNorm`), the
-    block's final norm and any q/k norms included, for this rank's pipeline stage."""
+    block's final norm and any q/k norms included, for this rank's pipeline stage. A MoE
+    model's layers follow `config.moe_layer_freq`: the family's MoE layer where it is 1, its
+    dense layer (`dense_layer_spec`) where it is 0."""
     from megatron.core.transformer.transformer_block import (TransformerBlockSubmodules,
                                                              get_num_layers_to_build)
+    from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
 
     from mindrl.models import packed_rope
     from mindrl.models.norms import SequenceParallelNorm
-    from mindrl.models.sdpa_attention import SDPAttention
 
     packed_rope.install()
 
-    layer = family.layer_spec(config)
+    first = get_transformer_layer_offset(config)
+    layers = range(first, first + get_num_layers_to_build(config))
+    if config.num_moe_experts:
+        moe, dense = _local_layer(family.layer_spec(config), config), None
+        freq = config.moe_layer_freq
+        if isinstance(freq, list) and 0 in freq:
+            dense = _local_layer(family.dense_layer_spec(config), config)
+        specs = [moe if dense is None or freq[i] else dense for i in layers]
+    else:
+        specs = [_local_layer(family.layer_spec(config), config)] * len(layers)
+    return TransformerBlockSubmodules(layer_specs=specs, layer_norm=SequenceParallelNorm)
+
+
+def _local_layer(layer, config):
+    """One layer spec with MindRL's attention and SP-capable norms in its slots."""
+    from mindrl.models.norms import SequenceParallelNorm
+    from mindrl.models.sdpa_attention import SDPAttention
+
     attention = layer.submodules.self_attention.submodules
     attention.core_attention = SDPAttention
     if config.qk_layernorm:   # per-head q/k norms (Qwen3): the local spec's refuses SP too
         attention.q_layernorm = attention.k_layernorm = SequenceParallelNorm
     layer.submodules.input_layernorm = SequenceParallelNorm
     layer.submodules.pre_mlp_layernorm = SequenceParallelNorm
-    return TransformerBlockSubmodules(layer_specs=[layer] * get_num_layers_to_build(config),
-                                      layer_norm=SequenceParallelNorm)
+    return layer
 
 
 def build_gpt_model(spec: ModelSpec, parallel: Parallelism, params_dtype: str = "fp32",

@@ -106,3 +106,35 @@ def test_family_declares_experts_and_qwen3_attention():
     assert family.features.experts and family.features.qk_norm
     assert not family.features.qkv_bias
     assert not model_family("qwen3").features.experts
+
+
+def test_megatron_config_routes_as_transformers_does():
+    from mindrl.config.roles import Parallelism
+    from mindrl.models.builder import transformer_config
+
+    spec = load_model_spec("tiny-qwen3-moe")
+    config = transformer_config(spec, Parallelism())
+    assert (config.num_moe_experts, config.moe_router_topk, config.moe_ffn_hidden_size) == (
+        8, 2, 64)
+    assert config.ffn_hidden_size == 256 and config.qk_layernorm
+    # norm_topk_prob: softmax over the top-k logits == HF's softmax -> top-k -> renormalise.
+    assert config.moe_router_pre_softmax is False and config.moe_aux_loss_coeff == 0.0
+    assert config.moe_layer_freq == [1, 1] and config.moe_token_dispatcher_type == "allgather"
+    assert config.moe_grouped_gemm is False          # CPU: experts one by one
+    unnormalised = dataclasses.replace(spec, moe=dataclasses.replace(
+        spec.moe, norm_topk_prob=False, dense_layers=(0,)))
+    config = transformer_config(unnormalised, Parallelism())
+    assert config.moe_router_pre_softmax is True and config.moe_layer_freq == [0, 1]
+
+
+def test_moe_router_runs_without_transformer_engine():
+    from mindrl import device
+
+    device.prepare_megatron()
+    from megatron.core.transformer.moe import moe_utils
+
+    x, w = torch.randn(5, 16, requires_grad=True), torch.randn(4, 16, requires_grad=True)
+    out = moe_utils.router_gating_linear(x, w, None, torch.float32)
+    out.sum().backward()
+    assert torch.allclose(out, x @ w.T, atol=1e-6)
+    assert torch.allclose(w.grad, x.detach().sum(0).expand(4, 16), atol=1e-5)

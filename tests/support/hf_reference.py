@@ -19,6 +19,14 @@ def reference_hf_model(spec, seed=0):
         config = transformers.Qwen3Config(head_dim=spec.head_dim, attention_bias=False,
                                           **common)
         cls = transformers.Qwen3ForCausalLM
+    elif spec.architecture == "qwen3_moe":   # Qwen3's attention, experts in the MLP
+        moe = spec.moe
+        config = transformers.Qwen3MoeConfig(
+            head_dim=spec.head_dim, attention_bias=False, num_experts=moe.num_experts,
+            num_experts_per_tok=moe.router_topk, moe_intermediate_size=moe.ffn_hidden_size,
+            norm_topk_prob=moe.norm_topk_prob, mlp_only_layers=list(moe.dense_layers),
+            **common)
+        cls = transformers.Qwen3MoeForCausalLM
     else:
         config = transformers.LlamaConfig(attention_bias=spec.add_qkv_bias, **common)
         cls = transformers.LlamaForCausalLM
