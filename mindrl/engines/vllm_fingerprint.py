@@ -11,6 +11,7 @@ from typing import Dict, List
 
 import torch
 
+from mindrl import device
 from mindrl.ckpt.fingerprint import digest, probe
 
 
@@ -36,6 +37,13 @@ def _linear_outputs(module, dtype):
     return weight_parts, bias_parts
 
 
+def _replicated(module) -> bool:
+    """Whether every TP rank holds the whole layer (an MoE router: vLLM's ReplicatedLinear)."""
+    from vllm.model_executor.layers.linear import ReplicatedLinear
+
+    return isinstance(module, ReplicatedLinear)
+
+
 def _output_parts(module):
     """Per output partition of a linear layer (its `output_partition_sizes`, the parts vLLM
     fuses), where this TP rank's rows sit in that part's full HF tensor: (full rows, first
@@ -44,9 +52,10 @@ def _output_parts(module):
     tp_size, tp_rank = getattr(module, "tp_size", 1), getattr(module, "tp_rank", 0)
     if getattr(module, "input_is_parallel", False):
         return [(module.output_size, 0, tp_rank == 0 or tp_size == 1)]
-    local = list(getattr(module, "output_partition_sizes", [module.output_size_per_partition]))
-    if tp_size == 1:
-        return [(rows, 0, True) for rows in local]
+    local = list(getattr(module, "output_partition_sizes", None)
+                 or [module.output_size_per_partition])
+    if tp_size == 1 or _replicated(module):
+        return [(rows, 0, tp_rank == 0) for rows in local]
     if hasattr(module, "total_num_kv_heads"):      # fused q, k, v with GQA
         replicas = module.num_kv_head_replicas
         full = [module.total_num_heads * module.head_size,
@@ -83,6 +92,48 @@ def _head_output(module, dtype):
 SUM, ONE = "sum", "one"    # how TP workers' digests combine: add shards, or take rank 0's
 
 
+def _expert_tensors(module):
+    """[(HF name, shard id, expert)] of a vLLM expert layer, from vLLM's own expert mapping
+    (the names its loader accepts: ``<mlp>.experts.<e>.{gate,up,down}_proj.weight``)."""
+    base = module.layer_name.rpartition(".")[0]
+    return [(f"{base}.{weight_name}weight", shard, expert)
+            for _, weight_name, expert, shard in module.get_expert_mapping()]
+
+
+def _expert_entries(module, mod_name, with_digest, add) -> None:
+    """Every expert's gate, up and down projection of a vLLM expert layer (``w13_weight``
+    [E, 2I, H], ``w2_weight`` [E, H, I]) as HF tensors, digested from what the platform's
+    MoE kernel computes with (`VLLMBuild.expert_products`: on CPU, through the kernel, whose
+    packed layout a stale load breaks). At infer TP > 1 a rank holds rows [r I/tp, ...) of
+    each gate / up and the matching columns of each down, whose partial products are summed
+    over TP (rank 0 counts them). Inference expert parallelism is not supported here."""
+    config = module.moe_config
+    parallel = config.moe_parallel_config
+    if module.local_num_experts != config.num_logical_experts:
+        raise NotImplementedError(f"{mod_name}: fingerprints of experts split over inference "
+                                  f"expert parallelism")
+    hidden = config.hidden_dim_unpadded or config.hidden_dim
+    width = config.intermediate_size_per_partition_unpadded
+    full = width * parallel.tp_size
+    first = parallel.tp_rank * width
+    products = None
+    if with_digest:
+        p = probe(hidden)
+        q = probe(full)[first:first + width]
+        gate, up, down = device.vllm_build().expert_products(module, p, q)
+        if parallel.tp_size > 1:
+            from vllm.distributed import tensor_model_parallel_all_reduce
+
+            down = tensor_model_parallel_all_reduce(down.contiguous())
+        products = {"w1": gate, "w3": up, "w2": down}
+    for name, shard, expert in _expert_tensors(module):
+        y = None if products is None else products[shard][expert]
+        if shard == "w2":
+            add(name, (hidden, full), mod_name, y, SUM, 0, parallel.tp_rank == 0)
+        else:
+            add(name, (full, hidden), mod_name, y, SUM, first)
+
+
 def vllm_view(worker, with_digest: bool):
     """{HF name: [full shape, [digest per place vLLM uses the tensor], loading module, how
     ranks combine]} on this TP worker; `combine_views` merges the workers' views.
@@ -96,6 +147,7 @@ def vllm_view(worker, with_digest: bool):
     TP > 1 each worker digests the rows it holds (`digest` of a shard), so only digests
     leave the workers.
     """
+    from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
     from vllm.model_executor.layers.linear import LinearBase
     from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 
@@ -145,6 +197,8 @@ def vllm_view(worker, with_digest: bool):
                            merged)
                 if "bias" in params:
                     add_merged(name + ".bias", (rows,), mod_name, b_parts, merged)
+        elif isinstance(module, RoutedExperts):
+            _expert_entries(module, mod_name, with_digest, add)
         elif isinstance(module, ParallelLMHead):
             weight = params["weight"]
             tied = name_of_param.get(id(weight))     # a tied head is the embedding's 2nd place

@@ -1,5 +1,8 @@
 """How weights get into a running vLLM model, worker side (functions run by ``collective_rpc``).
 
+Every loader ends by re-running what the platform's expert kernels prepare after a load
+(`VLLMBuild.refresh_moe_layers`: vLLM's CPU MoE kernel packs experts at the first load only).
+
 Three loaders, picked once per engine by `load_mode` (the platform's vLLM build decides,
 `device.vllm_build()`): ``in_place`` and ``packed`` are the CPU build's
 (platforms/cpu/vllm_loaders.py); ``reload`` (everything else: GPU, NPU, quantized or unknown
@@ -60,7 +63,9 @@ def reload_weights(worker, weights: NamedTensors, loaded_modules: List[str]) -> 
     finally:
         for log, level in zip(quiet, levels):
             log.setLevel(level)
-    _refresh_tied_heads(worker.model_runner.get_model(), loaded_modules)
+    model = worker.model_runner.get_model()
+    _refresh_tied_heads(model, loaded_modules)
+    device.vllm_build().refresh_moe_layers(model, loaded_modules)
 
 
 def _refresh_tied_heads(model, loaded_modules: List[str]) -> None:
@@ -77,13 +82,16 @@ def _refresh_tied_heads(model, loaded_modules: List[str]) -> None:
 
 
 def _load_in_place(worker, weights: NamedTensors, modules: List[str]) -> None:
-    device.vllm_build().load_in_place(worker.model_runner.get_model(), weights)
+    model = worker.model_runner.get_model()
+    device.vllm_build().load_in_place(model, weights)
+    device.vllm_build().refresh_moe_layers(model, modules)
 
 
 def _load_packed(worker, weights: NamedTensors, modules: List[str]) -> None:
     model = worker.model_runner.get_model()
     device.vllm_build().load_packed(model, weights, modules)
     _refresh_tied_heads(model, modules)
+    device.vllm_build().refresh_moe_layers(model, modules)
 
 
 # load mode -> loader(worker, weights, names of the vLLM modules they fill)

@@ -45,3 +45,16 @@ class VLLMBuild:
 
     def share_weights(self, model, path: str, view):
         raise NotImplementedError("shared weights need vLLM's CPU build with plain linears")
+
+    def refresh_moe_layers(self, model, loaded_modules=None) -> int:
+        """Re-run what an expert layer's kernel prepares after its weights were written: nothing
+        here (vLLM's reload re-runs these builds' preparation itself). Returns the layers
+        prepared."""
+        return 0
+
+    def expert_products(self, layer, p, q):
+        """(gate p, up p, down q) of every expert of a vLLM expert layer as its kernel computes
+        with them: these builds' kernels compute with the weights as loaded."""
+        from mindrl.platforms.cpu.vllm_experts import loaded_expert_products
+
+        return loaded_expert_products(layer, p, q)

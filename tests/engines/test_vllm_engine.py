@@ -7,7 +7,7 @@ import os
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoTokenizer
 
 from mindrl.ckpt.fingerprint import (checkpoint_fingerprint, compare_fingerprints,
                                      fingerprint_tensors)
@@ -20,6 +20,8 @@ from mindrl.models.tiny import make_tiny_model
 from mindrl.platforms.cpu.vllm_build import CPUVLLMBuild
 from mindrl.platforms.vllm_build import VLLMBuild
 from mindrl.weight_sync.target import WeightTarget
+
+from support.hf_logprobs import max_diff, transformers_log_probs
 
 N = 4
 MAX_TOKENS = 16
@@ -132,26 +134,6 @@ def reload_engine(model_dirs):
 def prompts(model_dirs):
     tok = AutoTokenizer.from_pretrained(model_dirs[0])
     return [tok.encode(t) for t in TEXTS]
-
-
-def transformers_log_probs(model_dir, out: RolloutOutput, temperature=1.0):
-    """Independent recomputation: one transformers forward per sample."""
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    rows = []
-    with torch.no_grad():
-        for prompt, response in zip(out.prompt_token_ids, out.response_token_ids):
-            seq = torch.tensor(prompt + response)
-            logits = model(seq[None]).logits[0].float() / temperature
-            lsm = torch.log_softmax(logits, -1)
-            pos = torch.arange(len(response)) + len(prompt) - 1
-            rows.append(lsm[pos, torch.tensor(response, dtype=torch.long)].tolist())
-    return RolloutOutput(out.prompt_token_ids, out.response_token_ids, rows,
-                         out.finish_reasons).response_tensors(pad_id=0)["rollout_log_probs"]
-
-
-def max_diff(out, ref):
-    got = out.response_tensors(pad_id=0)
-    return float(((got["rollout_log_probs"] - ref).abs() * got["response_mask"]).max())
 
 
 @pytest.mark.slow

@@ -3,7 +3,7 @@ eager, a KV cache sized in bytes, and the loaders of vllm_loaders.py."""
 
 from __future__ import annotations
 
-from mindrl.platforms.cpu import vllm_loaders, vllm_shm
+from mindrl.platforms.cpu import vllm_experts, vllm_loaders, vllm_shm
 from mindrl.platforms.vllm_build import VLLMBuild
 
 # docs/platforms.md#vllm-on-cpu: without an explicit KV-cache size start-up demands 92% of the
@@ -48,3 +48,6 @@ class CPUVLLMBuild(VLLMBuild):
     load_in_place = staticmethod(vllm_loaders.load_in_place)
     load_packed = staticmethod(vllm_loaders.load_packed)
     share_weights = staticmethod(vllm_loaders.share_weights)
+    # The CPU MoE kernel packs experts at the first load only (vllm_experts.py).
+    refresh_moe_layers = staticmethod(vllm_experts.refresh_moe_layers)
+    expert_products = staticmethod(vllm_experts.expert_products)

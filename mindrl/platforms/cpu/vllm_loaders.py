@@ -15,7 +15,8 @@ re-runs the pack for every layer. Two faster loaders, picked once per engine by 
   oneDNN; embeddings, heads and norms are copied. The one pass over the bytes is the pack.
 
 Everything else (quantized or unknown modules, infer TP > 1 with packed linears) goes through
-vLLM's reload (engines/vllm_weights.py). Functions here take vLLM's model (and what else they
+vLLM's reload (engines/vllm_weights.py). Expert layers (MoE) load through vLLM's expert loader
+in every mode, and every mode re-packs them afterwards (vllm_experts.py). Functions here take vLLM's model (and what else they
 need) as arguments; engines/ reaches them through `device.vllm_build()`.
 """
 
@@ -67,9 +68,21 @@ def _modules_with_weights(model):
             yield name, module
 
 
+def _is_experts(module) -> bool:
+    """An unquantized vLLM expert layer (w13 / w2 of every expert)."""
+    from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
+    from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import (
+        UnquantizedFusedMoEMethod)
+
+    return isinstance(module, RoutedExperts) and isinstance(
+        getattr(module, "quant_method", None), UnquantizedFusedMoEMethod)
+
+
 def load_mode(model, tp_size: int) -> str:
     """``in_place``, ``packed`` or ``reload`` (see the module docstring) for vLLM's `model` on
-    a worker of an infer-TP `tp_size` engine."""
+    a worker of an infer-TP `tp_size` engine. Expert layers fit every mode: each loader
+    writes them through vLLM's own expert loader, then re-packs them for the CPU kernel
+    (vllm_experts.refresh_moe_layers)."""
     from vllm.model_executor.layers.linear import LinearBase, UnquantizedLinearMethod
     from vllm.model_executor.layers.vocab_parallel_embedding import (
         UnquantizedEmbeddingMethod, VocabParallelEmbedding)
@@ -87,7 +100,7 @@ def load_mode(model, tp_size: int) -> str:
                 return "reload"
             plain = plain and getattr(module, "_mindrl_plain_weight", not hasattr(module,
                                                                                   "cpu_linear"))
-        elif method is not None:
+        elif method is not None and not _is_experts(module):
             return "reload"
     if plain and not any(p.numel() == 0 or p.is_meta for p in model.parameters()):
         return "in_place"
@@ -132,6 +145,14 @@ def _load_module(module, mod_name: str, fused, by_name) -> None:
 
     prefix, _, leaf = mod_name.rpartition(".")
     prefix = prefix + "." if prefix else ""
+    if _is_experts(module):
+        # vLLM's expert loader (a generator) takes names relative to the layer (its
+        # `layer_name`); the caller re-packs the layer for the kernel afterwards.
+        base = module.layer_name + "."
+        for _ in module.load_weights([(name[len(base):], t) for name, t in by_name.items()
+                                      if name.startswith(base)]):
+            pass
+        return
     if isinstance(module, LinearBase):
         parts = [prefix + part for part in fused.get(leaf, [leaf])]
         if getattr(module, "bias", None) is not None:
@@ -179,7 +200,18 @@ def share_weights(model, path: str, view) -> Tuple[SharedRegion, Places]:
     new weights straight into the memory vLLM computes with: a weight update is one copy, made
     by the writers. The region must live as long as the model; its creator removes the file
     (`SharedRegion.close`).
+
+    A model with expert layers is refused: the CPU MoE kernel computes with a packed copy of
+    the experts that it makes after each load (vllm_experts.py), so plain bytes written into
+    shared memory would never be what it computes with; such a model loads through the shm
+    bucket, in ``in_place`` mode (plain linears) or ``packed``.
     """
+    experts = [name for name, module in model.named_modules() if _is_experts(module)]
+    if experts:
+        raise NotImplementedError(
+            f"shared weights: vLLM's CPU MoE kernel repacks the expert layers ({experts[0]}, "
+            f"...) after every load, so writers cannot write into what it computes with; set "
+            f"generate_config.cpu_weights: packed")
     params = list({id(p): p for p in model.parameters()}.values())
     dtype = params[0].dtype
     region = SharedRegion(path, sum(p.numel() for p in params), dtype, create=True)
