@@ -123,7 +123,37 @@ def install() -> None:
     mrandom._CUDA_RNG_STATE_TRACKER_INITIALIZED = True
     mrandom.initialize_rng_tracker = _keep_cpu_tracker(mrandom.initialize_rng_tracker)
     CudaToCpuMode().__enter__()
+    _host_alltoall_dispatcher()
     _installed = True
+
+
+def _host_alltoall_dispatcher() -> None:
+    """Megatron's alltoall token dispatcher on host memory. Without this its constructor
+    raises `RuntimeError: torch.cuda.Stream requires CUDA support` (a class-wide side stream
+    for device-to-host copies of the split sizes), its forward calls
+    torch.cuda.current_stream(), and at expert parallelism > 1 it hands gloo's
+    all_to_all_single its split sizes as arrays where gloo takes lists of ints. On CPU the
+    sizes are already on the host: the copy point just turns them into lists (the tensor
+    parallel split stays an array, which the dispatcher calls .tolist() on)."""
+    import megatron.core.transformer.moe.token_dispatcher as dispatcher
+
+    cls = dispatcher.MoEAlltoAllTokenDispatcher
+    cls.cuda_dtoh_stream = _HOST_STREAM   # not None: the constructor creates no CUDA stream
+
+    def host_dtoh_and_synchronize(self, point, tokens_per_expert=None):
+        if not self.drop_and_pad and point == self.cuda_dtoh_point:
+            for name in ("input_splits", "output_splits"):
+                value = getattr(self, name)
+                if value is not None and not isinstance(value, list):
+                    setattr(self, name, [int(n) for n in value.tolist()])
+            if isinstance(self.output_splits_tp, torch.Tensor):
+                self.output_splits_tp = self.output_splits_tp.numpy()
+        return tokens_per_expert
+
+    cls._maybe_dtoh_and_synchronize = host_dtoh_and_synchronize
+
+
+_HOST_STREAM = object()   # what the dispatcher keeps as its side stream on a CPU rank
 
 
 def _pass_through(model=None, **kwargs):
