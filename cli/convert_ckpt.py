@@ -9,6 +9,9 @@
 
 The Megatron output is one dist checkpoint that loads at any TP/PP (the target sizes are
 checked and recorded): convert once for both the actor and the reference layouts.
+Qwen3-MoE: --model-type-hf qwen3-moe (or qwen3_moe); experts saved per expert
+(save_pretrained) or stacked (a loaded model's state dict) both convert; written back per
+expert. --target-expert-parallel-size is checked against the expert count.
 Qwen2.5-VL (Qwen2_5_VLForConditionalGeneration): --model-type-hf qwen2_5_vl --add-qkv-bias;
 the vision tower travels as is, the processor files with the tokenizer. A folder without them
 (a bare save_pretrained of the model) converts weights and config with a note; a
@@ -46,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="TP the Megatron checkpoint must support (checked, recorded)")
     p.add_argument("--target-pipeline-parallel-size", type=int, default=1,
                    help="PP the Megatron checkpoint must support (checked, recorded)")
+    p.add_argument("--target-expert-parallel-size", type=int, default=1,
+                   help="EP the Megatron checkpoint must support: a MoE model's experts "
+                        "divide by it (checked, recorded)")
+    p.add_argument("--model", default=None,
+                   help="a configs/model name (e.g. qwen3-30b-a3b): the checkpoint must have "
+                        "that shape (experts, top-k, widths ...), checked before any work")
     p.add_argument("--add-qkv-bias", action="store_true",
                    help="the model has q/k/v biases (Qwen2); must agree with the weights")
     p.add_argument("--load-dir", required=True, type=Path)
@@ -85,6 +94,9 @@ def check_flags(args) -> None:
             f"nothing to convert (a Megatron torch_dist checkpoint already loads at any TP/PP)")
     if args.save_model_type == "mg" and args.max_shard_size is not None:
         raise ConversionError("--max-shard-size applies to HF output (--save-model-type hf)")
+    if args.save_model_type == "hf" and args.target_expert_parallel_size != 1:
+        raise ConversionError("HF output is one unsharded model: use "
+                              "--target-expert-parallel-size 1 (or leave it out)")
     if args.save_model_type == "hf" and args.make_vocab_size_divisible_by is not None:
         raise ConversionError("--make-vocab-size-divisible-by applies to Megatron output "
                               "(--save-model-type mg)")
@@ -108,12 +120,14 @@ def main(argv=None) -> int:
                 model_type_hf=args.model_type_hf, add_qkv_bias=args.add_qkv_bias,
                 tokenizer_model=args.tokenizer_model,
                 make_vocab_size_divisible_by=args.make_vocab_size_divisible_by or 1,
-                overwrite=args.overwrite)
+                overwrite=args.overwrite, ep=args.target_expert_parallel_size,
+                model=args.model)
             for note in plan.notes:
                 print(f"note: {note}")
             out = converter.run_hf_to_mcore(plan, progress=not args.no_progress)
             what = (f"Megatron torch_dist checkpoint ({plan.params_dtype}), loads at any TP/PP; "
-                    f"checked TP={plan.tp} PP={plan.pp}")
+                    f"checked TP={plan.tp} PP={plan.pp}"
+                    + (f" EP={plan.ep}" if plan.spec.is_moe else ""))
         else:
             plan = converter.plan_mcore_to_hf(
                 args.load_dir, args.save_dir, params_dtype=args.params_dtype,
@@ -121,7 +135,7 @@ def main(argv=None) -> int:
                 tokenizer_model=args.tokenizer_model,
                 max_shard_size=args.max_shard_size or "5GB",
                 tp=args.target_tensor_parallel_size, pp=args.target_pipeline_parallel_size,
-                overwrite=args.overwrite)
+                overwrite=args.overwrite, model=args.model)
             for note in plan.notes:
                 print(f"note: {note}")
             out = converter.run_mcore_to_hf(plan, progress=not args.no_progress)

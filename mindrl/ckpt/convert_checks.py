@@ -6,6 +6,7 @@ converter writes anything.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -86,19 +87,77 @@ def check_qkv_bias(add_qkv_bias: Optional[bool], spec: ModelSpec, source: str) -
                           f"({spec.architecture}); drop --add-qkv-bias")
 
 
-def check_parallel_sizes(spec: ModelSpec, tp: int, pp: int) -> None:
-    """Megatron's own divisibility rules, checked before any work."""
-    if tp < 1 or pp < 1:
-        raise ConversionError(f"parallel sizes must be >= 1 (TP={tp}, PP={pp})")
-    for what, value in (("num_attention_heads", spec.num_attention_heads),
-                        ("num_query_groups (num_key_value_heads)", spec.num_query_groups),
-                        ("ffn_hidden_size (intermediate_size)", spec.ffn_hidden_size)):
+def check_parallel_sizes(spec: ModelSpec, tp: int, pp: int, ep: int = 1) -> None:
+    """Megatron's own divisibility rules, checked before any work. A MoE model's experts are
+    split over TP like a dense MLP (expert TP = TP) and dealt out over EP."""
+    if tp < 1 or pp < 1 or ep < 1:
+        raise ConversionError(f"parallel sizes must be >= 1 (TP={tp}, PP={pp}, EP={ep})")
+    sizes = [("num_attention_heads", spec.num_attention_heads),
+             ("num_query_groups (num_key_value_heads)", spec.num_query_groups),
+             ("ffn_hidden_size (intermediate_size)", spec.ffn_hidden_size)]
+    if spec.moe is not None:
+        sizes.append(("moe.ffn_hidden_size (moe_intermediate_size)", spec.moe.ffn_hidden_size))
+    for what, value in sizes:
         if value % tp:
             raise ConversionError(f"--target-tensor-parallel-size {tp} does not divide "
                                   f"{what}={value} of {spec.name}")
     if spec.num_layers % pp:
         raise ConversionError(f"--target-pipeline-parallel-size {pp} does not divide "
                               f"num_layers={spec.num_layers} of {spec.name}")
+    experts = spec.moe.num_experts if spec.moe is not None else None
+    if ep > 1 and experts is None:
+        raise ConversionError(f"--target-expert-parallel-size {ep}: {spec.name} has no "
+                              f"experts; use 1")
+    if experts is not None and experts % ep:
+        raise ConversionError(f"--target-expert-parallel-size {ep} does not divide "
+                              f"moe.num_experts (num_experts)={experts} of {spec.name}; "
+                              f"use a divisor of {experts}")
+
+
+# The `moe:` fields of a model yaml and the config.json keys (HF Qwen3-MoE) they come from.
+MOE_HF_KEYS = {"num_experts": "num_experts", "router_topk": "num_experts_per_tok",
+               "ffn_hidden_size": "moe_intermediate_size", "norm_topk_prob": "norm_topk_prob",
+               "dense_layers": "mlp_only_layers"}
+# Fields a converter's output does not take from the yaml (kv_channels: compared as head_dim).
+_NOT_SHAPE = ("name", "make_vocab_size_divisible_by", "kv_channels", "moe")
+
+
+def check_model_yaml(spec: ModelSpec, model: Optional[str], source: str) -> None:
+    """--model NAME: the checkpoint's shape must be configs/model/NAME.yaml's (the shape the
+    recipe trains), checked before any work; each difference named by its yaml key (and a
+    MoE field by its config.json key too)."""
+    if model is None:
+        return
+    from mindrl.config.model_spec import load_model_spec
+    from mindrl.paths import model_config_path
+
+    try:
+        want = load_model_spec(model)
+    except (FileNotFoundError, ValueError) as e:
+        raise ConversionError(f"--model: {e}") from None
+    yaml = model_config_path(model)
+    wrong = [f"{key}: {got} here, {expected} in the yaml"
+             for key, (got, expected) in _shape_diff(spec, want).items()]
+    if wrong:
+        raise ConversionError(f"{source} is not the model --model {model} describes ({yaml}): "
+                              f"{'; '.join(wrong)}; pass the --model whose yaml matches this "
+                              f"checkpoint, or convert the checkpoint {yaml.name} describes")
+
+
+def _shape_diff(got: ModelSpec, want: ModelSpec) -> Dict[str, Tuple]:
+    """{yaml key (config.json key for a MoE field): (got, wanted)} where two specs differ."""
+    diff = {f.name: (getattr(got, f.name), getattr(want, f.name))
+            for f in dataclasses.fields(got)
+            if f.name not in _NOT_SHAPE and getattr(got, f.name) != getattr(want, f.name)}
+    if got.head_dim != want.head_dim:
+        diff["kv_channels (head_dim)"] = (got.head_dim, want.head_dim)
+    if (got.moe is None) != (want.moe is None):
+        diff["moe"] = (got.moe, want.moe)
+    elif got.moe is not None:
+        diff.update({f"moe.{k} ({hf})": (getattr(got.moe, k), getattr(want.moe, k))
+                     for k, hf in MOE_HF_KEYS.items()
+                     if getattr(got.moe, k) != getattr(want.moe, k)})
+    return diff
 
 
 def tokenizer_source(tokenizer_model: Optional[str], default: Optional[Path]) -> Optional[Path]:

@@ -27,7 +27,8 @@ import torch
 from mindrl.ckpt import copy_plan, distcp_reader, fastio, hf_io, mapping, mcore_io, registry
 from mindrl.ckpt.convert_checks import (HF_DTYPE_NAMES, PARAMS_DTYPES,
                                         ConversionError, check_hf_tensors,
-                                        check_model_type_hf, check_parallel_sizes,
+                                        check_model_type_hf, check_model_yaml,
+                                        check_parallel_sizes,
                                         check_qkv_bias, check_saved_tensors,
                                         check_tokenizer_fits, dtype_key, model_from_config,
                                         params_dtype_name, read_hf_config, tokenizer_source,
@@ -111,6 +112,7 @@ class HFToMcorePlan:
     vision: Optional[VisionSpec] = None  # a VL model's vision tower
     hf_config: Optional[dict] = None              # config.json (a VL model's build needs it)
     processor_dir: Optional[Path] = None          # a VL model's processor files, if any
+    ep: int = 1                                   # expert-parallel size checked (MoE)
 
 
 def _build_model(spec: ModelSpec, vision: Optional[VisionSpec],
@@ -129,12 +131,14 @@ def _build_model(spec: ModelSpec, vision: Optional[VisionSpec],
 def plan_hf_to_mcore(load_dir, save_dir, *, tp: int = 1, pp: int = 1,
                      params_dtype: Optional[str] = None, model_type_hf: Optional[str] = None,
                      add_qkv_bias: Optional[bool] = None, tokenizer_model: Optional[str] = None,
-                     make_vocab_size_divisible_by: int = 1, overwrite: bool = False
-                     ) -> HFToMcorePlan:
+                     make_vocab_size_divisible_by: int = 1, overwrite: bool = False,
+                     ep: int = 1, model: Optional[str] = None) -> HFToMcorePlan:
     """Check everything about an HF -> mcore conversion; writes nothing.
 
     add_qkv_bias / model_type_hf None means "do not check" (library use); the CLI passes both.
-    params_dtype None keeps the dtype of the HF weights.
+    params_dtype None keeps the dtype of the HF weights. ep: the expert-parallel size the
+    checkpoint must support (checked, recorded; like TP/PP not baked in). model: a
+    configs/model name whose shape the HF config must have.
     """
     load_dir = Path(load_dir).expanduser().resolve()
     save_dir = Path(save_dir).expanduser().resolve()
@@ -148,7 +152,8 @@ def plan_hf_to_mcore(load_dir, save_dir, *, tp: int = 1, pp: int = 1,
     spec, vision = model_from_config(config, load_dir.name, load_dir / "config.json",
                                      make_vocab_size_divisible_by)
     check_qkv_bias(add_qkv_bias, spec, str(load_dir))
-    check_parallel_sizes(spec, tp, pp)
+    check_model_yaml(spec, model, str(load_dir / "config.json"))
+    check_parallel_sizes(spec, tp, pp, ep)
     dtype = params_dtype_name(params_dtype)
     try:
         check_save_dir(save_dir, overwrite, load_dir)
@@ -169,7 +174,9 @@ def plan_hf_to_mcore(load_dir, save_dir, *, tp: int = 1, pp: int = 1,
     try:
         # A VL checkpoint saved from a loaded model names its tensors model.language_model.*
         # / model.visual.*: read as the on-disk names.
-        weights = hf_io.HFWeights.open(load_dir, rename=mapping.hf_disk_name if vision else None)
+        # A MoE layer's experts saved from a loaded model are stacked: read per expert.
+        weights = hf_io.HFWeights.open(load_dir, rename=mapping.hf_disk_name if vision else None,
+                                       split=mapping.hf_split(spec))
     except hf_io.HFCheckpointError as e:
         raise ConversionError(str(e)) from None
     try:
@@ -182,7 +189,7 @@ def plan_hf_to_mcore(load_dir, save_dir, *, tp: int = 1, pp: int = 1,
         raise
     return HFToMcorePlan(load_dir, save_dir, spec, dtype, tp, pp, weights, tokenizer_dir,
                          overwrite, notes, vision, config if vision is not None else None,
-                         processor_dir)
+                         processor_dir, ep)
 
 
 def run_hf_to_mcore(plan: HFToMcorePlan, progress: bool = True) -> Path:
@@ -196,9 +203,10 @@ def run_hf_to_mcore(plan: HFToMcorePlan, progress: bool = True) -> Path:
         if plan.processor_dir is not None:
             hf_io.copy_files(plan.processor_dir, folder, PROCESSOR_FILES)
 
-    extra = {"source": {"hf_dir": str(plan.load_dir)},
-             "validated_layouts": [{"tensor_model_parallel_size": plan.tp,
-                                    "pipeline_model_parallel_size": plan.pp}]}
+    layout = {"tensor_model_parallel_size": plan.tp, "pipeline_model_parallel_size": plan.pp}
+    if spec.moe is not None:
+        layout["expert_model_parallel_size"] = plan.ep
+    extra = {"source": {"hf_dir": str(plan.load_dir)}, "validated_layouts": [layout]}
     if vision is not None:
         extra.update(mcore_io.vision_info(vision.family, plan.hf_config))
     try:
@@ -326,8 +334,10 @@ def _hf_config_text(ckpt: Path, spec: ModelSpec, out_dtype: str,
 def plan_mcore_to_hf(load_dir, save_dir, *, params_dtype: Optional[str] = None,
                      model_type_hf: Optional[str] = None, add_qkv_bias: Optional[bool] = None,
                      tokenizer_model: Optional[str] = None, max_shard_size: str = "5GB",
-                     tp: int = 1, pp: int = 1, overwrite: bool = False) -> McoreToHFPlan:
-    """Check everything about an mcore -> HF conversion; writes nothing."""
+                     tp: int = 1, pp: int = 1, overwrite: bool = False,
+                     model: Optional[str] = None) -> McoreToHFPlan:
+    """Check everything about an mcore -> HF conversion; writes nothing (model: a
+    configs/model name whose shape the checkpoint must have)."""
     if (tp, pp) != (1, 1):
         raise ConversionError(f"HF output is one unsharded model: use "
                               f"--target-tensor-parallel-size 1 --target-pipeline-parallel-size "
@@ -352,6 +362,7 @@ def plan_mcore_to_hf(load_dir, save_dir, *, params_dtype: Optional[str] = None,
     check_model_type_hf(model_type_hf, vision.family if vision else spec.architecture,
                         str(ckpt / mcore_io.MODEL_INFO))
     check_qkv_bias(add_qkv_bias, spec, str(ckpt))
+    check_model_yaml(spec, model, str(ckpt / mcore_io.MODEL_INFO))
     saved_dtype = params_dtype_name(info.params_dtype)
     out_dtype = params_dtype_name(params_dtype) or saved_dtype
     try:

@@ -3,7 +3,9 @@
 Reading: names, shapes and dtypes come from the safetensors headers alone, so a checkpoint
 is validated (missing or truncated shards, index/file disagreement) before any tensor is
 read; tensors are then read one at a time. ``pytorch_model*.bin`` files are accepted but
-only loaded with ``weights_only=True`` (and memory-mapped).
+only loaded with ``weights_only=True`` (and memory-mapped). A stored tensor that stacks several
+tensors (a MoE layer's experts, as a loaded transformers model holds them) may be read as its
+parts (``split``): each part is a contiguous range of the stored tensor, read by itself.
 
 Writing: safetensors needs every tensor's shape and offset in the header, which a converter
 knows from the model spec before it has any tensor. ``ShardedSafetensorsWriter`` therefore
@@ -50,6 +52,8 @@ class HFCheckpointError(ValueError):
 
 
 Shape = Tuple[int, ...]
+# stored name, shape -> its parts (name, shape, first element) or None (mapping/stacked.py)
+Split = Callable[[str, Shape], Optional[Sequence[Tuple[str, Shape, int]]]]
 
 
 class HFWeights:
@@ -57,19 +61,23 @@ class HFWeights:
 
     def __init__(self, directory: Path, files: Dict[str, Path],
                  info: Dict[str, Tuple[Shape, torch.dtype]], handles: Dict[Path, object],
-                 stored: Optional[Dict[str, str]] = None):
+                 stored: Optional[Dict[str, str]] = None,
+                 starts: Optional[Dict[str, int]] = None):
         self.directory = directory
         self._files = files
         self._info = info
         self._handles = handles
         self._stored = stored or {}   # name -> name in its file, where they differ
+        self._starts = starts or {}   # a part of a stacked tensor -> its first element there
 
     # -------------------------------------------------------------- opening
 
     @classmethod
-    def open(cls, directory, rename: Optional[Callable[[str], str]] = None) -> "HFWeights":
+    def open(cls, directory, rename: Optional[Callable[[str], str]] = None,
+             split: Optional[Split] = None) -> "HFWeights":
         """rename: the name each stored tensor is known by (mapping.hf_disk_name reads a
-        loaded model's names as the on-disk ones); the files are not changed."""
+        loaded model's names as the on-disk ones); split: the parts a stored (renamed) tensor
+        is read as, if any (mapping/stacked.py); the files are not changed."""
         directory = Path(directory).expanduser().resolve()
         if not directory.is_dir():
             raise HFCheckpointError(f"--load-dir {directory} is not a directory")
@@ -78,9 +86,10 @@ class HFWeights:
             index = directory / index_name
             if index.is_file():
                 shard_of = _read_index(index)
-                return cls._from_files(directory, shard_of, opener, index, rename)
+                return cls._from_files(directory, shard_of, opener, index, rename, split)
             if (directory / single).is_file():
-                return cls._from_files(directory, None, opener, directory / single, rename)
+                return cls._from_files(directory, None, opener, directory / single, rename,
+                                       split)
         found = sorted(p.name for p in directory.iterdir()
                        if p.suffix in (".safetensors", ".bin", ".pt", ".pth"))
         hint = f" (found {', '.join(found)} but no index naming them)" if found else ""
@@ -90,8 +99,8 @@ class HFWeights:
 
     @classmethod
     def _from_files(cls, directory: Path, shard_of: Optional[Dict[str, str]], opener,
-                    source: Path, rename: Optional[Callable[[str], str]] = None
-                    ) -> "HFWeights":
+                    source: Path, rename: Optional[Callable[[str], str]] = None,
+                    split: Optional[Split] = None) -> "HFWeights":
         if shard_of is None:
             file_names = [source.name]
         else:
@@ -105,30 +114,35 @@ class HFWeights:
         info: Dict[str, Tuple[Shape, torch.dtype]] = {}
         handles: Dict[Path, object] = {}
         stored: Dict[str, str] = {}
+        starts: Dict[str, int] = {}
+        located: Dict[str, Path] = {}   # stored tensors (renamed) -> their file
         rename = rename or (lambda n: n)
         for name in file_names:
             path = directory / name
             handle, header = opener(path)
             handles[path] = handle
             for original, (shape, dtype) in header.items():
-                tensor = rename(original)
-                if tensor in files:
-                    raise HFCheckpointError(f"tensor {tensor!r} is stored twice: in "
-                                            f"{files[tensor].name} and {name}")
-                files[tensor] = path
-                info[tensor] = (shape, dtype)
-                if tensor != original:
-                    stored[tensor] = original
+                located[rename(original)] = path
+                for tensor, part_shape, start in _parts(rename(original), shape, split, path):
+                    if tensor in files:
+                        raise HFCheckpointError(f"tensor {tensor!r} is stored twice: in "
+                                                f"{files[tensor].name} and {name}")
+                    files[tensor] = path
+                    info[tensor] = (part_shape, dtype)
+                    if tensor != original:
+                        stored[tensor] = original
+                    if start is not None:
+                        starts[tensor] = start
         if shard_of is not None:
             for original, name in shard_of.items():
                 tensor = rename(original)
-                if files.get(tensor) != directory / name:
-                    where = f"it is in {files[tensor].name}" if tensor in files else \
+                if located.get(tensor) != directory / name:
+                    where = f"it is in {located[tensor].name}" if tensor in located else \
                         "no shard holds it"
                     raise HFCheckpointError(
                         f"{directory / name}: tensor {original!r} is listed there by "
                         f"{source.name} but {where} (partial or mismatched shards?)")
-        return cls(directory, files, info, handles, stored)
+        return cls(directory, files, info, handles, stored, starts)
 
     # -------------------------------------------------------------- queries
 
@@ -151,9 +165,16 @@ class HFWeights:
         """One tensor, read now into fresh memory (the only call that touches tensor data)."""
         path = self._files[name]
         handle = self._handles[path]
+        shape, dtype = self._info[name]
         if isinstance(handle, dict):  # a memory-mapped torch file
-            return handle[self._stored.get(name, name)]
-        return handle.read(self._stored.get(name, name), *self._info[name])
+            tensor = handle[self._stored.get(name, name)]
+            if name not in self._starts:
+                return tensor
+            start = self._starts[name]
+            return tensor.reshape(-1)[start:start + math.prod(shape)].view(shape)
+        out = torch.empty(shape, dtype=dtype)
+        handle.read_into(self.file_bytes(name), out)
+        return out
 
     def file_bytes(self, name: str) -> Optional[fastio.FileBytes]:
         """Where the tensor's bytes lie in its file, for copying them as they are; None for a
@@ -161,7 +182,11 @@ class HFWeights:
         handle = self._handles[self._files[name]]
         if not isinstance(handle, _SafetensorsFile):
             return None
-        return handle.file_bytes(self._stored.get(name, name))
+        where = handle.file_bytes(self._stored.get(name, name))
+        if name not in self._starts:
+            return where
+        shape, dtype = self._info[name]
+        return where.part(self._starts[name] * _itemsize(dtype), tensor_nbytes(shape, dtype))
 
     def read_into(self, name: str, out: torch.Tensor) -> None:
         """Fill ``out`` with one tensor. A contiguous ``out`` of the stored dtype and shape is
@@ -171,7 +196,7 @@ class HFWeights:
         shape, dtype = self._info[name]
         if (isinstance(handle, _SafetensorsFile) and out.is_contiguous() and
                 out.dtype == dtype and tuple(out.shape) == shape):
-            handle.read_into(self._stored.get(name, name), out)
+            handle.read_into(self.file_bytes(name), out)
         else:
             out.copy_(self.get(name).reshape(out.shape))
 
@@ -186,6 +211,20 @@ class HFWeights:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _parts(tensor: str, shape: Shape, split: Optional[Split], path: Path
+           ) -> Sequence[Tuple[str, Shape, Optional[int]]]:
+    """A stored tensor as the tensors it is read as: itself, or its parts."""
+    try:
+        parts = split(tensor, shape) if split is not None else None
+    except ValueError as e:
+        raise HFCheckpointError(f"{path}: {e}") from None
+    return [(tensor, shape, None)] if parts is None else parts
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
 
 
 def _read_index(index: Path) -> Dict[str, str]:
@@ -217,19 +256,14 @@ class _SafetensorsFile:
         self._base = 8 + n
         self._offsets = {k: tuple(v["data_offsets"]) for k, v in header.items()}
 
-    def read(self, name: str, shape: Shape, dtype: torch.dtype) -> torch.Tensor:
-        out = torch.empty(shape, dtype=dtype)
-        self.read_into(name, out)
-        return out
-
     def file_bytes(self, name: str) -> fastio.FileBytes:
         begin, end = self._offsets[name]
         return fastio.FileBytes(self._fd, self._base + begin, end - begin,
                                 f"{self.path}: tensor {name!r}")
 
-    def read_into(self, name: str, out: torch.Tensor) -> None:
-        """pread the tensor's bytes into a contiguous tensor of its dtype and size."""
-        where = self.file_bytes(name)
+    def read_into(self, where: fastio.FileBytes, out: torch.Tensor) -> None:
+        """pread a tensor's bytes (`file_bytes`, or a part of them) into a contiguous tensor
+        of its dtype and size."""
         if where.nbytes != out.numel() * out.element_size():
             raise HFCheckpointError(f"{where.what} holds {where.nbytes} bytes, expected "
                                     f"{out.numel() * out.element_size()}")

@@ -13,13 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Tuple
 
-from mindrl.ckpt.mapping import dense, qwen3, qwen25_vl
+from mindrl.ckpt.mapping import dense, qwen3, qwen3_moe, qwen25_vl
 from mindrl.ckpt.mapping.family import FamilyMapping
 from mindrl.models.families import (model_family, register_model_family,
                                     unregister_model_family)
 
 _MAPPINGS: Dict[str, FamilyMapping] = {
-    m.model_type: m for m in (dense.QWEN2, dense.LLAMA, qwen25_vl.MAPPING, qwen3.MAPPING)}
+    m.model_type: m for m in (dense.QWEN2, dense.LLAMA, qwen25_vl.MAPPING, qwen3.MAPPING,
+                              qwen3_moe.MAPPING)}
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from support.hf_reference import reference_hf_model
 
 def test_qk_norm_name_list_equals_the_registry():
     declared = tuple(t for t in registry.model_types() if model_family(t).features.qk_norm)
-    assert names.QK_NORM_ARCHITECTURES == declared == ("qwen3",)
+    assert names.QK_NORM_ARCHITECTURES == declared == ("qwen3", "qwen3_moe")
     assert not model_family("qwen3").features.qkv_bias
 
 

@@ -25,7 +25,7 @@ SPEC = ModelSpec(name="t", architecture="llama", num_layers=2, hidden_size=64,
 def test_config_name_lists_equal_the_registry():
     decoders = tuple(t for t in registry.model_types() if not registry.family(t).multimodal)
     vision = tuple(t for t in registry.model_types() if registry.family(t).multimodal)
-    assert names.ARCHITECTURES == decoders == ("qwen2", "llama", "qwen3")
+    assert names.ARCHITECTURES == decoders == ("qwen2", "llama", "qwen3", "qwen3_moe")
     assert names.VISION_FAMILIES == vision == ("qwen2_5_vl",)
     assert model_types() == registry.model_types()
 
@@ -36,16 +36,19 @@ def test_each_family_halves_agree():
         assert family.model.model_type == family.mapping.model_type == model_type
         assert family.model.features.multimodal == family.mapping.multimodal
         assert model_family(model_type) is family.model
-        assert not family.model.features.experts       # no MoE family yet
+        assert family.model.features.experts == (model_type == "qwen3_moe")   # the one MoE
+        assert bool(family.mapping.stacked_hf) == family.model.features.experts
     assert model_family("qwen2").features.qkv_bias and not model_family("llama").features.qkv_bias
     assert model_family("qwen2_5_vl").features.mrope
 
 
 def test_model_type_hf_table_is_the_families_declaration():
-    assert list(MODEL_TYPE_HF) == ["qwen2", "llama2", "llama3", "llama", "qwen2_5_vl", "qwen3"]
+    assert list(MODEL_TYPE_HF) == ["qwen2", "llama2", "llama3", "llama", "qwen2_5_vl", "qwen3",
+                                   "qwen3-moe", "qwen3_moe"]
     assert {k: set(v) for k, v in MODEL_TYPE_HF.items()} == {
         "qwen2": {"qwen2"}, "llama2": {"llama", "qwen2"}, "llama3": {"llama"},
-        "llama": {"llama"}, "qwen2_5_vl": {"qwen2_5_vl"}, "qwen3": {"qwen3"}}
+        "llama": {"llama"}, "qwen2_5_vl": {"qwen2_5_vl"}, "qwen3": {"qwen3"},
+        "qwen3-moe": {"qwen3_moe"}, "qwen3_moe": {"qwen3_moe"}}
     # trainer/prepare.py converts with the first name a family declares.
     assert [registry.mapping_of(t).model_type_hf[0] for t in ("qwen2", "llama", "qwen2_5_vl")] \
         == ["qwen2", "llama2", "qwen2_5_vl"]

@@ -5,6 +5,11 @@ layer's tensor table (rules with `{layer}`, and `{expert}` for a Mixture-of-Expe
 how many experts a spec has, the vision tower's table for a vision-language family, and the
 converter's --model-type-hf names that accept it. The fused groups vLLM loads as one module
 are declared on the rules themselves (`TensorRule.group`).
+
+A family whose layers differ (a MoE model's dense layers) lists every rule any layer may hold
+in `layer_rules` and says which of them a given layer holds in `in_layer`; one whose HF
+checkpoints may stack experts on a leading axis declares that spelling in `stacked_hf`
+(mapping/stacked.py), read as the per-expert tensors its table names.
 """
 
 from __future__ import annotations
@@ -13,10 +18,15 @@ from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Tuple
 
 from mindrl.ckpt.mapping.rule import TensorRule
+from mindrl.ckpt.mapping.stacked import Stacked
 
 
 def no_experts(spec: Any) -> int:
     return 0
+
+
+def every_layer(spec: Any, rule: TensorRule, layer: int) -> bool:
+    return True
 
 
 @dataclass(frozen=True)
@@ -26,6 +36,9 @@ class FamilyMapping:
     model_type_hf: Tuple[str, ...] = ()                      # --model-type-hf names for it
     vision_rules: Optional[Callable[[Any], List[TensorRule]]] = None   # VisionSpec -> rules
     num_experts: Callable[[Any], int] = no_experts           # ModelSpec -> experts per layer
+    # (ModelSpec, rule of layer_rules, layer) -> whether that layer holds the rule
+    in_layer: Callable[[Any, TensorRule, int], bool] = every_layer
+    stacked_hf: Tuple[Stacked, ...] = ()                     # HF spellings stacking experts
 
     @property
     def multimodal(self) -> bool:

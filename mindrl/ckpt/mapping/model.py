@@ -7,23 +7,49 @@ and TP ranks are views of it (`stage_layers`, `layout.shard`).
 
 from __future__ import annotations
 
+import functools
 import re
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
 from mindrl.ckpt import registry
 from mindrl.ckpt.mapping.decoder import EMBEDDING, FINAL_NORM, OUTPUT, head_rule
+from mindrl.ckpt.mapping.family import FamilyMapping
 from mindrl.ckpt.mapping.layout import hf_to_mcore, shard
 from mindrl.ckpt.mapping.rule import TensorRule, expand_experts, hf_shapes
+from mindrl.ckpt.mapping.stacked import split, unstack_state_dict
 from mindrl.config.model_spec import ModelSpec, VisionSpec
 
 
-def layer_rules(spec: ModelSpec) -> List[TensorRule]:
-    """One decoder layer's rules, from the registered family of ``spec.architecture``, with
-    any ``{expert}`` rule expanded over the layer's experts."""
+def layer_rules(spec: ModelSpec, layer: Optional[int] = None) -> List[TensorRule]:
+    """Decoder layer ``layer``'s rules, from the registered family of ``spec.architecture``,
+    with any ``{expert}`` rule expanded over the layer's experts; layer None: every rule any
+    layer may hold (a MoE model's dense and expert layers differ: FamilyMapping.in_layer)."""
     table = registry.mapping_of(spec.architecture)
-    return expand_experts(table.layer_rules(spec), table.num_experts(spec))
+    rules = _expanded(table, spec)
+    if layer is None:
+        return list(rules)
+    return [rule for rule in rules if table.in_layer(spec, rule, layer)]
+
+
+@functools.lru_cache(maxsize=16)
+def _expanded(table: FamilyMapping, spec: ModelSpec) -> Tuple[TensorRule, ...]:
+    """Cached: a MoE table expands to thousands of rules, asked for once per layer."""
+    return tuple(expand_experts(table.layer_rules(spec), table.num_experts(spec)))
+
+
+def hf_split(spec: ModelSpec) -> Optional[Callable[[str, Tuple[int, ...]], Optional[list]]]:
+    """How an HF reader reads a stacked expert tensor of ``spec``'s family as the per-expert
+    tensors of the tables (hf_io.HFWeights.open's split); None for a family without one."""
+    stacked = registry.mapping_of(spec.architecture).stacked_hf
+    return functools.partial(split, stacked) if stacked else None
+
+
+def unstack_hf(hf: Dict[str, torch.Tensor], spec: ModelSpec) -> Dict[str, torch.Tensor]:
+    """An HF state dict with experts stacked as a loaded transformers model holds them, read
+    under the per-expert names of the tables (views; other tensors as they are)."""
+    return unstack_state_dict(hf, registry.mapping_of(spec.architecture).stacked_hf)
 
 
 def vision_rules(vision: VisionSpec) -> List[TensorRule]:
@@ -40,7 +66,7 @@ def iter_rules(spec: ModelSpec, vision: Optional[VisionSpec] = None
     vision tower (``vision``, default the spec's) last, one tensor per rule, layer None."""
     yield EMBEDDING, None
     for layer in range(spec.num_layers):
-        for rule in layer_rules(spec):
+        for rule in layer_rules(spec, layer):
             yield rule, layer
     yield FINAL_NORM, None
     head = head_rule(spec)
@@ -113,7 +139,7 @@ def stage_state_dict(full: Dict[str, torch.Tensor], spec: ModelSpec, tp_rank: in
         for rule in vision_rules(vision or spec.vision) if (vision or spec.vision) else ():
             out[rule.mcore] = full[rule.mcore]
     for local, layer in enumerate(layers):
-        for rule in layer_rules(spec):
+        for rule in layer_rules(spec, layer):
             out[rule.mcore_name(local)] = shard(rule, full[rule.mcore_name(layer)], tp_rank, tp_size)
     if last:
         out[FINAL_NORM.mcore] = full[FINAL_NORM.mcore]
@@ -127,9 +153,10 @@ def stage_state_dict(full: Dict[str, torch.Tensor], spec: ModelSpec, tp_rank: in
 
 def full_mcore_from_hf(hf: Dict[str, torch.Tensor], spec: ModelSpec, tp_size: int = 1,
                        vision: Optional[VisionSpec] = None) -> Dict[str, torch.Tensor]:
-    """Whole HF state dict (on-disk names) -> full Megatron state dict (small models, tests,
-    resharding)."""
+    """Whole HF state dict (on-disk names; experts per expert or stacked) -> full Megatron
+    state dict (small models, tests, resharding)."""
     padded = spec.padded_vocab_size(tp_size)
+    hf = unstack_hf(hf, spec)
     return {rule.mcore_name(layer): hf_to_mcore(rule, [hf[n] for n in rule.hf_names(layer)],
                                                 spec, padded)
             for rule, layer in iter_rules(spec, vision)}

@@ -22,11 +22,15 @@ Dim = Union[int, str]
 
 
 def dims(spec) -> Dict[str, int]:
-    """The named sizes a rule's declared shapes may use, from a ModelSpec."""
+    """The named sizes a rule's declared shapes may use, from a ModelSpec; a MoE spec adds
+    one expert's width ("moe_ffn") and the expert count ("experts")."""
     h, d = spec.hidden_size, spec.head_dim
-    return {"hidden": h, "head_dim": d, "q": spec.num_attention_heads * d,
-            "kv": spec.num_query_groups * d, "ffn": spec.ffn_hidden_size,
-            "vocab": spec.vocab_size}
+    sizes = {"hidden": h, "head_dim": d, "q": spec.num_attention_heads * d,
+             "kv": spec.num_query_groups * d, "ffn": spec.ffn_hidden_size,
+             "vocab": spec.vocab_size}
+    if spec.moe is not None:
+        sizes.update(moe_ffn=spec.moe.ffn_hidden_size, experts=spec.moe.num_experts)
+    return sizes
 
 
 @dataclass(frozen=True)
