@@ -26,7 +26,9 @@ def _engine(spec, full, tp, pp, lr=None):
     """A Megatron engine at TP/PP holding a full Megatron state dict (optimizer with lr)."""
     from megatron.core import parallel_state as ps
 
-    parallel = Parallelism(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+    # Megatron's MoE layer needs sequence parallelism at TP > 1.
+    parallel = Parallelism(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+                           sequence_parallel=spec.is_moe and tp > 1)
     initialize_parallel(parallel)
     optim = OptimConfig(lr=lr, clip_grad=0.0) if lr else None
     engine = MegatronEngine(spec, parallel, micro_batch_size=2, optim=optim,
