@@ -74,6 +74,22 @@ KEY_DOCS: dict[str, str] = {
     "megatron_training.cpu_threads": "torch threads per rank on the CPU device (1 per core)",
     "megatron_training.freeze_vision_tower": "a VL model's tower and merger get no gradients "
                                              "and stay out of the optimizer; refused on text",
+    "megatron_training.expert_model_parallel_size": "a MoE model's experts split over this "
+        "many data-parallel ranks; 1 only for now (above 1 is issue #39's work, refused)",
+    "megatron_training.moe_aux_loss_coeff": "the load-balancing loss's weight; 0 (off) by "
+        "default, as RL peers train (it moves log-probs away from the rollout engine's); "
+        "> 0 adds it to the loss and logs actor/moe_aux_loss",
+    "megatron_training.moe_router_load_balancing_type": "Megatron's balancing loss: aux_loss "
+        "(per micro batch), seq_aux_loss (per sequence) or none",
+    "megatron_training.moe_router_dtype": "null: the router computes in the params dtype, "
+        "as vLLM's does (the same experts picked); fp32 / fp64 pick others for a few % of "
+        "tokens in bf16",
+    "megatron_training.moe_router_freeze": "the router's weights get no gradients and stay "
+                                           "out of the optimizer (experts still train)",
+    "megatron_training.moe_token_dispatcher_type": "how tokens reach experts: allgather (the "
+        "one that runs on CPU) or alltoall",
+    "megatron_training.moe_grouped_gemm": "experts as one grouped GEMM; null = where the "
+        "device has it (sequential experts elsewhere); true is refused where it has not",
     "megatron_training.stage": "MindSpeed-RL's algorithm key: `ray_grpo` only",
     "megatron_training.recompute_granularity": "null only: MindRL has no activation "
                                                "recomputation",
@@ -197,7 +213,8 @@ KEY_DOCS: dict[str, str] = {
     "generate_config.infer_tensor_parallel_size": "vLLM tensor parallelism per engine (must "
                                                   "divide or be divided by training TP)",
     "generate_config.infer_pipeline_parallel_size": "vLLM pipeline parallelism per engine",
-    "generate_config.infer_expert_parallel_size": "1 only: no MoE model yet",
+    "generate_config.infer_expert_parallel_size": "1 only: vLLM expert parallelism is issue "
+        "#39's work (and segfaults in vLLM's CPU MoE kernel)",
     "generate_config.max_num_seqs": "vLLM's concurrent sequences",
     "generate_config.max_num_batched_tokens": "vLLM's tokens per scheduler step (on CPU "
                                               "raised to max_num_seqs x max_model_len)",
@@ -246,7 +263,8 @@ KEY_DOCS: dict[str, str] = {
     "generate_config.sleep_level": "GPU/NPU: engines free device memory between rollouts (1: "
         "weights to host, KV dropped; 2: both dropped); nothing on CPU",
     "generate_config.torchair_graph": "false only: no torchair graph mode",
-    "generate_config.enable_expert_parallel": "false only: no MoE model yet",
+    "generate_config.enable_expert_parallel": "false only: vLLM expert parallelism is issue "
+        "#39's work",
     "generate_config.num_scheduler_steps": "1 only: vLLM V1 schedules one step at a time",
 
     # --- prepare ---------------------------------------------------------------------------

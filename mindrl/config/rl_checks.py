@@ -61,11 +61,6 @@ def check_algorithm(run: RunConfig) -> list[Problem]:
                            "use 1.0 (no discount) for outcome rewards", rl.gamma))
     out += check_objective(rl)
     out += check_rollout_correction(rl)
-    if gen.infer_expert_parallel_size != 1:
-        out.append(Problem("generate_config.infer_expert_parallel_size", "must be 1: no "
-                           "mixture-of-experts model exists in MindRL yet, so there are no "
-                           "experts to shard", "set it to 1",
-                           gen.infer_expert_parallel_size))
     out += check_sampling(gen.sampling_config, rl.val_temperature)
     for key in ("clip_ratio", "clip_ratio_low", "clip_ratio_high", "verifier_timeout"):
         value = getattr(rl, key)

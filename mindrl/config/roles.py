@@ -19,7 +19,7 @@ class Parallelism:
     tensor_model_parallel_size: int = 1
     pipeline_model_parallel_size: int = 1
     sequence_parallel: bool = False
-    # Mixture-of-Experts' expert parallelism (inside data parallelism): a seam only so far.
+    # Mixture-of-Experts' expert parallelism (inside data parallelism): 1 until issue #39.
     expert_model_parallel_size: int = 1
 
     def __post_init__(self) -> None:
@@ -28,7 +28,31 @@ class Parallelism:
             raise ValueError(f"expert_model_parallel_size={ep} must be >= 1")
         if ep > 1:
             raise ValueError(f"expert_model_parallel_size={ep}: no registered model family "
-                             f"supports experts yet (use 1)")
+                             f"supports experts yet above expert parallelism 1 (issue #39's "
+                             f"work; use 1)")
+
+
+@dataclass(frozen=True)
+class MoETraining:
+    """A MoE role's RL settings (the recipe's moe_* keys, config/moe_checks.py): Megatron's
+    TransformerConfig values, and the router freeze, which the engine applies."""
+
+    aux_loss_coeff: float = 0.0
+    load_balancing_type: str = "aux_loss"
+    router_dtype: Optional[str] = None     # None: the params dtype, as vLLM routes
+    router_freeze: bool = False
+    token_dispatcher_type: str = "allgather"
+    grouped_gemm: Optional[bool] = None    # None: the family's choice (the device's)
+
+    def transformer_config(self) -> dict:
+        """Overrides of the family's MoE TransformerConfig values."""
+        out = dict(moe_aux_loss_coeff=self.aux_loss_coeff,
+                   moe_router_load_balancing_type=self.load_balancing_type,
+                   moe_router_dtype=self.router_dtype,
+                   moe_token_dispatcher_type=self.token_dispatcher_type)
+        if self.grouped_gemm is not None:
+            out["moe_grouped_gemm"] = self.grouped_gemm
+        return out
 
 
 @dataclass(frozen=True)
@@ -84,6 +108,7 @@ class RoleSetup:
     freeze_vision_tower: bool = False   # a VL model's tower and merger out of the optimizer
     pack_sequences: bool = False   # packed rows of real tokens in every pass
     max_tokens_per_micro_batch: Optional[int] = None   # micro batches by tokens (packed)
+    moe: Optional[MoETraining] = None   # a MoE model's settings; None for a dense one
 
 
 def loss_config(run: RunConfig) -> LossConfig:
@@ -108,15 +133,25 @@ def optim_config(run: RunConfig, role: str) -> OptimConfig:
     return OptimConfig(**{**keys, "train_iters": cfg.train_iters * updates_per_step})
 
 
+def moe_training(run: RunConfig, role: str) -> Optional[MoETraining]:
+    cfg = run.role(role)
+    if not run.models[role].is_moe:
+        return None
+    return MoETraining(cfg.moe_aux_loss_coeff, cfg.moe_router_load_balancing_type,
+                       cfg.moe_router_dtype, cfg.moe_router_freeze,
+                       cfg.moe_token_dispatcher_type, cfg.moe_grouped_gemm)
+
+
 def role_setup(run: RunConfig, role: str, pad_id: int) -> RoleSetup:
     """The actor trains (with an optimizer); ref and reward run forward passes only."""
     cfg = run.role(role)
     return RoleSetup(
         role=role, spec=run.models[role],
         parallel=Parallelism(cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size,
-                             cfg.sequence_parallel),
+                             cfg.sequence_parallel, cfg.expert_model_parallel_size),
         params_dtype=cfg.params_dtype, micro_batch_size=cfg.micro_batch_size, seed=cfg.seed,
         load=cfg.load, optim=optim_config(run, role) if role == "actor" else None,
         loss=loss_config(run), pad_id=pad_id, cpu_threads=cfg.cpu_threads,
         freeze_vision_tower=cfg.freeze_vision_tower, pack_sequences=cfg.pack_sequences,
-        max_tokens_per_micro_batch=cfg.max_tokens_per_micro_batch)
+        max_tokens_per_micro_batch=cfg.max_tokens_per_micro_batch,
+        moe=moe_training(run, role))

@@ -65,6 +65,15 @@ class MegatronConfig:
     cpu_threads: int = 1              # torch threads per rank on the CPU device (1 per core)
     # A VL model's vision tower and merger stay out of the optimizer (no gradients).
     freeze_vision_tower: bool = False
+    # Mixture-of-Experts (a model whose family has experts; refused on a dense one:
+    # config/moe_checks.py). Names and meanings are Megatron's / MindSpeed-RL's.
+    expert_model_parallel_size: int = 1   # > 1 is issue #39's work: refused up front
+    moe_aux_loss_coeff: float = 0.0       # load-balancing loss; off in RL (peers agree)
+    moe_router_load_balancing_type: Literal["aux_loss", "seq_aux_loss", "none"] = "aux_loss"
+    moe_router_dtype: Optional[Literal["fp32", "fp64"]] = None   # null: the params dtype
+    moe_router_freeze: bool = False       # router weights out of the optimizer
+    moe_token_dispatcher_type: Literal["allgather", "alltoall"] = "allgather"
+    moe_grouped_gemm: Optional[bool] = None   # null: where the device has it
     # MindSpeed-RL keys (config/ported.py): accepted at the one value MindRL implements.
     stage: str = "ray_grpo"                       # the algorithm; GRPO is the only one
     recompute_granularity: Optional[str] = None   # no activation recomputation: null only

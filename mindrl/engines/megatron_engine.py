@@ -19,11 +19,12 @@ import torch
 from mindrl import device
 from mindrl.algorithms import objective
 from mindrl.config.model_spec import ModelSpec
-from mindrl.config.roles import LossConfig, OptimConfig, Parallelism
+from mindrl.config.roles import LossConfig, MoETraining, OptimConfig, Parallelism
 from mindrl.data import packing
 from mindrl.data.batch import Batch
 from mindrl.engines import model_rows, vocab_parallel
 from mindrl.models.builder import build_gpt_model
+from mindrl.models import moe_routing
 from mindrl.models.forward import run_schedule
 
 
@@ -49,12 +50,15 @@ class MegatronEngine:
                  micro_batch_size: int = 1, optim: Optional[OptimConfig] = None,
                  loss: Optional[LossConfig] = None, pad_id: int = 0, seed: int = 1234,
                  build_model: Optional[Callable] = None, packed: bool = False,
-                 max_tokens_per_micro_batch: Optional[int] = None):
+                 max_tokens_per_micro_batch: Optional[int] = None,
+                 moe: Optional[MoETraining] = None):
         """build_model(spec, parallel, params_dtype) -> this rank's stage: a model family's
         builder (mindrl/models/families/); default the text GPTModel. `spec` stays the
         language model's (vocabulary, head). `packed`: micro batches as packed rows of real
         tokens; `max_tokens_per_micro_batch`: micro batches by that many real tokens (packed
-        only) instead of `micro_batch_size` samples."""
+        only) instead of `micro_batch_size` samples. `moe`: a MoE model's RL settings (the
+        default GPTModel builder takes its TransformerConfig values; routers frozen on
+        request; per-step routing metrics, models/moe_routing.py)."""
         if max_tokens_per_micro_batch is not None and not packed:
             raise ValueError("max_tokens_per_micro_batch needs packed sequences (padded rows of "
                              "varying counts would break the pipeline's fixed shapes)")
@@ -66,7 +70,15 @@ class MegatronEngine:
         self.packed, self.max_tokens = packed, max_tokens_per_micro_batch
         self.loss_cfg = loss or LossConfig()
         self.ps = ps
-        module = (build_model or build_gpt_model)(spec, parallel, params_dtype)
+        self.moe = moe
+        if build_model is not None:
+            module = build_model(spec, parallel, params_dtype)
+        else:
+            module = build_gpt_model(spec, parallel, params_dtype,
+                                     **(moe.transformer_config() if moe else {}))
+        if moe is not None and moe.router_freeze:
+            moe_routing.freeze_routers(module)
+        self.router_load = moe_routing.RouterLoad(module) if spec.is_moe else None
         self.optimizer = self.scheduler = None
         if optim is None:
             self.model = module
@@ -288,6 +300,7 @@ class MegatronEngine:
         mb_weight = objective.mini_batch_weight(mini["response_mask"].float(),
                                                 cfg.loss_agg_mode).to(device.current_device())
         micro, seq_length = self._micro_batches(mini, self._plan(mini, self.micro_batch_size))
+        self._num_micro = len(micro)
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
         return self._run_schedule(
@@ -323,8 +336,31 @@ class MegatronEngine:
             torch.distributed.all_reduce(vec[summed:], op=torch.distributed.ReduceOp.MAX,
                                          group=group)
         out = objective.mini_batch_metrics(vec.tolist())
+        out.update(self._moe_metrics())
         out["actor/grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
         out["actor/lr"] = self.optimizer.param_groups[0]["lr"]
+        return out
+
+    def _moe_metrics(self) -> Dict[str, float]:
+        """Routing load and (when on) the load-balancing loss of the mini batch's passes;
+        collective over the role's ranks, as the metrics above."""
+        if self.router_load is None:
+            return {}
+        ps, out = self.ps, {}
+        sum_groups = []
+        if ps.get_data_parallel_world_size() > 1:
+            sum_groups.append(ps.get_data_parallel_group())
+        if self.parallel.sequence_parallel and ps.get_tensor_model_parallel_world_size() > 1:
+            sum_groups.append(ps.get_tensor_model_parallel_group())
+        layer_groups = ([ps.get_pipeline_model_parallel_group()]
+                        if ps.get_pipeline_model_parallel_world_size() > 1 else [])
+        load = self.router_load.take(sum_groups, layer_groups)
+        if load is not None:
+            out["moe/tokens_per_expert_max_over_mean"] = load
+        if self.moe is not None and self.moe.aux_loss_coeff > 0:
+            aux = moe_routing.take_aux_loss(self._num_micro, self._metric_groups())
+            if aux is not None:
+                out["actor/moe_aux_loss"] = aux
         return out
 
     # ------------------------------------------------------------------ checkpoints

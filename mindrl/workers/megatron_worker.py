@@ -56,7 +56,8 @@ class MegatronWorker:
                                      build_model=model_builder(setup.spec, setup.load,
                                                                setup.freeze_vision_tower),
                                      packed=setup.pack_sequences,
-                                     max_tokens_per_micro_batch=setup.max_tokens_per_micro_batch)
+                                     max_tokens_per_micro_batch=setup.max_tokens_per_micro_batch,
+                                     moe=setup.moe)
         if setup.load:
             load_mcore_checkpoint(self.engine.module, setup.load)
             if self.engine.optimizer is not None:

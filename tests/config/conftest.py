@@ -7,6 +7,7 @@ from mindrl.config import ClusterResources
 RECIPE_CLUSTERS = {
     "grpo_tiny_cpu": ClusterResources("cpu", 2),
     "grpo_tiny_vl_cpu": ClusterResources("cpu", 2),
+    "grpo_tiny_moe_cpu": ClusterResources("cpu", 2),
     "r1_zero_qwen25_7b": ClusterResources("npu", 8, 2, device_memory_gib=64),
     "r1_zero_qwen25_32b": ClusterResources("npu", 8, 4, device_memory_gib=64),
     "grpo_qwen25_7b": ClusterResources("cuda", 8, 1, device_memory_gib=80),
@@ -14,7 +15,11 @@ RECIPE_CLUSTERS = {
     "grpo_qwen25vl_32b_geo3k": ClusterResources("npu", 8, 4, device_memory_gib=64),
     "grpo_qwen3_8b": ClusterResources("npu", 16, 1, device_memory_gib=64),    # one A3 node
     "dapo_qwen3_32b": ClusterResources("npu", 16, 1, device_memory_gib=64),
+    "dapo_qwen3_30b_a3b": ClusterResources("npu", 16, 1, device_memory_gib=64),
 }
+# Shipped recipes whose layout the plan refuses up front until an issue lands (their refusal
+# is tested where they are: tests/config/test_moe_recipe_keys.py).
+REFUSED_UNTIL = {"dapo_qwen3_30b_a3b": "issue #39: expert parallelism above 1"}
 
 
 @pytest.fixture
@@ -33,6 +38,6 @@ def recipe_clusters():
 
 
 def pytest_generate_tests(metafunc):
-    """A test taking `recipe_name` runs once per shipped recipe."""
+    """A test taking `recipe_name` runs once per shipped recipe that validates today."""
     if "recipe_name" in metafunc.fixturenames:
-        metafunc.parametrize("recipe_name", sorted(RECIPE_CLUSTERS))
+        metafunc.parametrize("recipe_name", sorted(set(RECIPE_CLUSTERS) - set(REFUSED_UNTIL)))

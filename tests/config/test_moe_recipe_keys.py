@@ -1,0 +1,136 @@
+"""The MoE recipe keys: refused on a dense model naming the key; refused at values MindRL does
+not run (expert parallelism above 1, issue #39's; MoE at TP > 1 without sequence parallelism; a
+negative or switched-off balancing loss; grouped GEMM on CPU), each naming the key and the fix;
+handed to each role's engine; and the recipes that carry them: grpo_tiny_moe_cpu and
+dapo_qwen3_30b_a3b (MindSpeed-RL's values; its EP2 layout refused up front)."""
+
+import pytest
+
+from mindrl.config import (ClusterResources, ConfigError, compose_recipe, load_recipe,
+                           make_plan, validate_lenient)
+from mindrl.config.errors import CLUSTER
+from mindrl.config.moe_checks import check_moe
+from mindrl.config.roles import MoETraining, role_setup
+
+from conftest import RECIPE_CLUSTERS
+
+MOE = "grpo_tiny_moe_cpu"
+A3B = "dapo_qwen3_30b_a3b"
+CPU2 = ClusterResources("cpu", 2)
+
+
+def refused(recipe, overrides, cluster=CPU2):
+    with pytest.raises(ConfigError) as info:
+        load_recipe(recipe, overrides, cluster=cluster, check_paths=False)
+    return info.value
+
+
+def problem(err, key):
+    found = [p for p in err.problems if p.key == key]
+    assert found, str(err)
+    return found[0]
+
+
+@pytest.mark.parametrize("override,key", [
+    ("megatron_training.moe_aux_loss_coeff=0.01", "megatron_training.moe_aux_loss_coeff"),
+    ("+actor_config.moe_router_freeze=true", "actor_config.moe_router_freeze"),
+    ("megatron_training.moe_router_dtype=fp32", "megatron_training.moe_router_dtype"),
+    ("megatron_training.expert_model_parallel_size=2",
+     "megatron_training.expert_model_parallel_size"),
+])
+def test_a_moe_key_on_a_dense_model_is_refused_naming_it(override, key):
+    if override.startswith("megatron_training."):
+        override = "+" + override
+    p = problem(refused("grpo_tiny_cpu", [override]), key)
+    assert "tiny-qwen2" in p.message and "no experts" in p.message
+    assert "remove it" in p.fix and "qwen3_moe" in p.fix
+
+
+def test_expert_parallel_above_one_is_refused_naming_issue_39():
+    p = problem(refused(MOE, ["megatron_training.expert_model_parallel_size=2"]),
+                "megatron_training.expert_model_parallel_size")
+    assert "#39" in p.message and p.fix == "set it to 1" and p.value == 2
+    p = problem(refused(MOE, ["+generate_config.infer_expert_parallel_size=2"]),
+                "generate_config.infer_expert_parallel_size")
+    assert "#39" in p.message and "mixture-of-experts" in p.message
+
+
+def test_moe_at_tp2_needs_sequence_parallel():
+    err = refused(MOE, ["megatron_training.tensor_model_parallel_size=2",
+                        "megatron_training.sequence_parallel=false"], ClusterResources("cpu", 4))
+    p = problem(err, "megatron_training.sequence_parallel")
+    assert "sequence parallelism" in p.message and p.fix == "set sequence_parallel: true"
+
+
+@pytest.mark.parametrize("overrides,key,words", [
+    (["megatron_training.moe_aux_loss_coeff=-0.1"], "megatron_training.moe_aux_loss_coeff",
+     ">= 0"),
+    (["megatron_training.moe_aux_loss_coeff=0.01",
+      "megatron_training.moe_router_load_balancing_type=none"],
+     "megatron_training.moe_aux_loss_coeff", "turns off"),
+    (["megatron_training.moe_router_dtype=bf16"], "megatron_training.moe_router_dtype",
+     "fp32"),
+])
+def test_bad_moe_values_are_refused(overrides, key, words):
+    err = refused(MOE, overrides)
+    assert key in err.keys and words in str(err), str(err)
+
+
+def test_grouped_gemm_on_cpu_is_a_cluster_problem():
+    p = problem(refused(MOE, ["+megatron_training.moe_grouped_gemm=true"]),
+                "megatron_training.moe_grouped_gemm")
+    assert p.category == CLUSTER and "grouped_gemm package" in p.message
+    run, warned = validate_lenient(compose_recipe(MOE, ["+megatron_training.moe_grouped_gemm="
+                                                        "true"]), CPU2, check_paths=False)
+    assert [p.key for p in warned] == ["megatron_training.moe_grouped_gemm"]
+    assert check_moe(run, ClusterResources("cuda", 2)) == []   # where the package may be
+
+
+def test_the_tiny_moe_default_reaches_its_engines():
+    run = load_recipe(MOE, cluster=CPU2)
+    assert run.models["actor"].name == "tiny-qwen3-moe" and run.prepare.tiny_model == \
+        "tiny-qwen3-moe"
+    actor = role_setup(run, "actor", 0)
+    assert actor.moe == MoETraining() and actor.parallel.expert_model_parallel_size == 1
+    assert MoETraining().aux_loss_coeff == 0.0 and MoETraining().router_dtype is None
+    run = load_recipe(MOE, ["+actor_config.moe_router_freeze=true",
+                            "megatron_training.moe_aux_loss_coeff=0.001"], cluster=CPU2)
+    actor, ref = role_setup(run, "actor", 0), role_setup(run, "ref", 0)
+    assert actor.moe.router_freeze and not ref.moe.router_freeze
+    assert actor.moe.aux_loss_coeff == ref.moe.aux_loss_coeff == 0.001
+    dense = load_recipe("grpo_tiny_cpu", cluster=CPU2)
+    assert role_setup(dense, "actor", 0).moe is None
+
+
+def test_tiny_moe_default_keeps_the_dense_defaults_settings():
+    moe, dense = load_recipe(MOE, cluster=CPU2), load_recipe("grpo_tiny_cpu", cluster=CPU2)
+    assert moe.rl_config == dense.rl_config and moe.generate_config == dense.generate_config
+    for key in ("global_batch_size", "lr", "micro_batch_size", "max_tokens_per_micro_batch"):
+        assert getattr(moe.actor_config, key) == getattr(dense.actor_config, key), key
+
+
+def test_dapo_qwen3_30b_a3b_is_refused_at_ep2_naming_the_keys():
+    err = refused(A3B, [], RECIPE_CLUSTERS[A3B])
+    for key in ("actor_config.expert_model_parallel_size",
+                "generate_config.infer_expert_parallel_size",
+                "generate_config.enable_expert_parallel"):
+        assert "#39" in problem(err, key).message, key
+
+
+def test_dapo_qwen3_30b_a3b_at_ep1_keeps_mindspeed_rls_values_and_plans():
+    cluster = RECIPE_CLUSTERS[A3B]
+    run = load_recipe(A3B, ["actor_config.expert_model_parallel_size=1",
+                            "generate_config.infer_expert_parallel_size=1",
+                            "generate_config.enable_expert_parallel=false"],
+                      cluster=cluster, check_paths=False)
+    actor, rl, gen = run.actor_config, run.rl_config, run.generate_config
+    assert (actor.tensor_model_parallel_size, actor.pipeline_model_parallel_size,
+            actor.sequence_parallel) == (4, 1, True)
+    assert (actor.weight_decay, actor.adam_beta2, run.megatron_training.train_iters) == \
+        (0.1, 0.999, 200)
+    assert actor.moe_aux_loss_coeff == 0.0 and actor.moe_token_dispatcher_type == "alltoall"
+    assert rl.kl_coef == 0.0 and run.active_roles == ["actor"] and rl.dynamic_sampling
+    assert (rl.clip_ratio_low, rl.clip_ratio_high, rl.n_samples_per_prompt) == (0.2, 0.28, 8)
+    assert gen.infer_tensor_parallel_size == 1 and gen.max_model_len == 4096
+    plan = make_plan(run, cluster, [])
+    assert plan["fits_cluster"] and plan["devices_required"] == 16, plan["warnings"]
