@@ -1,7 +1,8 @@
 """Qwen3-MoE through the converter: HF -> mcore -> HF bit for bit from both spellings of the
 experts (save_pretrained's per-expert tensors, a loaded model's stacked ones, in safetensors
 and in a torch pickle), with a dense layer among the MoE ones, from a folder without tokenizer
-files; the checkpoint records the checked TP / PP / EP."""
+files; the checkpoint records the checked TP / PP / EP, and loaded at TP1, TP2 and PP2 it gives
+transformers' logits."""
 
 import json
 
@@ -11,7 +12,7 @@ import torch
 from mindrl.ckpt.converter import plan_hf_to_mcore
 from mindrl.distributed import spawn_local
 
-from support.ckpt_convert_worker import run_conversions
+from support.ckpt_convert_worker import logits_from_checkpoints, run_conversions
 from support.ckpt_hf_models import read_hf_tensors
 from support.hf_reference import reference_hf_model
 from support.moe_hf import moe_spec, save_stacked
@@ -19,6 +20,7 @@ from support.moe_hf import moe_spec, save_stacked
 pytestmark = pytest.mark.slow   # a spawned converter world (see tests/conftest.py)
 
 SPELLINGS = ("per_expert", "stacked", "stacked_bin")
+TOKENS = torch.randint(0, 128, (4, 12), generator=torch.Generator().manual_seed(2))
 
 
 @pytest.fixture(scope="module")
@@ -26,6 +28,8 @@ def world(tmp_path_factory):
     """Every spelling converted there and back in one converter world."""
     root = tmp_path_factory.mktemp("moe_convert")
     model = reference_hf_model(moe_spec(dense_layers=(1,)), seed=11)
+    with torch.no_grad():
+        torch.save(model(TOKENS).logits, root / "expected.pt")
     model.save_pretrained(root / "per_expert" / "hf")         # weights and config only
     save_stacked(model, root / "stacked" / "hf")
     save_stacked(model, root / "stacked_bin" / "hf", fmt="bin")
@@ -70,3 +74,14 @@ def test_a_folder_without_tokenizer_is_noted(world, tmp_path):
         assert [n for n in plan.notes if n.startswith("no tokenizer in ")]
     finally:
         plan.weights.close()
+
+
+def test_converted_checkpoint_gives_transformers_logits_at_tp_and_pp(world):
+    expected = torch.load(world / "expected.pt")
+    cases = [("moe", str(world / "per_expert" / "mg"), 1, [(1, 1), (2, 1), (1, 2)])]
+    results = spawn_local(logits_from_checkpoints, 2, cases, TOKENS)
+    got = {k: v for r in results for k, v in r.items()}
+    for tp, pp in [(1, 1), (2, 1), (1, 2)]:
+        logits, _ = got[("moe", tp, pp)]
+        diff = (logits - expected).abs().max().item()
+        assert diff <= 1e-5, f"TP{tp} PP{pp}: max |mcore - transformers| = {diff}"

@@ -104,6 +104,21 @@ def test_hf_weights_read_stacked_experts_by_range(saved, tmp_path, fmt):
             assert where.offset - whole.offset == (5 * 2 + 1) * 64 * 128 * 4
 
 
+def test_stacked_experts_convert_as_a_byte_copy(saved):
+    """Streaming: an expert's linear_fc1 is two byte ranges of the stacked file, copied from
+    file to file (copy_plan), never the whole stack read into memory."""
+    from mindrl.ckpt import copy_plan
+
+    spec, _, _, stacked = saved
+    rule = next(r for r in mapping.layer_rules(spec, 0)
+                if r.mcore.endswith("local_experts.2.linear_fc1.weight"))
+    with hf_io.HFWeights.open(stacked, split=mapping.hf_split(spec)) as weights:
+        pieces = copy_plan.mcore_pieces(rule, 0, spec, (128, 128), torch.float32, weights)
+        gate = weights.file_bytes("model.layers.0.mlp.experts.2.gate_proj.weight")
+    assert pieces is not None and [p.nbytes for p in pieces] == [64 * 128 * 4] * 2
+    assert pieces[0].offset == gate.offset and pieces[1].offset == gate.offset + 64 * 128 * 4
+
+
 def test_stacked_tensor_that_does_not_split_is_refused(tmp_path):
     from safetensors.torch import save_file
 
