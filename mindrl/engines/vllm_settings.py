@@ -35,6 +35,12 @@ def llm_kwargs(cfg: GenerateConfig, seed: int, logprobs_mode: str, build,
         kw["block_size"] = cfg.block_size
     if cfg.kv_cache_memory_bytes:
         kw["kv_cache_memory_bytes"] = cfg.kv_cache_memory_bytes
+    if cfg.enable_expert_parallel:
+        if not build.runs_expert_parallel:
+            raise ValueError("generate_config.enable_expert_parallel: this vLLM build cannot run "
+                             "expert parallelism (vLLM's CPU MoE kernel crashes with it); set it "
+                             "to false (experts then split over infer TP)")
+        kw["enable_expert_parallel"] = True
     if cfg.model_parallel_size > 1:
         # Workers in processes of their own beside this one (vLLM's mp executor): the one
         # that runs on every platform, CPU included (docs/platforms.md#the-cluster-path-on-cpu).

@@ -14,6 +14,8 @@ class VLLMBuild:
     # Whether this build runs with config/cpu_notice.cpu_vllm whatever the recipe says (the
     # CLI then says so once at start-up).
     overrides_recipe_settings = False
+    # Whether vLLM's expert parallelism (generate_config.enable_expert_parallel) runs here.
+    runs_expert_parallel = True
 
     def engine_kwargs(self, kw: dict, cfg, cpu_vllm: dict) -> dict:
         """``vllm.LLM`` keyword arguments: `kw` (from the config) and what this build adds

@@ -16,13 +16,15 @@ from mindrl import device
 from mindrl.ckpt.fingerprint import checkpoint_fingerprint
 from mindrl.config.schema import GenerateConfig, SamplingConfig
 from mindrl.engines.vllm_engine import VLLMEngine
+from mindrl.engines.vllm_settings import llm_kwargs
 from mindrl.engines.vllm_process import VLLMEngineProcess
 from mindrl.errors import WeightSyncError
 from mindrl.models.tiny import make_tiny_model
+from mindrl.platforms.cpu.vllm_build import CPUVLLMBuild
+from mindrl.platforms.vllm_build import VLLMBuild
 
 from support.hf_logprobs import max_diff, transformers_log_probs
 
-pytestmark = pytest.mark.slow   # vLLM engines: see tests/conftest.py
 
 TOL = 1e-4
 PROMPTS = [[40, 41, 42, 43, 44, 45], [50, 60, 70]]
@@ -30,6 +32,19 @@ CONFIG = GenerateConfig(max_num_seqs=8, max_model_len=128, kv_cache_memory_bytes
                         sampling_config=SamplingConfig(max_tokens=12, seed=0))
 EXPERT = re.compile(r"model\.layers\.\d\.mlp\.experts\.\d\.(gate|up|down)_proj\.weight")
 
+
+def test_inference_expert_parallelism_is_refused_where_the_build_cannot_run_it():
+    cfg = GenerateConfig(enable_expert_parallel=True)
+    with pytest.raises(ValueError, match="generate_config.enable_expert_parallel.*set it to "
+                                         "false"):
+        llm_kwargs(cfg, seed=0, logprobs_mode="processed_logprobs", build=CPUVLLMBuild())
+    assert llm_kwargs(cfg, seed=0, logprobs_mode="processed_logprobs",
+                      build=VLLMBuild())["enable_expert_parallel"] is True
+    assert "enable_expert_parallel" not in llm_kwargs(
+        GenerateConfig(), seed=0, logprobs_mode="processed_logprobs", build=CPUVLLMBuild())
+
+
+# ---------------------------------------------------------------------------- real vLLM engines
 
 @pytest.fixture(scope="module")
 def model_dirs(tmp_path_factory):
@@ -58,6 +73,7 @@ def gap(engine, model_dir) -> float:
     return max_diff(out, transformers_log_probs(model_dir, out))
 
 
+@pytest.mark.slow   # vLLM engines: see tests/conftest.py
 def test_every_expert_is_a_tensor_of_its_own_under_its_hf_name(engine, model_dirs):
     """Experts are named and shaped from vLLM's expert mapping, one vLLM module per layer
     (a load must carry all of a layer's experts), and read through the kernel they equal
@@ -73,6 +89,7 @@ def test_every_expert_is_a_tensor_of_its_own_under_its_hf_name(engine, model_dir
     assert gap(engine, model_dirs[0]) <= TOL
 
 
+@pytest.mark.slow   # vLLM engines: see tests/conftest.py
 def test_new_expert_weights_are_repacked_after_every_load(engine, model_dirs, monkeypatch):
     load(engine, model_dirs[1])
     engine.check_fingerprint(checkpoint_fingerprint(model_dirs[1], engine.dtype))
@@ -103,6 +120,7 @@ def _share(worker):
                                              {})
 
 
+@pytest.mark.slow   # vLLM engines: see tests/conftest.py
 def test_expert_layers_cannot_be_shared_with_the_actor(engine):
     """Sharing vLLM's parameters with the actor's ranks is refused for a MoE model: the kernel
     computes with a packed copy that writers of plain bytes cannot reach. The refusal names
@@ -111,6 +129,7 @@ def test_expert_layers_cannot_be_shared_with_the_actor(engine):
         engine.llm.collective_rpc(_share)
 
 
+@pytest.mark.slow   # vLLM engines: see tests/conftest.py
 def test_plain_linears_load_experts_in_place(model_dirs):
     """``in_place`` (plain linears, a child process: the switch is process-wide) writes the
     experts through vLLM's loader and re-packs them too."""
