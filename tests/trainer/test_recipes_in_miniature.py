@@ -18,10 +18,14 @@ pytestmark = pytest.mark.slow   # see tests/conftest.py
 # recipe, divisor, engines: the 7B R1-Zero keeps TP2 (sequence parallel) and inference TP2; the
 # 32B ones go to TP1 so that their 2 stages x 2 replicas and 4 engines fit beside the others in
 # time. The VL recipes run the tiny Qwen2.5-VL on the image task (images through vLLM, the
-# actor and the reference; validation on held-out images first, as the recipes do).
+# actor and the reference; validation on held-out images first, as the recipes do). The Qwen3
+# ones run tiny-qwen3: grpo_qwen3_8b's inference TP1 stays 1, so its 16 engines become 8 (actor
+# TP1 x PP2 x DP4 and the reference beside it); dapo_qwen3_32b runs TP1 x PP2, 2 engines, with
+# DAPO's overlong penalty and dynamic sampling on.
 MINIATURES = [("r1_zero_qwen25_7b", 2, 4), ("r1_zero_qwen25_32b", 8, 4),
               ("grpo_qwen25_7b", 2, 4), ("grpo_qwen25vl_7b_geo3k", 4, 2),
-              ("grpo_qwen25vl_32b_geo3k", 8, 4)]
+              ("grpo_qwen25vl_32b_geo3k", 8, 4), ("grpo_qwen3_8b", 2, 8),
+              ("dapo_qwen3_32b", 8, 2)]
 
 
 @pytest.mark.parametrize("recipe, divisor, expected_engines", MINIATURES)
