@@ -9,7 +9,8 @@ import json
 import pytest
 import torch
 
-from mindrl.ckpt.converter import plan_hf_to_mcore
+from mindrl.ckpt.convert_checks import ConversionError
+from mindrl.ckpt.converter import plan_hf_to_mcore, plan_mcore_to_hf
 from mindrl.distributed import spawn_local
 
 from support.ckpt_convert_worker import logits_from_checkpoints, run_conversions
@@ -85,3 +86,14 @@ def test_converted_checkpoint_gives_transformers_logits_at_tp_and_pp(world):
         logits, _ = got[("moe", tp, pp)]
         diff = (logits - expected).abs().max().item()
         assert diff <= 1e-5, f"TP{tp} PP{pp}: max |mcore - transformers| = {diff}"
+
+
+def test_a_checkpoint_that_is_not_the_model_yaml_is_refused(world, tmp_path):
+    with pytest.raises(ConversionError) as e:
+        plan_mcore_to_hf(world / "per_expert" / "mg", tmp_path / "out", model="qwen3-30b-a3b")
+    for named in ("moe.num_experts (num_experts): 8 here, 128 in the yaml",
+                  "moe.router_topk (num_experts_per_tok): 2 here, 8",
+                  "moe.ffn_hidden_size (moe_intermediate_size): 64 here, 768",
+                  "moe.dense_layers (mlp_only_layers): (1,) here, ()", "qwen3-30b-a3b.yaml"):
+        assert named in str(e.value)
+    assert not (tmp_path / "out").exists()
