@@ -5,16 +5,12 @@ sampled log-probs equal Megatron's before and after an optimizer step. The plan 
 one layer's experts over two buckets."""
 
 import pytest
-from transformers import AutoModelForCausalLM
 
-from mindrl.ckpt import mapping
 from mindrl.config.model_spec import load_model_spec
-from mindrl.config.schema import GenerateConfig, SamplingConfig
 from mindrl.distributed import spawn_local
-from mindrl.models.tiny import make_tiny_model
 from mindrl.weight_sync.plan import plan_buckets, plan_units
 
-from support.ckpt_convert_worker import run_conversions
+from support.family_sync import converted_and_trained, sync_generate_config
 from support.reshard_worker import sync_one_layout
 
 PROMPTS = [[40, 41, 42, 43, 44, 45], [50, 60, 70]]
@@ -44,29 +40,16 @@ def test_a_layers_experts_share_one_bucket_however_small():
 
 @pytest.fixture(scope="module")
 def dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("qwen3_moe_sync")
-    spec = load_model_spec("tiny-qwen3-moe")
-    source = make_tiny_model("tiny-qwen3-moe", "char", root / "hf", seed=0)
-    spawn_local(run_conversions, 1, [
-        ("hf2mg", dict(load_dir=source, save_dir=root / "mg", model_type_hf="qwen3_moe",
-                       add_qkv_bias=False)),
-        ("mg2hf", dict(load_dir=root / "mg", save_dir=root / "back"))])
-    layout_dir = make_tiny_model("tiny-qwen3-moe", "char", root / "trained", seed=11)
-    full = mapping.full_mcore_from_hf(
-        AutoModelForCausalLM.from_pretrained(layout_dir).state_dict(), spec, 2)
-    return spec, root / "back", layout_dir, full
+    return converted_and_trained(tmp_path_factory.mktemp("qwen3_moe_sync"), "tiny-qwen3-moe",
+                                 "qwen3_moe")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("infer_tp", [1, 2])
 def test_vllm_follows_megatron_qwen3_moe_at_tp2(dirs, infer_tp):
     spec, back, layout_dir, full = dirs
-    gen_cfg = GenerateConfig(max_num_seqs=8, max_model_len=128,
-                             kv_cache_memory_bytes=32 * 2**20,
-                             infer_tensor_parallel_size=infer_tp,
-                             sampling_config=SamplingConfig(max_tokens=12, temperature=1.0))
     run = spawn_local(sync_one_layout, 2, spec, str(back), str(layout_dir), full, (2, 1),
-                      PROMPTS, gen_cfg)[0]
+                      PROMPTS, sync_generate_config(infer_tp))[0]
     print(f"qwen3-moe vLLM TP{infer_tp} vs Megatron: before step", run["diff_before"], "after",
           run["diff_after"], "rescored", run["diff_rescored_vs_new"])
     # HF tensors: embedding, final norm; per layer 2 norms, q, k, v, q/k norms, o, router
