@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from support.grpo_runs import REQUIRED_KEYS, finite, metrics, shm_files_of, start, train
+from support.grpo_runs import (REQUIRED_KEYS, finite, metrics, shm_files_of, start, train,
+                               train_together)
 
 from mindrl.processes import pid_alive
 
@@ -217,15 +218,17 @@ def test_kill_9_of_the_driver_mid_save_then_rerun_matches_an_uninterrupted_run(w
 def test_overlapped_passes_give_the_same_run(work):
     """blocking=false runs the old-logprob and reference passes concurrently (their
     wall-clock spans intersect); with two updates per step (mini batch 8 of 16 prompts) both
-    passes run, and the run equals the blocking one."""
-    runs, raw = {}, {}
-    for blocking in ("true", "false"):
-        run_dir = work / "runs" / f"blocking_{blocking}"
-        train(work, run_dir, "megatron_training.train_iters=2", "rl_config.save_freq=2",
-              "rl_config.mini_batch_size=4", f"rl_config.blocking={blocking}",
-              "rl_config.val_data_path=null")
-        raw[blocking] = metrics(run_dir)
-        runs[blocking] = _deterministic(raw[blocking])
+    passes run, and the run equals the blocking one. The two runs go at once (each with its
+    own Ray cluster): fp32 and seeded, neither's numbers depend on the other."""
+    run_dirs = {blocking: work / "runs" / f"blocking_{blocking}" for blocking in ("true", "false")}
+    train_together(work, {run_dirs[blocking]: ("megatron_training.train_iters=2",
+                                               "rl_config.save_freq=2",
+                                               "rl_config.mini_batch_size=4",
+                                               f"rl_config.blocking={blocking}",
+                                               "rl_config.val_data_path=null")
+                          for blocking in run_dirs})
+    raw = {blocking: metrics(run_dir) for blocking, run_dir in run_dirs.items()}
+    runs = {blocking: _deterministic(rows) for blocking, rows in raw.items()}
     assert runs["true"] == runs["false"]
     steps = {b: [r for r in raw[b] if r["step"] > 0] for b in raw}
     assert len(steps["false"]) == 2
