@@ -30,10 +30,73 @@ TP2_RUN = ("megatron_training.train_iters=3", "rl_config.save_freq=3",
            "generate_config.verify_sync=every", *TP2_LAYOUT)
 
 
+def _run_on_two_nodes(work: Path, far: Path) -> dict:
+    """test_a_run_across_two_nodes_equals_one_node's run: the examples/r1 head script, then the
+    worker script for the second node; what each left, for the test to check."""
+    from support.ray_scripts import R1, script_env, short_temp_dir, stop_cluster, wait_for_port
+
+    temp_dir = short_temp_dir()
+    env = script_env(temp_dir, devices_per_node=1, NNODES=2, CONFIG="grpo_tiny_cpu",
+                     MINDRL_WORK_DIR=work)
+    head = subprocess.Popen(["bash", str(R1 / "qwen25" / "r1_zero_qwen25_7b_master.sh"),
+                             f"run_dir={far}", *TP2_RUN], env=env, cwd=str(work),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    result = {}
+    try:
+        wait_for_port(f"{env['MASTER_ADDR']}:{env['RAY_PORT']}", 90, head)
+        result["joined"] = subprocess.run(
+            ["bash", str(R1 / "qwen25" / "r1_zero_qwen25_7b_worker.sh")],
+            env={**env, "BLOCK": "0"}, capture_output=True, text=True, timeout=120)
+        if result["joined"].returncode == 0:
+            result["out"], result["err"] = head.communicate(timeout=900)
+    finally:
+        head.kill()
+        result["stopped"] = stop_cluster(temp_dir)
+    result["head"] = head
+    return result
+
+
+class InBackground:
+    """One call in a thread: `start()` begins it, `result()` waits for what it returned (or
+    raises what it raised)."""
+
+    def __init__(self, fn, *args):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.pool, self.fn, self.args, self.future = ThreadPoolExecutor(1), fn, args, None
+
+    def start(self) -> None:
+        self.future = self.pool.submit(self.fn, *self.args)
+
+    def result(self):
+        return self.future.result()
+
+
 @pytest.fixture(scope="module")
-def tp2_run(work):
+def two_nodes(work):
+    """The two-node run, started by tp2_run once the one-node run has prepared its files: the
+    two runs go at once, each with its own Ray cluster (fp32 and seeded, neither's numbers
+    depend on the other)."""
+    background = InBackground(_run_on_two_nodes, work, work / "runs" / "tp2_two_nodes")
+    yield background
+    background.pool.shutdown(wait=True)
+
+
+@pytest.fixture(scope="module")
+def tp2_run(work, two_nodes):
+    """The TP2 run (one node); the two-node run starts once this one has written its resolved
+    config (after `prepare`: the two never make the same files at once)."""
     run_dir = work / "runs" / "tp2"
-    train(work, run_dir, *TP2_RUN)
+    proc = start(work, run_dir, *TP2_RUN, stdout=subprocess.PIPE)
+    try:
+        while proc.poll() is None and not (run_dir / "resolved_config.json").exists():
+            time.sleep(0.5)
+        two_nodes.start()
+        _, err = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, f"the TP2 run failed:\n{err[-4000:]}"
     return run_dir
 
 
@@ -64,7 +127,7 @@ def test_tp2_actor_with_reference_logs_every_metric(work, tp2_run):
     assert (run_dir / "latest_checkpointed_iteration.txt").read_text() == "3"
 
 
-def test_a_run_across_two_nodes_equals_one_node(work, tp2_run):
+def test_a_run_across_two_nodes_equals_one_node(work, tp2_run, two_nodes):
     """The TP2 run again, across two Ray nodes started as a user starts them: the examples/r1
     head script (head node, wait for every device, `ray status`, the plan against the live
     cluster, then training) and the worker script for the second node, on one machine with a
@@ -73,25 +136,11 @@ def test_a_run_across_two_nodes_equals_one_node(work, tp2_run):
     (weight_sync/node_relay.py; here the receiver is also TP rank 1, sending its shards in the
     same sync from its main thread), verified on every sync; every metric but timings equals
     the one-node run; the receiver's /dev/shm file is gone with the run."""
-    from support.ray_scripts import R1, script_env, short_temp_dir, stop_cluster, wait_for_port
-
     far = work / "runs" / "tp2_two_nodes"
-    temp_dir = short_temp_dir()
-    env = script_env(temp_dir, devices_per_node=1, NNODES=2, CONFIG="grpo_tiny_cpu",
-                     MINDRL_WORK_DIR=work)
-    head = subprocess.Popen(["bash", str(R1 / "qwen25" / "r1_zero_qwen25_7b_master.sh"),
-                             f"run_dir={far}", *TP2_RUN], env=env, cwd=str(work),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for_port(f"{env['MASTER_ADDR']}:{env['RAY_PORT']}", 90, head)
-        joined = subprocess.run(["bash", str(R1 / "qwen25" / "r1_zero_qwen25_7b_worker.sh")],
-                                env={**env, "BLOCK": "0"}, capture_output=True, text=True,
-                                timeout=120)
-        assert joined.returncode == 0, joined.stderr[-3000:]
-        out, err = head.communicate(timeout=900)
-    finally:
-        head.kill()
-        stopped = stop_cluster(temp_dir)
+    ran = two_nodes.result()
+    joined, head, stopped = ran["joined"], ran["head"], ran["stopped"]
+    assert joined.returncode == 0, joined.stderr[-3000:]
+    out, err = ran["out"], ran["err"]
     assert head.returncode == 0, err[-4000:]
     assert stopped >= 4, stopped             # both raylets, GCS, ... were ours to stop
     assert "cluster: 2 node(s)" in out, out
