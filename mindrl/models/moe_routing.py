@@ -4,9 +4,12 @@ The metrics (docs/config-reference.md names the keys that turn them on):
 - `moe/tokens_per_expert_max_over_mean`: per MoE layer, the busiest expert's tokens over the
   mean expert's (1 = perfectly balanced, num_experts = every token on one expert), averaged
   over layers; counted over the update's forward passes, summed over the ranks that route
-  different tokens (data and sequence parallel), so it is the whole batch's load.
+  different tokens (data and sequence parallel), so it is the whole batch's load. Padding
+  positions are routed too (a packed row's tail to a multiple of TP under sequence
+  parallelism, PP's common micro-batch length) and counted.
 - `actor/moe_aux_loss`: Megatron's load-balancing loss before its coefficient, averaged over
-  MoE layers and micro batches, when the recipe turns it on (moe_aux_loss_coeff > 0).
+  MoE layers and micro batches, when the recipe turns it on (moe_aux_loss_coeff > 0). It is
+  one loss per micro batch (Megatron's), so its value and gradient depend on the partition.
 """
 
 from __future__ import annotations
@@ -84,7 +87,15 @@ def take_aux_loss(num_micro_batches: int, groups=()) -> Optional[float]:
                                                          get_moe_layer_wise_logging_tracker)
 
     tracker = get_moe_layer_wise_logging_tracker()
-    tracked = [v["values"] for k, v in tracker.items() if k.endswith("load_balancing_loss")]
+    tracked = []
+    for name, entry in tracker.items():
+        if not name.endswith("load_balancing_loss"):
+            continue
+        values = entry["values"].clone()
+        if entry.get("reduce_group") is not None and not entry.get("reduce_group_has_dp"):
+            # Under sequence parallelism each TP rank holds its tokens' part of the loss.
+            torch.distributed.all_reduce(values, group=entry["reduce_group"])
+        tracked.append(values)
     totals = torch.zeros(2, dtype=torch.float64, device=device.current_device())
     if tracked:
         values = torch.stack(tracked).sum(dim=0)   # [layers]: each layer's, over micro batches

@@ -62,3 +62,35 @@ def test_router_dtype_follows_params_unless_set():
     assert "moe_grouped_gemm" not in MoETraining().transformer_config()   # the family's
     res = _run(MoETraining(router_dtype="fp32"))
     assert res["router_dtype"] == "fp32"
+
+
+def test_routing_metrics_across_layouts():
+    """The same weights route the same tokens at TP1, DP2, TP2+SP and PP2. The load counts
+    summed over DP equal one rank's exactly. Padding is routed too (Megatron's experts see every
+    row position): the tail that makes a packed row a multiple of TP under sequence parallelism,
+    and PP's common micro-batch length, so there the load is that of the padded rows (within 10%
+    on this 4-sample batch), and so is the aux loss, whose sequence-parallel parts are summed
+    over TP (within 5%: 1.4% at TP2+SP, 1.2% at PP2 measured). Megatron's balancing loss is one
+    per micro batch, so another partition (DP2) gives another value: with the loss on, the
+    objective is not partition-invariant."""
+    from mindrl.ckpt import mapping
+    from mindrl.config.model_spec import load_model_spec
+
+    from support.engine_batch import make_batch
+    from support.hf_reference import reference_hf_model
+    from support.moe_rl_worker import metrics_at_layout
+
+    spec = load_model_spec("tiny-qwen3-moe")
+    hf = reference_hf_model(spec)
+    full_by_tp = {tp: mapping.full_mcore_from_hf(hf.state_dict(), spec, tp) for tp in (1, 2)}
+    batch, moe = make_batch(spec.vocab_size), MoETraining(aux_loss_coeff=0.01)
+    load, aux = "moe/tokens_per_expert_max_over_mean", "actor/moe_aux_loss"
+    base = spawn_local(metrics_at_layout, 1, spec, full_by_tp, batch, 1, 1, moe)[0]
+    got = {layout: spawn_local(metrics_at_layout, 2, spec, full_by_tp, batch, *layout, moe)[0]
+           for layout in ((1, 1), (2, 1), (1, 2))}   # world 2: DP2, TP2+SP, PP2
+    print({k: (v[load], v[aux]) for k, v in got.items()}, base[load], base[aux])
+    assert got[(1, 1)][load] == pytest.approx(base[load], rel=1e-6)
+    assert got[(1, 1)][aux] != pytest.approx(base[aux], rel=1e-3)
+    for layout in ((2, 1), (1, 2)):
+        assert got[layout][load] == pytest.approx(base[load], rel=0.1), layout
+        assert got[layout][aux] == pytest.approx(base[aux], rel=0.05), layout

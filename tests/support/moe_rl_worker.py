@@ -35,3 +35,26 @@ def one_step(rank, world, moe: MoETraining, tp=1, micro_batch_size=2):
         return None
     return dict(before=before, after=after, metrics=metrics, trainable=trainable,
                 router_dtype=config.moe_router_dtype, aux_coeff=config.moe_aux_loss_coeff)
+
+
+def metrics_at_layout(rank, world, spec, full_by_tp, batch, tp, pp, moe: MoETraining):
+    """One update's metrics (rank 0) at TP x PP (sequence parallel at TP > 1) from the same
+    full weights, packed micro batches of at most 11 tokens (several per DP rank)."""
+    from megatron.core import parallel_state as ps
+
+    from mindrl.ckpt import mapping
+
+    parallel = Parallelism(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+                           sequence_parallel=tp > 1)
+    initialize_parallel(parallel, seed=7)
+    engine = MegatronEngine(spec, parallel, loss=LossConfig(clip_ratio=0.2), seed=7, moe=moe,
+                            packed=True, max_tokens_per_micro_batch=11,
+                            optim=OptimConfig(lr=1e-3, clip_grad=0.0,
+                                              use_distributed_optimizer=False))
+    local = mapping.stage_state_dict(full_by_tp[tp], spec, ps.get_tensor_model_parallel_rank(),
+                                     tp, ps.get_pipeline_model_parallel_rank(), pp)
+    engine.module.load_state_dict(local, strict=False)
+    engine.optimizer.reload_model_params()
+    metrics = engine.update(Batch.of(**batch), mini_batch_size=len(batch["prompt_ids"]))
+    ps.destroy_model_parallel()
+    return metrics if rank == 0 else None
