@@ -78,7 +78,8 @@ KEY_DOCS: dict[str, str] = {
         "many data-parallel ranks; 1 only for now (above 1 is issue #39's work, refused)",
     "megatron_training.moe_aux_loss_coeff": "the load-balancing loss's weight; 0 (off) by "
         "default, as RL peers train (it moves log-probs away from the rollout engine's); "
-        "> 0 adds it to the loss and logs actor/moe_aux_loss",
+        "> 0 adds it to the loss (Megatron's, one per micro batch: its value depends on the "
+        "micro-batch partition) and logs actor/moe_aux_loss",
     "megatron_training.moe_router_load_balancing_type": "Megatron's balancing loss: aux_loss "
         "(per micro batch), seq_aux_loss (per sequence) or none",
     "megatron_training.moe_router_dtype": "null: the router computes in the params dtype, "
