@@ -281,7 +281,7 @@ class GenerateConfig:
     sleep_level: Literal[0, 1, 2] = 0
     # MindSpeed-RL keys (config/ported.py), accepted at the value MindRL implements only.
     torchair_graph: bool = False          # false only: no torchair graph mode
-    enable_expert_parallel: bool = False  # false only: no MoE model yet
+    enable_expert_parallel: bool = False  # false only until issue #39 (config/ported.py)
     num_scheduler_steps: int = 1          # 1 only: vLLM V1 schedules one step at a time
 
     @property
