@@ -171,13 +171,6 @@ def prepare_megatron() -> None:
     megatron_without_te.bind_te_general_gemm()
 
 
-def has_grouped_expert_gemm() -> bool:
-    """Megatron's grouped expert GEMM (legacy GroupedMLP) can run: CUDA with the
-    `grouped_gemm` package. Elsewhere a MoE layer runs its experts one by one
-    (SequentialMLP), the same maths."""
-    return device_type() == "cuda" and importlib.util.find_spec("grouped_gemm") is not None
-
-
 # What a rank of ours imports from Megatron (models, optimizer, checkpoints, schedules).
 MEGATRON_RANK_MODULES = ("megatron.core.tensor_parallel.random", "megatron.core.models.gpt",
                          "megatron.core.optimizer", "megatron.core.dist_checkpointing",

@@ -89,8 +89,8 @@ KEY_DOCS: dict[str, str] = {
                                            "out of the optimizer (experts still train)",
     "megatron_training.moe_token_dispatcher_type": "how tokens reach experts: allgather (the "
         "one that runs on CPU) or alltoall",
-    "megatron_training.moe_grouped_gemm": "experts as one grouped GEMM; null = where the "
-        "device has it (sequential experts elsewhere); true is refused where it has not",
+    "megatron_training.moe_grouped_gemm": "false/null only: experts run one by one "
+        "(SequentialMLP); grouped GEMM's stacked weights are not in the tensor tables yet",
     "megatron_training.stage": "MindSpeed-RL's algorithm key: `ray_grpo` only",
     "megatron_training.recompute_granularity": "null only: MindRL has no activation "
                                                "recomputation",

@@ -1,6 +1,6 @@
 """The MoE recipe keys: refused on a dense model naming the key; refused at values MindRL does
 not run (expert parallelism above 1, issue #39's; MoE at TP > 1 without sequence parallelism; a
-negative or switched-off balancing loss; grouped GEMM on CPU), each naming the key and the fix;
+negative or switched-off balancing loss; grouped GEMM, whose stacked weights no table maps), each naming the key and the fix;
 handed to each role's engine; and the recipes that carry them: grpo_tiny_moe_cpu and
 dapo_qwen3_30b_a3b (MindSpeed-RL's values; its EP2 layout refused up front)."""
 
@@ -76,14 +76,14 @@ def test_bad_moe_values_are_refused(overrides, key, words):
     assert key in err.keys and words in str(err), str(err)
 
 
-def test_grouped_gemm_on_cpu_is_a_cluster_problem():
-    p = problem(refused(MOE, ["+megatron_training.moe_grouped_gemm=true"]),
-                "megatron_training.moe_grouped_gemm")
-    assert p.category == CLUSTER and "grouped_gemm package" in p.message
-    run, warned = validate_lenient(compose_recipe(MOE, ["+megatron_training.moe_grouped_gemm="
-                                                        "true"]), CPU2, check_paths=False)
-    assert [p.key for p in warned] == ["megatron_training.moe_grouped_gemm"]
-    assert check_moe(run, ClusterResources("cuda", 2)) == []   # where the package may be
+def test_grouped_gemm_is_refused_on_every_device_until_the_tables_map_it():
+    for cluster in (CPU2, ClusterResources("cuda", 2)):
+        p = problem(refused(MOE, ["+megatron_training.moe_grouped_gemm=true"], cluster),
+                    "megatron_training.moe_grouped_gemm")
+        assert p.category != CLUSTER and "do not map" in p.message
+    run, _ = validate_lenient(compose_recipe(MOE, ["+megatron_training.moe_grouped_gemm=false"]),
+                              CPU2, check_paths=False)
+    assert check_moe(run, ClusterResources("cuda", 2)) == []
 
 
 def test_the_tiny_moe_default_reaches_its_engines():

@@ -3,8 +3,8 @@ Mixture-of-Experts MLP: a softmax router over `num_experts` experts, the top `ro
 per token (renormalised to sum 1 when `norm_topk_prob`), each expert a SwiGLU of width
 `moe.ffn_hidden_size`; the layers in `moe.dense_layers` keep a dense MLP.
 
-On Megatron: the local spec's MoELayer (SequentialMLP, experts one by one, or the grouped
-GEMM where the device has it: device.has_grouped_expert_gemm), its top-k router with
+On Megatron: the local spec's MoELayer (SequentialMLP, experts one by one: the grouped GEMM's
+stacked weight1/weight2 are not in the tensor table, config/moe_checks.py), its top-k router with
 `moe_router_pre_softmax` set so that it equals HF's routing, the allgather dispatcher (no
 side streams or collective split sizes at expert parallelism 1, so it runs the same on CPU
 and GPU) and `moe_layer_freq` as a 0/1 list from dense_layers. Parity with transformers'
@@ -92,7 +92,7 @@ class Qwen3MoeFamily(Qwen3Family):
                     moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=0.0,
                     moe_layer_freq=moe_layer_freq(spec),
                     moe_token_dispatcher_type="allgather",
-                    moe_grouped_gemm=_grouped_gemm())
+                    moe_grouped_gemm=False)
 
     def layer_spec(self, config):
         """A MoE layer: the local spec's MoELayer (grouped experts when the config asks)."""
@@ -106,12 +106,6 @@ class Qwen3MoeFamily(Qwen3Family):
     def dense_layer_spec(self, config):
         """A layer of `moe.dense_layers`: Qwen3's dense layer."""
         return super().layer_spec(config)
-
-
-def _grouped_gemm() -> bool:
-    from mindrl import device
-
-    return device.has_grouped_expert_gemm()
 
 
 QWEN3_MOE = Qwen3MoeFamily()
