@@ -24,7 +24,7 @@ from mindrl.data import packing
 from mindrl.data.batch import Batch
 from mindrl.engines import model_rows, vocab_parallel
 from mindrl.models.builder import build_gpt_model
-from mindrl.models import moe_routing
+from mindrl.models import moe_routing, route_replay
 from mindrl.models.forward import run_schedule
 
 
@@ -79,6 +79,9 @@ class MegatronEngine:
         if moe is not None and moe.router_freeze:
             moe_routing.freeze_routers(module)
         self.router_load = moe_routing.RouterLoad(module) if spec.is_moe else None
+        self.routes = (route_replay.RouteReplay(module, [
+            i for i in range(spec.num_layers) if spec.moe.is_moe_layer(i)])
+            if spec.is_moe else None)
         self.optimizer = self.scheduler = None
         if optim is None:
             self.model = module
@@ -168,13 +171,60 @@ class MegatronEngine:
     # ------------------------------------------------------------------ passes
 
     def _run_schedule(self, micro_batches: List[dict], seq_length: int, forward_only: bool,
-                      loss_fn):
-        return run_schedule(self.model, micro_batches, seq_length, forward_only, loss_fn)
+                      loss_fn, replay: Optional[str] = None):
+        """`replay`: the batch field whose routes every router replays (models/route_replay.py)."""
+        if replay is None:
+            return run_schedule(self.model, micro_batches, seq_length, forward_only, loss_fn)
+        self._load_routes(micro_batches, seq_length, replay)
+        try:
+            return run_schedule(self.model, micro_batches, seq_length, forward_only, loss_fn)
+        finally:
+            self.routes.stop()
+
+    def _sp_group(self):
+        """The TP group when its ranks route different tokens (sequence parallelism)."""
+        if self.parallel.sequence_parallel and self.ps.get_tensor_model_parallel_world_size() > 1:
+            return self.ps.get_tensor_model_parallel_group()
+        return None
+
+    def _load_routes(self, micro_batches: List[dict], seq_length: int, field: str) -> None:
+        if self.routes is None:
+            raise ValueError(f"routing replay of {field!r} needs a MoE model; {self.spec.name} "
+                             f"is dense (set rl_config.router_replay: off)")
+        sp = self._sp_group() is not None
+        rank = self.ps.get_tensor_model_parallel_rank() if sp else 0
+        size = self.ps.get_tensor_model_parallel_world_size() if sp else 1
+        moe, per_micro = self.spec.moe, []
+        for m in micro_batches:
+            lengths = self._sample_lengths(m)
+            route_replay.check_routes(m[field], lengths, self.routes.moe_layers,
+                                      moe.router_topk, moe.num_experts, field)
+            per_micro.append(route_replay.to_megatron(
+                m[field], lengths, "packed_seq_params" in m, m["tokens"].shape[1], rank, size))
+        self.routes.load(per_micro)
+
+    @staticmethod
+    def _sample_lengths(micro: dict) -> torch.Tensor:
+        return packing.sample_lengths(micro["prompt_mask"], micro["response_mask"]).cpu()
+
+    def _recorded_routes(self, micro: dict) -> torch.Tensor:
+        """The micro batch's routes as the routers picked them, per sample [mb, P + R, L, K]."""
+        if self.ps.get_pipeline_model_parallel_world_size() > 1:
+            raise ValueError("recording routes needs pipeline parallel size 1 (each stage holds "
+                             "other layers); replaying works at any")
+        width = micro["prompt_ids"].shape[1] + micro["response_ids"].shape[1]
+        return route_replay.from_megatron(self.routes.take(self._sp_group()),
+                                          self._sample_lengths(micro),
+                                          "packed_seq_params" in micro, width)
 
     def compute_log_probs(self, batch: Batch, micro_batch_size: Optional[int] = None,
                           with_entropy: bool = False,
-                          like_update: Optional[tuple] = None) -> Dict[str, torch.Tensor]:
+                          like_update: Optional[tuple] = None, with_routes: bool = False,
+                          replay: Optional[str] = None) -> Dict[str, torch.Tensor]:
         """log p(response_ids[:, t]) [B, R] for the whole batch, identical on every rank.
+
+        with_routes: also "routes" [B, P + R, L, K], what the routers picked per sample
+        (models/route_replay.py); replay: the batch field whose routes the routers replay.
 
         like_update (mini_batch_size, shuffle, seed): plan the pass as `update` plans its mini
         batches, so the old log-probs come from the very micro batches the first update
@@ -185,24 +235,32 @@ class MegatronEngine:
         parts = ([list(range(len(batch)))] if like_update is None
                  else packing.mini_batches(len(batch), *like_update))
         results = [self._log_probs_of(batch.select(p) if like_update else batch, mbs,
-                                      with_entropy) for p in parts]
+                                      with_entropy, with_routes, replay) for p in parts]
         merged = {k: torch.cat([r[k] for r in results]) for k in results[0]}
         return _in_batch_order(merged, [i for p in parts for i in p])
 
-    def _log_probs_of(self, batch: Batch, micro_batch_size: int, with_entropy: bool):
+    def _log_probs_of(self, batch: Batch, micro_batch_size: int, with_entropy: bool,
+                      with_routes: bool = False, replay: Optional[str] = None):
         plan = self._plan(batch, micro_batch_size)
         micro, seq_length = self._micro_batches(batch, plan)
+        with_routes = with_routes and self.routes is not None
 
         def collect(output, m):
             logp, ent = self._token_stats(output, m, with_entropy)
-            return {"log_probs": logp, **({"entropy": ent} if ent is not None else {})}
+            return {"log_probs": logp, **({"entropy": ent} if ent is not None else {}),
+                    **({"routes": self._recorded_routes(m)} if with_routes else {})}
 
         with torch.no_grad():
-            outputs = self._run_schedule(micro, seq_length, True, collect)
+            outputs = self._run_schedule(micro, seq_length, True, collect, replay)
         local = sum(len(m) for m in plan[self.ps.get_data_parallel_rank()])
         shape = (local, batch["response_ids"].shape[1])
         keys = ["log_probs"] + (["entropy"] if with_entropy else [])
-        result = self._gather_dp(self._from_last_stage(outputs, {k: shape for k in keys}))
+        shapes = {k: shape for k in keys}
+        if with_routes:
+            moe = self.spec.moe
+            shapes["routes"] = (local, batch["prompt_ids"].shape[1] + shape[1],
+                                self.routes.moe_layers, moe.router_topk)
+        result = self._gather_dp(self._from_last_stage(outputs, shapes))
         return _in_batch_order(result, _plan_order(plan))
 
     def compute_scores(self, batch: Batch, micro_batch_size: Optional[int] = None
@@ -272,11 +330,13 @@ class MegatronEngine:
                                           self.ps.get_data_parallel_world_size())
 
     def update(self, batch: Batch, mini_batch_size: int, shuffle: bool = False,
-               seed: int = 0, entropy_coeff: Optional[float] = None) -> Dict[str, float]:
+               seed: int = 0, entropy_coeff: Optional[float] = None,
+               replay: Optional[str] = None) -> Dict[str, float]:
         """One pass over the batch in mini batches (samples); one optimizer step per mini batch.
 
         Needs response_mask, advantages, and old_log_probs (absent: on-policy, ratio = 1) and
-        ref_log_probs when the KL loss is on.
+        ref_log_probs when the KL loss is on. `replay`: the batch field whose routes the
+        routers replay (models/route_replay.py).
         """
         if self.optimizer is None:
             raise RuntimeError("this engine was built without an optimizer (reference role)")
@@ -285,13 +345,14 @@ class MegatronEngine:
         if clock is not None:
             clock.take()
         for rows in packing.mini_batches(len(batch), mini_batch_size, shuffle, seed):
-            history.append(self._train_mini_batch(batch.select(rows), entropy_coeff))
+            history.append(self._train_mini_batch(batch.select(rows), entropy_coeff, replay))
         out = objective.merge_mini_batches(history)
         if clock is not None:
             out["actor/vision_tower_s"] = clock.take()
         return out
 
-    def forward_backward(self, mini: Batch, entropy_coeff: Optional[float] = None) -> list:
+    def forward_backward(self, mini: Batch, entropy_coeff: Optional[float] = None,
+                         replay: Optional[str] = None) -> list:
         """Gradients of the mini batch's loss into the grad buffers (no optimizer step).
         `entropy_coeff` replaces the configured one for this call (a scheduled coefficient)."""
         self.model.train()
@@ -305,10 +366,11 @@ class MegatronEngine:
         self.optimizer.zero_grad()
         return self._run_schedule(
             micro, seq_length, False,
-            lambda out, m: self._policy_loss(out, m, cfg, mb_weight, len(micro)))
+            lambda out, m: self._policy_loss(out, m, cfg, mb_weight, len(micro)), replay)
 
-    def _train_mini_batch(self, mini: Batch, entropy_coeff: Optional[float]) -> Dict[str, float]:
-        losses = self.forward_backward(mini, entropy_coeff)
+    def _train_mini_batch(self, mini: Batch, entropy_coeff: Optional[float],
+                          replay: Optional[str] = None) -> Dict[str, float]:
+        losses = self.forward_backward(mini, entropy_coeff, replay)
         ok, grad_norm, _ = self.optimizer.step()
         if ok:
             self.scheduler.step(increment=1)
