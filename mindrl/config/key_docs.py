@@ -272,9 +272,10 @@ KEY_DOCS: dict[str, str] = {
     "prepare.tiny_model": "a configs/model name (e.g. tiny-qwen2) made random-init when the "
                           "tokenizer folder is missing",
     "prepare.tokenizer": "char or qwen25 (built offline)",
-    "prepare.task": "the generated task: arith (a+b=) or vl (synthetic pictures)",
+    "prepare.task": "the generated task: arith (a+b=), max (max(a,b)= over digits) or vl "
+                    "(synthetic pictures)",
     "prepare.num_prompts": "generated training prompts",
-    "prepare.max_operand": "arith operands run 0..max_operand",
+    "prepare.max_operand": "arith operands run 0..max_operand (max: always digits 0..9)",
     "prepare.holdout_pairs": "operand pairs never trained on, written as the validation set; "
                              "0 = validate on the training table",
     "prepare.vl_question": "task vl: colour, shape, count, digit, compare, mixed",

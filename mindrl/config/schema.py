@@ -298,7 +298,7 @@ class PrepareConfig:
 
     tiny_model: Optional[str] = None      # a configs/model name, e.g. tiny-qwen2
     tokenizer: Literal["char", "qwen25"] = "char"
-    task: Optional[Literal["arith", "vl"]] = None
+    task: Optional[Literal["arith", "max", "vl"]] = None
     num_prompts: int = 4096
     max_operand: int = 2
     holdout_pairs: int = 0                # operand pairs kept out of training: the validation set

@@ -1,7 +1,8 @@
 """Rule rewards for R1-Zero-style RL: named verifiers, weighted, scored in a killable pool.
 
 Importing the package registers the built-in verifiers: base_acc, acc, strict_format, format,
-boxed_acc, boxed_format (EasyR1's math reward), countdown, arith, acc_for_dapo (DAPO's +1/-1).
+boxed_acc, boxed_format (EasyR1's math reward), countdown, arith, max_digit, acc_for_dapo
+(DAPO's +1/-1).
 """
 
 from . import builtin  # noqa: F401  (registers the built-in verifiers)

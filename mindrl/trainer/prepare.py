@@ -43,8 +43,8 @@ def prepare_artifacts(run: RunConfig) -> List[str]:
     made: List[str] = []
     p = run.prepare
     shared = run.megatron_training
-    if p.task == "arith":   # first: a split it cannot honour is refused before a model is made
-        made += _prepare_arith(p, shared.data_path, run.rl_config.val_data_path)
+    if p.task in _TASKS:    # first: a split it cannot honour is refused before a model is made
+        made += _TASKS[p.task](p, shared.data_path, run.rl_config.val_data_path)
     if p.tiny_model:
         made += _prepare_tiny_models(run)
     if p.task == "vl":       # after the model: its processor preprocesses the images
@@ -113,21 +113,40 @@ def _prepare_arith(p, train_path, val_path) -> List[str]:
     """Training prompts drawn from the pairs not held out; validation = each held-out pair
     once (with no pairs held out: every problem once, i.e. the training table)."""
     from mindrl.data.arith_task import arith_problems, arith_split, problem
+
+    train, held = arith_split(p.max_operand, p.holdout_pairs, p.seed)
+    return _write_task(
+        lambda: arith_problems(p.num_prompts, p.max_operand, p.seed, pairs=train if held else ()),
+        lambda: [problem(a, b) for a, b in held or train], held, train_path, val_path,
+        f"arith task over {len(train)} operand pairs (operands 0..{p.max_operand})")
+
+
+def _prepare_max(p, train_path, val_path) -> List[str]:
+    """The larger of two digits: training prompts from the pairs not held out, validation =
+    each held-out pair once (none held out: every pair once)."""
+    from mindrl.data.max_task import max_problem, max_problems, max_split
+
+    train, held = max_split(p.holdout_pairs, p.seed)
+    return _write_task(lambda: max_problems(p.num_prompts, train, p.seed),
+                       lambda: [max_problem(a, b) for a, b in held or train], held,
+                       train_path, val_path, f"max-of-two-digits task over {len(train)} pairs")
+
+
+def _write_task(train_problems, val_problems, held, train_path, val_path, what) -> List[str]:
+    """Write the missing prompt files (rows {"prompt", "label"}) and say what was made."""
     from mindrl.data.prompt_file import write_prompt_file
 
     made = []
-    train, held = arith_split(p.max_operand, p.holdout_pairs, p.seed)
     if train_path and not Path(train_path).is_file():
-        rows = [{"prompt": q.prompt, "label": q.label}
-                for q in arith_problems(p.num_prompts, p.max_operand, p.seed,
-                                        pairs=train if held else ())]
+        rows = [{"prompt": q.prompt, "label": q.label} for q in train_problems()]
         write_prompt_file(rows, train_path)
-        made.append(f"arith task, {len(rows)} prompts over {len(train)} operand pairs "
-                    f"(operands 0..{p.max_operand}): {train_path}")
+        made.append(f"{what}, {len(rows)} prompts: {train_path}")
     if val_path and not Path(val_path).is_file():
-        rows = [{"prompt": q.prompt, "label": q.label}
-                for q in (problem(a, b) for a, b in held or train)]
+        rows = [{"prompt": q.prompt, "label": q.label} for q in val_problems()]
         write_prompt_file(rows, val_path)
         kind = "held-out pairs never trained on" if held else "every training problem"
-        made.append(f"arith validation set, {len(rows)} prompts ({kind}): {val_path}")
+        made.append(f"validation set, {len(rows)} prompts ({kind}): {val_path}")
     return made
+
+
+_TASKS = {"arith": _prepare_arith, "max": _prepare_max}   # prepare.task -> its writer

@@ -6,6 +6,7 @@ from mindrl.config import ClusterResources
 
 RECIPE_CLUSTERS = {
     "grpo_tiny_cpu": ClusterResources("cpu", 2),
+    "grpo_tiny_max_cpu": ClusterResources("cpu", 2),
     "grpo_tiny_vl_cpu": ClusterResources("cpu", 2),
     "grpo_tiny_moe_cpu": ClusterResources("cpu", 2),
     "r1_zero_qwen25_7b": ClusterResources("npu", 8, 2, device_memory_gib=64),
@@ -19,7 +20,7 @@ RECIPE_CLUSTERS = {
 }
 # Shipped recipes whose layout the plan refuses up front until an issue lands (their refusal
 # is tested where they are: tests/config/test_moe_recipe_keys.py).
-REFUSED_UNTIL = {"dapo_qwen3_30b_a3b": "issue #39: expert parallelism above 1"}
+REFUSED_UNTIL = {"dapo_qwen3_30b_a3b": "vLLM expert parallelism (EP8) is not wired"}
 
 
 @pytest.fixture
