@@ -75,7 +75,10 @@ KEY_DOCS: dict[str, str] = {
     "megatron_training.freeze_vision_tower": "a VL model's tower and merger get no gradients "
                                              "and stay out of the optimizer; refused on text",
     "megatron_training.expert_model_parallel_size": "a MoE model's experts split over this "
-        "many data-parallel ranks; 1 only for now (above 1 is issue #39's work, refused)",
+        "many ranks carved out of data parallelism: must divide the model's experts and the "
+        "role's DP (devices / (TP x PP)); expert TP is the role's TP (Megatron's default, no key). "
+        "The weight sync gathers each layer's experts over the EP group to the sending ranks; "
+        "proven over gloo on CPU (EP 2), written to Megatron's API elsewhere",
     "megatron_training.moe_aux_loss_coeff": "the load-balancing loss's weight; 0 (off) by "
         "default, as RL peers train (it moves log-probs away from the rollout engine's); "
         "> 0 adds it to the loss (Megatron's, one per micro batch: its value depends on the "
@@ -214,8 +217,9 @@ KEY_DOCS: dict[str, str] = {
     "generate_config.infer_tensor_parallel_size": "vLLM tensor parallelism per engine (must "
                                                   "divide or be divided by training TP)",
     "generate_config.infer_pipeline_parallel_size": "vLLM pipeline parallelism per engine",
-    "generate_config.infer_expert_parallel_size": "1 only: vLLM expert parallelism is issue "
-        "#39's work (and segfaults in vLLM's CPU MoE kernel)",
+    "generate_config.infer_expert_parallel_size": "1 only: vLLM expert parallelism is not "
+        "wired into MindRL's engines (MoE rolls out at inference EP 1, experts split over infer "
+        "TP; vLLM's CPU MoE kernel crashes with EP)",
     "generate_config.max_num_seqs": "vLLM's concurrent sequences",
     "generate_config.max_num_batched_tokens": "vLLM's tokens per scheduler step (on CPU "
                                               "raised to max_num_seqs x max_model_len)",
@@ -264,8 +268,8 @@ KEY_DOCS: dict[str, str] = {
     "generate_config.sleep_level": "GPU/NPU: engines free device memory between rollouts (1: "
         "weights to host, KV dropped; 2: both dropped); nothing on CPU",
     "generate_config.torchair_graph": "false only: no torchair graph mode",
-    "generate_config.enable_expert_parallel": "false only: vLLM expert parallelism is issue "
-        "#39's work",
+    "generate_config.enable_expert_parallel": "false only: vLLM expert parallelism is not "
+        "wired into MindRL's engines (MoE rolls out at inference EP 1)",
     "generate_config.num_scheduler_steps": "1 only: vLLM V1 schedules one step at a time",
 
     # --- prepare ---------------------------------------------------------------------------

@@ -2,9 +2,10 @@
 checks (one job: the moe_* and expert-parallel keys against each role's model).
 
 A MoE key on a dense model would be silently ignored by Megatron, so it is refused naming the
-key. Expert parallelism above 1 (training or vLLM) is the next issue's work (#39); until then a
-recipe that asks for it (MindSpeed-RL's Qwen3-30B-A3B layout: EP2, vLLM EP8) is refused before
-anything starts, naming the key and the value that runs.
+key. Training expert parallelism must fit the role's layout (experts divisible by EP; EP
+inside data parallelism: world = TP x PP x DP, DP divisible by EP; expert TP is the role's TP,
+Megatron's default). vLLM's expert parallelism stays refused: MindRL's engines run MoE at
+inference EP 1 (the CPU build's MoE kernel crashes with EP; on GPU/NPU it is not wired).
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ from dataclasses import fields
 from mindrl.config import names
 from mindrl.config.cluster import ClusterResources
 from mindrl.config.errors import CLUSTER, Problem
+from mindrl.config.placement import data_parallel_size, world_size
 from mindrl.config.schema import MegatronConfig, RunConfig
 
-EP_ISSUE = "expert parallelism above 1 is issue #39's work (MindRL trains MoE at EP 1 today)"
+INFER_EP = ("vLLM's expert parallelism is not wired into MindRL's engines (they roll MoE out at "
+            "inference EP 1, the experts split over infer TP; on CPU vLLM's MoE kernel crashes "
+            "with EP); training expert parallelism is actor_config.expert_model_parallel_size")
 # Each MoE key and its dense-model value (the schema's default).
 MOE_KEYS = {f.name: f.default for f in fields(MegatronConfig)
             if f.name.startswith("moe_") or f.name == "expert_model_parallel_size"}
@@ -35,12 +39,7 @@ def _moe_role(run: RunConfig, role: str, cluster: ClusterResources) -> list[Prob
     cfg, spec = run.role(role), run.models[role]
     key = lambda name: names.role_key(run, role, name)  # noqa: E731
     out = []
-    ep = cfg.expert_model_parallel_size
-    if ep > 1:
-        out.append(Problem(key("expert_model_parallel_size"), EP_ISSUE, "set it to 1", ep))
-    elif ep >= 1 and spec.moe.num_experts % ep:
-        out.append(Problem(key("expert_model_parallel_size"), f"does not divide {spec.name}'s "
-                           f"{spec.moe.num_experts} experts", "use a divisor of it", ep))
+    out += _expert_parallel(run, role)
     if cfg.tensor_model_parallel_size > 1 and not cfg.sequence_parallel:
         out.append(Problem(key("sequence_parallel"), f"is off with TP "
                            f"{cfg.tensor_model_parallel_size}: Megatron's MoE layer needs "
@@ -65,6 +64,39 @@ def _moe_role(run: RunConfig, role: str, cluster: ClusterResources) -> list[Prob
     return out
 
 
+def _expert_parallel(run: RunConfig, role: str) -> list[Problem]:
+    """EP splits the experts evenly and sits inside the role's data parallelism."""
+    cfg, spec = run.role(role), run.models[role]
+    ep, name = cfg.expert_model_parallel_size, names.role_key(run, role,
+                                                            "expert_model_parallel_size")
+    if ep < 1:
+        return [Problem(name, "must be at least 1", "set it to 1 (no expert parallelism)", ep)]
+    out = []
+    if spec.moe.num_experts % ep:
+        out.append(Problem(name, f"does not divide {spec.name}'s {spec.moe.num_experts} "
+                           f"experts", "use a divisor of it", ep))
+    dp = data_parallel_size(run, role)
+    if ep > 1 and dp and dp % ep:
+        out.append(Problem(name, f"does not divide the {role}'s data parallelism {dp} "
+                           f"(= {world_size(run, role)} devices / TP "
+                           f"{cfg.tensor_model_parallel_size} x PP "
+                           f"{cfg.pipeline_model_parallel_size}): expert-parallel ranks are "
+                           f"carved out of data-parallel ones", f"use a divisor of {dp}, or "
+                           f"give the {role} more devices", ep))
+    if ep > 1 and cfg.moe_token_dispatcher_type == "allgather":
+        out.append(Problem(names.role_key(run, role, "moe_token_dispatcher_type"), f"is "
+                           f"allgather at expert parallelism {ep}: it needs equal token counts "
+                           f"on every EP rank, and each data-parallel rank's micro batches are "
+                           f"as long as its own samples", "set it to alltoall", "allgather"))
+    if ep > 1 and cfg.max_tokens_per_micro_batch is not None:
+        out.append(Problem(names.role_key(run, role, "max_tokens_per_micro_batch"), f"plans "
+                           f"micro batches by tokens, so EP ranks may run different counts of "
+                           f"them (each MoE layer is a collective over the EP group) at expert "
+                           f"parallelism {ep}", "remove it (micro batches by samples)",
+                           cfg.max_tokens_per_micro_batch))
+    return out
+
+
 def check_moe(run: RunConfig, cluster: ClusterResources) -> list[Problem]:
     """Every active role's MoE keys against its model; vLLM's expert parallelism."""
     out: list[Problem] = []
@@ -76,7 +108,7 @@ def check_moe(run: RunConfig, cluster: ClusterResources) -> list[Problem]:
     gen = run.generate_config
     if gen.infer_expert_parallel_size > 1:
         out.append(Problem("generate_config.infer_expert_parallel_size", "shards a "
-                           "mixture-of-experts model's experts over vLLM ranks: " + EP_ISSUE +
-                           "; on CPU vLLM's MoE kernel crashes with it", "set it to 1",
+                           "mixture-of-experts model's experts over vLLM ranks: " + INFER_EP,
+                           "set it to 1",
                            gen.infer_expert_parallel_size))
     return out

@@ -41,8 +41,9 @@ ONLY_VALUES: dict[str, tuple[tuple[Any, ...], str, str]] = {
                                        "generate_config.enforce_eager)",
                                        "set it to false, or remove it"),
     "generate_config.enable_expert_parallel": ((False,), "asks for vLLM expert "
-                                               "parallelism, issue #39's work (MoE rolls "
-                                               "out at inference EP 1 today)",
+                                               "parallelism, which MindRL's engines do not "
+                                               "wire (MoE rolls out at inference EP 1, the "
+                                               "experts split over infer TP)",
                                                "set it to false, or remove it"),
     "megatron_training.no_pad_to_seq_lengths": ((None, True), "asks for samples padded to "
                                                 "seq_length, which MindRL never does: "

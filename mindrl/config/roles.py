@@ -19,17 +19,15 @@ class Parallelism:
     tensor_model_parallel_size: int = 1
     pipeline_model_parallel_size: int = 1
     sequence_parallel: bool = False
-    # Mixture-of-Experts' expert parallelism (inside data parallelism): 1 until issue #39.
+    # Mixture-of-Experts' expert parallelism: each MoE layer's experts split over this many
+    # ranks carved out of data parallelism (config/moe_checks.py checks it fits). Expert tensor
+    # parallelism is Megatron's default, the role's TP (what the weight sync's TP gather reads).
     expert_model_parallel_size: int = 1
 
     def __post_init__(self) -> None:
         ep = self.expert_model_parallel_size
         if ep < 1:
             raise ValueError(f"expert_model_parallel_size={ep} must be >= 1")
-        if ep > 1:
-            raise ValueError(f"expert_model_parallel_size={ep}: no registered model family "
-                             f"supports experts yet above expert parallelism 1 (issue #39's "
-                             f"work; use 1)")
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,9 @@ sizes, samples per prompt, updates per step); a micro-batch token budget keeps i
 longest samples. The step takes the fewest prompts that still give every actor DP rank a full
 micro batch in each mini batch and pass the recipe's batch checks (every engine a prompt):
 a miniature proves the layout and the flags, and 512 prompts of a tiny model prove nothing
-more than 8 do. Precision becomes fp32, the CPU platform's.
+more than 8 do. Precision becomes fp32, the CPU platform's. Training expert parallelism stays
+(the tiny MoE's 8 experts split as the recipe splits them); vLLM's expert parallelism becomes
+1 (it is not wired into MindRL's engines, and the CPU MoE kernel crashes with it), logged.
 
 This is how the shipped multi-device recipes are proven on a CPU box (tests/config and
 tests/trainer run them this way), and how a user tries a recipe's topology before renting it.
@@ -24,12 +26,14 @@ tests/trainer run them this way), and how a user tries a recipe's topology befor
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from mindrl.config.errors import STRUCTURE, ConfigError, Problem
 
+logger = logging.getLogger(__name__)
 WORK = "${mindrl.work_dir:}"
 TINY_MODEL = "tiny-qwen2"
 # The recipe model's architecture -> the tiny model of its family (others: TINY_MODEL).
@@ -105,6 +109,12 @@ def scale_down(raw: Any) -> Any:
     gen["infer_tensor_parallel_size"] = _divide(gen.get("infer_tensor_parallel_size", 1),
                                                 divisor, "generate_config."
                                                 "infer_tensor_parallel_size", problems)
+    if gen.get("infer_expert_parallel_size", 1) != 1 or gen.get("enable_expert_parallel"):
+        logger.warning("scale_down: vLLM expert parallelism (infer_expert_parallel_size %s) "
+                       "becomes 1 on CPU slots: the experts split over infer TP; training "
+                       "expert parallelism stays as the recipe sets it",
+                       gen.get("infer_expert_parallel_size", 1))
+        gen["infer_expert_parallel_size"], gen["enable_expert_parallel"] = 1, False
     if gen.get("rollout_devices"):
         gen["rollout_devices"] = _divide(gen["rollout_devices"], divisor,
                                          "generate_config.rollout_devices", problems)

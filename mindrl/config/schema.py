@@ -67,7 +67,7 @@ class MegatronConfig:
     freeze_vision_tower: bool = False
     # Mixture-of-Experts (a model whose family has experts; refused on a dense one:
     # config/moe_checks.py). Names and meanings are Megatron's / MindSpeed-RL's.
-    expert_model_parallel_size: int = 1   # > 1 is issue #39's work: refused up front
+    expert_model_parallel_size: int = 1   # inside DP; config/moe_checks.py
     moe_aux_loss_coeff: float = 0.0       # load-balancing loss; off in RL (peers agree)
     moe_router_load_balancing_type: Literal["aux_loss", "seq_aux_loss", "none"] = "aux_loss"
     moe_router_dtype: Optional[Literal["fp32", "fp64"]] = None   # null: the params dtype
@@ -281,7 +281,7 @@ class GenerateConfig:
     sleep_level: Literal[0, 1, 2] = 0
     # MindSpeed-RL keys (config/ported.py), accepted at the value MindRL implements only.
     torchair_graph: bool = False          # false only: no torchair graph mode
-    enable_expert_parallel: bool = False  # false only until issue #39 (config/ported.py)
+    enable_expert_parallel: bool = False  # false only: not wired (config/ported.py)
     num_scheduler_steps: int = 1          # 1 only: vLLM V1 schedules one step at a time
 
     @property

@@ -50,6 +50,7 @@ def transformer_config(spec: ModelSpec, parallel: Parallelism, params_dtype: str
         init_method_std=init_method_std,
         tensor_model_parallel_size=parallel.tensor_model_parallel_size,
         pipeline_model_parallel_size=parallel.pipeline_model_parallel_size,
+        expert_model_parallel_size=parallel.expert_model_parallel_size,
         sequence_parallel=parallel.sequence_parallel and parallel.tensor_model_parallel_size > 1,
         params_dtype=dtype,
         pipeline_dtype=dtype,
@@ -167,5 +168,7 @@ def initialize_parallel(parallel: Parallelism, seed: int = 1234) -> None:
     parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=parallel.tensor_model_parallel_size,
         pipeline_model_parallel_size=parallel.pipeline_model_parallel_size,
+        # Experts over EP ranks carved out of DP; expert TP stays Megatron's default (the TP).
+        expert_model_parallel_size=parallel.expert_model_parallel_size,
     )
     device.seed_model_parallel(seed)

@@ -15,12 +15,10 @@ def test_a_spec_names_its_family():
     assert vl.architecture == "qwen2" and vl.family == "qwen2_5_vl"
 
 
-def test_expert_parallel_size_is_refused_above_one():
+def test_expert_parallel_size_is_accepted_above_one():
     assert Parallelism().expert_model_parallel_size == 1
     assert Parallelism(expert_model_parallel_size=1).tensor_model_parallel_size == 1
-    with pytest.raises(ValueError, match="expert_model_parallel_size=2: no registered model "
-                                         "family supports experts yet"):
-        Parallelism(expert_model_parallel_size=2)
+    assert Parallelism(expert_model_parallel_size=2).expert_model_parallel_size == 2
     with pytest.raises(ValueError, match="expert_model_parallel_size=0 must be >= 1"):
         Parallelism(expert_model_parallel_size=0)
 

@@ -1,8 +1,9 @@
 """The MoE recipe keys: refused on a dense model naming the key; refused at values MindRL does
-not run (expert parallelism above 1, issue #39's; MoE at TP > 1 without sequence parallelism; a
+not run (expert parallelism that does not divide the experts or DP, or with the allgather
+dispatcher or token budgets; vLLM expert parallelism; MoE at TP > 1 without sequence parallelism; a
 negative or switched-off balancing loss; grouped GEMM, whose stacked weights no table maps), each naming the key and the fix;
 handed to each role's engine; and the recipes that carry them: grpo_tiny_moe_cpu and
-dapo_qwen3_30b_a3b (MindSpeed-RL's values; its EP2 layout refused up front)."""
+dapo_qwen3_30b_a3b (MindSpeed-RL's values; its actor EP2 accepted, its vLLM EP8 refused)."""
 
 import pytest
 
@@ -46,13 +47,43 @@ def test_a_moe_key_on_a_dense_model_is_refused_naming_it(override, key):
     assert "remove it" in p.fix and "qwen3_moe" in p.fix
 
 
-def test_expert_parallel_above_one_is_refused_naming_issue_39():
-    p = problem(refused(MOE, ["megatron_training.expert_model_parallel_size=2"]),
-                "megatron_training.expert_model_parallel_size")
-    assert "#39" in p.message and p.fix == "set it to 1" and p.value == 2
+EP = "megatron_training.expert_model_parallel_size"
+# EP > 1 micro batches by samples, dispatched alltoall (config/moe_checks.py).
+ALLTOALL = ("megatron_training.moe_token_dispatcher_type=alltoall",
+            "megatron_training.max_tokens_per_micro_batch=null",
+            "ref_config.max_tokens_per_micro_batch=null",
+            "rl_config.actor_resource.num_cpus=2", "rl_config.reference_resource.num_cpus=2")
+CPU4 = ClusterResources("cpu", 4)
+
+
+def test_expert_parallel_2_plans_and_sets_up_the_actor_at_ep2():
+    run = load_recipe(MOE, [f"{EP}=2", *ALLTOALL], cluster=CPU4, check_paths=False)
+    assert role_setup(run, "actor", 0).parallel.expert_model_parallel_size == 2
+    plan = make_plan(run, CPU4, [])
+    assert plan["fits_cluster"], plan["warnings"]
+
+
+@pytest.mark.parametrize("overrides,cluster,key,words", [
+    ([f"{EP}=3", *ALLTOALL], CPU4, EP, "does not divide tiny-qwen3-moe's 8 "
+                                                            "experts"),
+    ([f"{EP}=4", *ALLTOALL], CPU4, EP, "does not divide the actor's data parallelism 2"),
+    ([f"{EP}=2", *ALLTOALL[1:]], CPU4, "megatron_training.moe_token_dispatcher_type",
+     "allgather at expert parallelism 2"),
+    ([f"{EP}=2", *ALLTOALL, "megatron_training.max_tokens_per_micro_batch=64"], CPU4,
+     "megatron_training.max_tokens_per_micro_batch", "different counts"),
+])
+def test_expert_parallel_that_does_not_fit_is_refused_naming_key_and_fix(overrides, cluster, key,
+                                                                         words):
+    p = problem(refused(MOE, overrides, cluster), key)
+    assert words in p.message, p.message
+    assert p.fix
+
+
+def test_vllm_expert_parallel_is_refused_without_citing_an_issue():
     p = problem(refused(MOE, ["+generate_config.infer_expert_parallel_size=2"]),
                 "generate_config.infer_expert_parallel_size")
-    assert "#39" in p.message and "mixture-of-experts" in p.message
+    assert "#39" not in p.message and "mixture-of-experts" in p.message
+    assert "not wired" in p.message and p.fix == "set it to 1"
 
 
 def test_moe_at_tp2_needs_sequence_parallel():
@@ -109,12 +140,16 @@ def test_tiny_moe_default_keeps_the_dense_defaults_settings():
         assert getattr(moe.actor_config, key) == getattr(dense.actor_config, key), key
 
 
-def test_dapo_qwen3_30b_a3b_is_refused_at_ep2_naming_the_keys():
+def test_dapo_qwen3_30b_a3b_refuses_only_vllm_ep8_naming_the_keys():
     err = refused(A3B, [], RECIPE_CLUSTERS[A3B])
-    for key in ("actor_config.expert_model_parallel_size",
-                "generate_config.infer_expert_parallel_size",
+    for key in ("generate_config.infer_expert_parallel_size",
                 "generate_config.enable_expert_parallel"):
-        assert "#39" in problem(err, key).message, key
+        assert "not wire" in problem(err, key).message, key
+    assert not [p for p in err.problems if "expert_model_parallel_size" in p.key], str(err)
+    run = load_recipe(A3B, ["generate_config.infer_expert_parallel_size=1",
+                            "generate_config.enable_expert_parallel=false"],
+                      cluster=RECIPE_CLUSTERS[A3B], check_paths=False)
+    assert run.actor_config.expert_model_parallel_size == 2
 
 
 def test_dapo_qwen3_30b_a3b_at_ep1_keeps_mindspeed_rls_values_and_plans():
