@@ -62,9 +62,11 @@ test-fast: setup
 	$(PYTEST) $(XDIST) -m "not slow and not alone"
 	$(PYTEST) -m "not slow and alone"
 
-# The embedded default: GRPO on the tiny model (recipe grpo_tiny_cpu), real stack end to end.
+# The embedded default: GRPO on the tiny model learning a rule it applies to pairs it never
+# trained on (recipe grpo_tiny_max_cpu, docs/guides/demo.md), real stack end to end. The library's
+# DEFAULT_RECIPE stays grpo_tiny_cpu (a+b= over 0..3), the smoke recipe the suite runs.
 demo: setup
-	$(PY) cli/train_grpo.py
+	$(PY) cli/train_grpo.py --config-name grpo_tiny_max_cpu
 
 # docs/config-reference.md, generated from mindrl/config/schema.py and
 # mindrl/config/key_docs.py (tests/docs/test_config_reference.py holds them equal).
