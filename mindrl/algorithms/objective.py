@@ -9,6 +9,11 @@ that makes the sum over micro batches and the average over DP ranks the mini bat
 `cfg` is the actor's LossConfig (config/roles.py), read by attribute: this module imports only
 torch and mindrl.algorithms.
 
+Stale samples (asynchronous GRPO): with old_log_probs recomputed by the actor (the proximal
+policy) and rollout_is token, the loss is AReaL's decoupled PPO, the ratio clipped against the
+proximal policy and each token weighted by min(pi_prox / pi_behav, cap), pi_behav the rollout
+engine's log-probs (docs/guides/async.md#the-objective).
+
 Metrics travel in three steps, all described by METRICS, one row per reported key:
   1. a micro batch reports parts (`micro_batch_loss`): shares of a mini-batch mean, counts
      and sums, or a maximum;

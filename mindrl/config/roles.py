@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Optional
 
+from mindrl.config.async_checks import rollout_correction
 from mindrl.config.model_spec import ModelSpec
 from mindrl.config.schema import RunConfig
 
@@ -118,7 +119,7 @@ def loss_config(run: RunConfig) -> LossConfig:
                       use_kl_loss=rl.use_kl_loss and rl.kl_coef > 0, kl_coef=rl.kl_coef,
                       kl_penalty=rl.kl_penalty,
                       temperature=run.generate_config.sampling_config.temperature,
-                      rollout_is=rl.rollout_is, rollout_is_cap=rl.rollout_is_cap,
+                      rollout_is=rollout_correction(rl), rollout_is_cap=rl.rollout_is_cap,
                       logprob_chunk_tokens=rl.logprob_chunk_tokens)
 
 

@@ -168,6 +168,12 @@ class RLConfig:
     ref_forward_micro_batch_size: Optional[int] = None
     blocking: bool = True
 
+    # --- asynchronous GRPO (trainer/async_trainer.py, docs/guides/async.md): engines on devices
+    # of their own generate the next batches while the actor trains; no sample trained on is
+    # more than max_staleness policy versions old (one_step: 1). off: the synchronous loop.
+    async_mode: Literal["off", "one_step", "bounded"] = "off"
+    max_staleness: int = 1
+
     # --- resources and placement
     reference_resource: Optional[ResourceSpec] = None
     reward_resource: Optional[ResourceSpec] = None

@@ -13,6 +13,7 @@ import os
 from typing import Any, Iterable, Optional
 
 from mindrl.config import names
+from mindrl.config.async_checks import check_async
 from mindrl.config.batch_checks import check_batches, divisors
 from mindrl.config.cluster import ClusterResources, local_cluster
 from mindrl.config.dtype_checks import check_bf16
@@ -370,6 +371,7 @@ def find_problems(run: RunConfig, cluster: ClusterResources, *,
     out += check_resources(run, cluster)
     out += check_batches(run)
     out += check_algorithm(run)
+    out += check_async(run)
     out += check_packing(run)
     out += check_ported(run)
     out += check_dapo(run)

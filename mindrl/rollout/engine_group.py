@@ -19,7 +19,7 @@ PhaseTimeout naming it (workers/deadline.py).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
@@ -31,10 +31,13 @@ from mindrl.workers.deadline import answers, bundle_nodes, member
 from mindrl.workers.placement import EngineSlot
 
 
-@dataclass
+@dataclass(eq=False)
 class RolloutHandle:
     """One submitted generate: the engines' Ray object refs (by engine index), the batch's
-    parts they answer, and the policy version the engines held when it was submitted."""
+    parts they answer, and the policy version the engines held when it was submitted (the
+    version it generates with: a weight sync refuses to start while a handle is in flight,
+    `RolloutGroup.in_flight`). `finished` is when the last engine answered (perf_counter,
+    recorded as the answers arrive; None until then)."""
 
     group: "RolloutGroup"
     parts: List[Batch]
@@ -43,6 +46,20 @@ class RolloutHandle:
     policy_version: int
     submitted: float
     _batch: Optional[Batch] = None
+    finished: Optional[float] = None
+    _answered: List[float] = field(default_factory=list)
+
+    def _watch(self) -> None:
+        """Record each engine's answer time as it arrives (a callback in Ray's thread)."""
+        if not self.refs:
+            self.finished = self.submitted
+        for ref in self.refs:
+            ref.future().add_done_callback(self._answer)
+
+    def _answer(self, _future) -> None:
+        self._answered.append(time.perf_counter())
+        if len(self._answered) == len(self.refs):
+            self.finished = max(self._answered)
 
     def done(self) -> bool:
         """Whether every engine has answered (waits for nothing)."""
@@ -99,6 +116,14 @@ class RolloutGroup:
         # set by each weight sync (trainer/assemble.RunParts.sync_weights); every sample
         # generated carries it as `policy_version`.
         self.policy_version = 0
+        self._pending: List[RolloutHandle] = []   # submitted, not yet waited for
+
+    @property
+    def in_flight(self) -> int:
+        """Submitted generates not yet waited for: a weight sync now could change the weights
+        under them (their samples would carry a wrong policy_version)."""
+        self._pending = [h for h in self._pending if h._batch is None]
+        return len(self._pending)
 
     def __len__(self) -> int:
         return len(self.engines)
@@ -171,7 +196,10 @@ class RolloutGroup:
                 refs[self.engines[index].generate.remote(prompts, n, **seed, **vision,
                                                          **sampling_overrides)] = index
             first_group += len(prompts)
-        return RolloutHandle(self, parts, refs, n, self.policy_version, submitted)
+        handle = RolloutHandle(self, parts, refs, n, self.policy_version, submitted)
+        handle._watch()
+        self._pending.append(handle)
+        return handle
 
     def generate(self, batch: Batch, mm_processor_kwargs: Optional[dict] = None,
                  **sampling_overrides) -> Batch:

@@ -57,7 +57,13 @@ class RunParts:
 
     def sync_weights(self, version: int, **kwargs) -> Dict[str, float]:
         """One weight sync (weight_sync/manager.py); the engines then hold the actor's weights
-        after `version` updates, the policy version their next samples carry."""
+        after `version` updates, the policy version their next samples carry. Refused while a
+        generate is in flight: the weights would change under it (on CPU with shared weights
+        the actor writes into the engine's parameters directly), and its samples' version
+        would be wrong."""
+        if self.rollout.in_flight:
+            raise RuntimeError(f"weight sync to version {version} with {self.rollout.in_flight} "
+                               f"generate(s) in flight: wait for them first")
         metrics = self.weights.sync(**kwargs)
         self.rollout.policy_version = version
         return metrics

@@ -78,12 +78,22 @@ class GRPOTrainer:
         """One batch of rollouts with their scores; with rl_config.dynamic_sampling, only
         groups whose samples disagree (DAPO), generating more prompts as needed."""
         rows = self.parts.loader.next_batch()
-        seed = (self.gen.sampling_config.seed or 0) + step * len(rows) * self.n
+        seed = self._seed(step, len(rows))
         batch, metrics = self._generate_and_score(rows, seed, timings)
+        return self._fill(batch, metrics, len(rows), seed, timings)
+
+    def _seed(self, step: int, prompts: int) -> int:
+        """The sampling seed of step's first generation round."""
+        return (self.gen.sampling_config.seed or 0) + step * prompts * self.n
+
+    def _fill(self, batch: Batch, metrics: Dict[str, float], prompts: int, seed: int,
+              timings: Dict[str, float]):
+        """The scored batch as the step trains on it: with rl_config.dynamic_sampling, its
+        informative groups topped up by further rounds (trainer/dynamic_sampling.py)."""
         if not self.rl.dynamic_sampling:
             return batch, metrics
         return sample_informative(
-            batch, metrics, len(rows), self.rl.max_gen_rounds,
+            batch, metrics, prompts, self.rl.max_gen_rounds,
             lambda r: self._generate_and_score(self.parts.loader.next_batch(),
                                                seed + r * 1_000_003,
                                                timings))
@@ -134,7 +144,7 @@ class GRPOTrainer:
         timings = {f"timing_s/{k}": 0.0 for k in ("old_log_prob", "ref")}
         t_step = time.perf_counter()
         batch, reward_metrics = self._sample(step, timings)
-        slept = rollout.sleep()               # device memory to the actor until the sync
+        slept = self._sleep_engines()         # device memory to the actor until the sync
         scores = batch["scores"]
         batch.add(**self._log_prob_passes(ray.put(prompts.for_workers(batch)), step, timings))
         with timed(timings, "adv"):
@@ -146,18 +156,34 @@ class GRPOTrainer:
                                   rl.mini_batch_size * self.n, rl.shuffle_mini_batch,
                                   step, entropy_coeff)
         update["actor/entropy_coeff"] = entropy_coeff
+        self._before_sync(step, timings)
         with timed(timings, "reshard"):
             rollout.wake(["weights"])
             sync = parts.sync_weights(
                 step, after_discarded_weights=slept and self.gen.sleep_level == 2)
             rollout.wake(["kv_cache"])
         metrics = {**batch_metrics(batch, scores, batch["finish_reason"]), **reward_metrics,
-                   **image_metrics(batch), **policy_version_metrics(batch, step - 1),
+                   **image_metrics(batch), **self._version_metrics(batch, step),
                    **update, **sync, **parts.data_metrics, **timings}
         timings["timing_s/step"] = time.perf_counter() - t_step
         metrics.update(timings)
         metrics.update(perf_metrics(metrics))
         return metrics
+
+    # Where the asynchronous loop (trainer/async_trainer.py) differs; here, synchronous.
+
+    def _sleep_engines(self) -> bool:
+        return self.parts.rollout.sleep()
+
+    def _before_sync(self, step: int, timings: Dict[str, float]) -> None:
+        """Nothing is in flight here: the step's generate was waited for."""
+
+    def _version_metrics(self, batch: Batch, step: int) -> Dict[str, float]:
+        return policy_version_metrics(batch, step - 1)
+
+    def _loader_state(self):
+        """What a checkpoint saved now records as the loader's position (None: its own)."""
+        return None
 
     def validate(self, step: int) -> Dict[str, float]:
         """Score the held-out prompts with the validation sampling (greedy by default)."""
@@ -194,5 +220,5 @@ class GRPOTrainer:
                 metrics = self.step(step)
                 if self._validation_due(step, start):
                     metrics.update(self.validate(step))
-                life.step_done(step, metrics)
+                life.step_done(step, metrics, self._loader_state())
             return life.finish()

@@ -80,7 +80,7 @@ def write_resolved_config(run: RunConfig, run_dir: Path) -> Path:
 def train(run: RunConfig, log: Callable[[str], None] = print) -> list:
     import ray
 
-    from mindrl.trainer.grpo_trainer import GRPOTrainer
+    from mindrl.trainer.async_trainer import trainer_for
 
     run_dir = Path(run.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -91,7 +91,7 @@ def train(run: RunConfig, log: Callable[[str], None] = print) -> list:
     log(init_ray(devices_required(run)))
     previous = signal.getsignal(signal.SIGINT)
     try:
-        return GRPOTrainer(run, log=log).fit()
+        return trainer_for(run)(run, log=log).fit()   # rl_config.async_mode
     finally:
         signal.signal(signal.SIGINT, previous)
         ray.shutdown()

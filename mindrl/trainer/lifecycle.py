@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List
+from typing import Callable, Dict, Iterator, List, Optional
 
 from mindrl.ckpt.training.checkpoint_recipe import trainer_recipe
 from mindrl.ckpt.training.megatron_checkpoint import iteration_dir
@@ -78,22 +78,26 @@ class RunLifecycle:
             self.at_step = step
             yield step
 
-    def step_done(self, step: int, metrics: Dict[str, float]) -> None:
+    def step_done(self, step: int, metrics: Dict[str, float],
+                  loader_state: Optional[dict] = None) -> None:
         """Log the step's metrics, warn on vLLM-vs-actor drift, show progress, save when due
-        (rl_config.save_freq, else megatron_training.save_interval, and the last step)."""
+        (rl_config.save_freq, else megatron_training.save_interval, and the last step).
+        loader_state: the loader's position to save instead of its own (a loop that drew
+        prompts ahead of this step: a resume draws them again)."""
         tracker = self.parts.tracker
         tracker.log(step, metrics)
         warn_on_drift(tracker.history, self.run.rl_config, self.log)   # vLLM vs actor
         self.progress.step_done(step, metrics)
         if self.save_freq and (step % self.save_freq == 0 or step == self.total):
-            self.save(step)
+            self.save(step, loader_state)
 
-    def save(self, step: int) -> None:
-        """The actor's checkpoint with the loader's position; older ones beyond
-        rl_config.save_limit removed."""
+    def save(self, step: int, loader_state: Optional[dict] = None) -> None:
+        """The actor's checkpoint with the loader's position (`loader_state`, else the
+        loader's own); older ones beyond rl_config.save_limit removed."""
         cfg, parts = self.run.actor_config, self.parts
+        loader = parts.loader.state_dict() if loader_state is None else loader_state
         parts.actor.save_checkpoint(str(parts.save_dir), step,
-                                    {"loader": parts.loader.state_dict(), "step": step,
+                                    {"loader": loader, "step": step,
                                      "recipe": trainer_recipe(self.run)},
                                     not cfg.no_save_optim, not cfg.no_save_rng)
         limit = self.run.rl_config.save_limit

@@ -1,0 +1,124 @@
+"""Asynchronous GRPO (rl_config.async_mode: one_step | bounded): the rollout engines, on
+devices of their own, generate the next steps' batches while the actor trains on this one.
+
+The loop is GRPOTrainer's step over the same assembled parts and lifecycle; what differs:
+
+  - sampling: each step first admits what the staleness bound allows (rollout/sample_buffer.py:
+    step t's batch may be submitted on weights version v while t - 1 - v <= max_staleness),
+    then waits for its own batch, already submitted, and scores it. Dynamic sampling's extra
+    rounds generate on the current weights, after the batches in flight;
+  - the weight sync waits for every batch in flight: the engines then hold no request, so a
+    sync never changes the weights under a generation (on CPU with shared weights the actor
+    writes into the engine's parameters) and each sample's policy_version is the version it
+    was generated with. Generation overlaps the actor's passes and update, not the sync
+    (a sync while engines decode is issue 40's item 5);
+  - the objective: with a bound above 0 the old-log-prob pass always runs (it is the
+    proximal policy of the decoupled objective) and rollout_is off means token (the behaviour
+    weight; config/async_checks.rollout_correction), docs/guides/async.md#the-objective;
+  - checkpoints record the loader's position before the first batch not yet trained on: a
+    resume generates the batches that were in flight again (nothing of the buffer is saved).
+
+At max_staleness 0 every step admits only its own batch and waits for it at once: the
+synchronous loop, step for step (tests/trainer/test_async_grpo.py).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Dict, List, Optional
+
+import torch
+
+from mindrl.config.async_checks import staleness_bound
+from mindrl.config.schema import RunConfig
+from mindrl.data.batch import Batch
+from mindrl.rollout.sample_buffer import SampleBuffer
+from mindrl.trainer.async_metrics import staleness_metrics, timeline_metrics
+from mindrl.trainer.grpo_trainer import GRPOTrainer
+from mindrl.trainer.log_prob_passes import timed
+
+
+class AsyncGRPOTrainer(GRPOTrainer):
+    def __init__(self, run: RunConfig, log=print):
+        super().__init__(run, log)
+        self.bound = staleness_bound(self.rl)
+        self.buffer: Optional[SampleBuffer] = None     # made at the run's first step
+        self._handles: List = []                  # every batch of the current window
+        self._window = {}                         # the step's times (perf_counter)
+
+    # ------------------------------------------------------------------ sampling
+
+    def _admit(self) -> None:
+        """Submit every batch the bound admits on the engines' current weights."""
+        parts = self.parts
+        rollout, loader, prompts = parts.rollout, parts.loader, parts.prompts
+        for step in self.buffer.admissible(rollout.policy_version):
+            state = loader.state_dict()
+            rows = loader.next_batch()
+            seed = self._seed(step, len(rows))
+            handle = rollout.submit(prompts.batch(rows, self.n), seed=seed,
+                                    **prompts.rollout_kwargs)
+            self.buffer.admit(step, rollout.policy_version, handle,
+                              {"loader": state, "prompts": len(rows), "seed": seed})
+            self._handles.append(handle)
+
+    def _sample(self, step: int, timings: Dict[str, float]):
+        if self.buffer is None or self.buffer.next_take != step:   # a fresh or resumed run
+            self.buffer = SampleBuffer(self.bound, step - 1,
+                                       self.run.megatron_training.train_iters)
+        self._window = {"start": time.perf_counter()}
+        self._handles = [a.handle for a in self.buffer.held()]
+        self._admit()
+        entry = self.buffer.take(step)
+        with timed(timings, "gen"):               # the actor waits for its samples
+            batch = entry.handle.wait()
+        self._window["wait"] = timings["timing_s/gen"]
+        with timed(timings, "reward"):
+            scores, metrics = self._score(batch)
+        batch = batch.add(scores=torch.tensor(scores, dtype=torch.float32))
+        batch, metrics = self._fill(batch, metrics, entry.extra["prompts"],
+                                    entry.extra["seed"], timings)
+        self._window["train"] = time.perf_counter()
+        return batch, metrics
+
+    def _sleep_engines(self) -> bool:
+        """Engines on devices of their own keep their memory (a sleep would stall the
+        batches they are generating)."""
+        return False
+
+    def _needs_old_log_probs(self) -> bool:
+        """Stale samples: the recomputed old log-probs are the proximal policy."""
+        return self.bound > 0 or super()._needs_old_log_probs()
+
+    # ------------------------------------------------------------------ the sync
+
+    def _before_sync(self, step: int, timings: Dict[str, float]) -> None:
+        """Wait for every batch in flight (the sync must not change weights under them),
+        then the step's time metrics."""
+        trained = time.perf_counter()
+        for entry in self.buffer.held():
+            entry.handle.wait()
+        end = time.perf_counter()
+        timings["timing_s/drain"] = end - trained
+        generating = [(h.submitted, h.finished if h.finished is not None else end)
+                      for h in self._handles]
+        self._window.update(timeline_metrics(
+            generating, (self._window["train"], trained), (self._window["start"], end),
+            self._window["wait"] + timings["timing_s/drain"]))
+
+    def _version_metrics(self, batch: Batch, step: int) -> Dict[str, float]:
+        metrics = super()._version_metrics(batch, step)
+        metrics.update(staleness_metrics(batch["policy_version"], step - 1))
+        metrics.update({k: v for k, v in self._window.items() if k.startswith("async/")})
+        metrics["async/max_staleness"] = float(self.bound)
+        return metrics
+
+    def _loader_state(self) -> Optional[dict]:
+        """The loader's position before the first batch drawn and not yet trained on."""
+        held = self.buffer.held() if self.buffer is not None else []
+        return dict(held[0].extra["loader"]) if held else None
+
+
+def trainer_for(run: RunConfig):
+    """The loop rl_config.async_mode names."""
+    return GRPOTrainer if run.rl_config.async_mode == "off" else AsyncGRPOTrainer

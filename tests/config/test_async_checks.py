@@ -1,0 +1,61 @@
+"""rl_config.async_mode and max_staleness (config/async_checks.py): refused before anything
+starts, naming the key and the fix; the bound and the loss's rollout correction they imply."""
+
+import pytest
+
+from mindrl.config import ClusterResources, ConfigError, load_recipe
+from mindrl.config.async_checks import staleness_bound
+from mindrl.config.roles import loss_config
+
+TINY = "grpo_tiny_cpu"
+CPU3 = ClusterResources("cpu", 3)
+OWN_ENGINES = ["+generate_config.rollout_devices=1", "rl_config.colocate_actor_ref=true"]
+
+
+def rejected(overrides):
+    with pytest.raises(ConfigError) as info:
+        load_recipe(TINY, overrides, cluster=CPU3)
+    return info.value
+
+
+def test_off_by_default_and_synchronous():
+    run = load_recipe(TINY, cluster=CPU3)
+    assert (run.rl_config.async_mode, staleness_bound(run.rl_config)) == ("off", 0)
+    assert loss_config(run).rollout_is == "off"
+
+
+@pytest.mark.parametrize("mode, staleness, bound, rollout_is", [
+    ("one_step", 1, 1, "token"), ("bounded", 3, 3, "token"), ("bounded", 0, 0, "off")])
+def test_the_bound_and_the_behaviour_weight_on_by_default(mode, staleness, bound, rollout_is):
+    run = load_recipe(TINY, [f"+rl_config.async_mode={mode}",
+                             f"+rl_config.max_staleness={staleness}", *OWN_ENGINES],
+                      cluster=CPU3)
+    assert staleness_bound(run.rl_config) == bound
+    assert loss_config(run).rollout_is == rollout_is
+
+
+def test_an_explicit_sequence_correction_is_kept():
+    run = load_recipe(TINY, ["+rl_config.async_mode=one_step", "+rl_config.rollout_is=sequence",
+                             *OWN_ENGINES], cluster=CPU3)
+    assert loss_config(run).rollout_is == "sequence"
+
+
+def test_colocated_engines_are_refused_naming_the_layout_and_the_fix():
+    err = rejected(["+rl_config.async_mode=one_step"])
+    assert "rl_config.async_mode" in err.keys
+    assert "generate_config.rollout_devices: 0" in str(err)
+    assert "set generate_config.rollout_devices" in str(err)
+
+
+@pytest.mark.parametrize("value", [-1, 1.5])
+def test_a_negative_or_fractional_bound_is_refused(value):
+    err = rejected(["+rl_config.async_mode=bounded", f"+rl_config.max_staleness={value}",
+                    *OWN_ENGINES])
+    assert "rl_config.max_staleness" in err.keys
+
+
+def test_one_step_with_another_bound_and_options_async_cannot_honour():
+    err = rejected(["+rl_config.async_mode=one_step", "+rl_config.max_staleness=2",
+                    "generate_config.offload_train_param=true", *OWN_ENGINES])
+    assert {"rl_config.max_staleness", "generate_config.offload_train_param"} <= set(err.keys)
+    assert "set async_mode: bounded" in str(err)
