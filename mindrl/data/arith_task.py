@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import List, Sequence, Tuple
+from typing import Callable, List, Sequence, Tuple
 
 Pair = Tuple[int, int]
 
@@ -41,20 +41,27 @@ def arith_split(max_operand: int, holdout: int, seed: int = 0) -> Tuple[List[Pai
         raise ValueError(f"holdout={holdout} must be in [0, {len(pairs) - 1}] for operands "
                          f"0..{max_operand} ({len(pairs)} pairs); set prepare.holdout_pairs "
                          f"in that range")
-    order = pairs[:]
-    random.Random(seed).shuffle(order)
-    held: List[Pair] = []
-    for pair in order:
-        if len(held) == holdout:
-            break
-        rest = [p for p in pairs if p not in held and p != pair]
-        if _covers(rest, max_operand):
-            held.append(pair)
+    held = hold_out(pairs, holdout, seed, lambda rest: _covers(rest, max_operand))
     if len(held) < holdout:
         raise ValueError(f"cannot hold out {holdout} of the {len(pairs)} pairs with operands "
                          f"0..{max_operand} and still train on every sum and operand; "
                          f"hold out at most {len(held)} (prepare.holdout_pairs)")
     return [p for p in pairs if p not in held], sorted(held)
+
+
+def hold_out(pairs: Sequence[Pair], holdout: int, seed: int,
+             covers: Callable[[List[Pair]], bool]) -> List[Pair]:
+    """Up to `holdout` of `pairs`, tried in a seeded order: each is held out only if the pairs
+    left still satisfy `covers` (the caller refuses when fewer than `holdout` come back)."""
+    order = list(pairs)
+    random.Random(seed).shuffle(order)
+    held: List[Pair] = []
+    for pair in order:
+        if len(held) == holdout:
+            break
+        if covers([p for p in pairs if p not in held and p != pair]):
+            held.append(pair)
+    return held
 
 
 def _covers(pairs: Sequence[Pair], max_operand: int) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from typing import List, Sequence, Tuple
 
-from mindrl.data.arith_task import ArithProblem
+from mindrl.data.arith_task import ArithProblem, hold_out
 
 Pair = Tuple[int, int]
 DIGITS = range(10)
@@ -36,14 +36,7 @@ def max_split(holdout: int, seed: int = 0) -> Tuple[List[Pair], List[Pair]]:
     if not 0 <= holdout < len(pairs):
         raise ValueError(f"holdout={holdout} must be in [0, {len(pairs) - 1}]; set "
                          f"prepare.holdout_pairs in that range")
-    order = pairs[:]
-    random.Random(seed).shuffle(order)
-    held: List[Pair] = []
-    for pair in order:
-        if len(held) == holdout:
-            break
-        if _covers([p for p in pairs if p not in held and p != pair]):
-            held.append(pair)
+    held = hold_out(pairs, holdout, seed, _covers)
     if len(held) < holdout:
         raise ValueError(f"cannot hold out {holdout} digit pairs and still train on every "
                          f"answer and operand; hold out at most {len(held)} "
