@@ -118,6 +118,10 @@ KEY_DOCS: dict[str, str] = {
     "rl_config.kl_penalty": "the KL estimator: kl, mse, low_var_kl, abs",
     "rl_config.kl_coef": "weight of the KL term; 0 = none, and no reference role starts",
     "rl_config.use_kl_loss": "KL in the loss (GRPO) rather than in the reward",
+    "rl_config.router_replay": "MoE routing replay (docs/guides/routing-replay.md): off; r2 "
+                               "(the update replays the routes its old-log-prob pass recorded; "
+                               "r2 turns that pass on); r3 (old log-probs, reference and update "
+                               "replay the rollout engine's routes)",
     "rl_config.clip_ratio": "PPO clip range of the importance ratio",
     "rl_config.clip_ratio_low": "lower clip; null = clip_ratio",
     "rl_config.clip_ratio_high": "upper clip; null = clip_ratio",

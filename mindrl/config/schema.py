@@ -152,6 +152,9 @@ class RLConfig:
     logprob_chunk_tokens: int = 512   # response tokens per fp32 log-softmax slab in the engines
     logprob_drift_threshold: Optional[float] = 1e-2   # rollout/logprob_diff_mean alarm; null = off
     logprob_drift_steps: int = 3      # consecutive steps above the threshold before it warns
+    # MoE routing replay (docs/guides/routing-replay.md): r2 = the update replays the routes
+    # of the old-log-prob pass; r3 = every Megatron pass replays the rollout engine's.
+    router_replay: Literal["off", "r2", "r3"] = "off"
 
     # --- sampling and batching
     n_samples_per_prompt: int = 8

@@ -24,6 +24,7 @@ from mindrl.config.parse import parse
 from mindrl.config.placement import (devices_required, engine_devices, place_roles,
                                      rollout_data_parallel_size)
 from mindrl.config.moe_checks import check_moe
+from mindrl.config.replay_checks import check_replay
 from mindrl.config.ported import check_ported
 from mindrl.config.dapo_checks import check_dapo
 from mindrl.config.packing_checks import check_packing
@@ -378,6 +379,7 @@ def find_problems(run: RunConfig, cluster: ClusterResources, *,
     out += check_roles(run, cluster)
     out += check_bf16(run, cluster)
     out += check_moe(run, cluster)
+    out += check_replay(run)
     out += check_reward(run)
     if paths:
         out += check_paths(run)

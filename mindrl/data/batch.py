@@ -58,11 +58,17 @@ FIELDS = (
     Field("rollout_log_probs", "[B, R] float: vLLM's sampled-token log-probs", RIGHT, ZERO,
           "rollout", False, True),
     Field("finish_reason", "list: vLLM's (stop, length)", NONE, ZERO, "rollout", False, True),
+    # Routing replay (models/route_replay.py): per sample, its valid prompt tokens then its
+    # response, each MoE layer's top-k expert ids; -1 where a token has none (its last).
+    Field("rollout_routes", "[B, P+R, L, K] int: the engine's expert ids per token", RIGHT,
+          ZERO, "rollout", False, True),
     Field("policy_version", "[B] int: the actor's weights version that generated it", NONE,
           ZERO, "rollout", False, True),
     Field("scores", "[B] float", NONE, ZERO, "rewards", False, True),
     Field("old_log_probs", "[B, R] float", RIGHT, ZERO, "actor (old-log-prob pass)", False,
           True),
+    Field("old_routes", "[B, P+R, L, K] int: the routers' expert ids in that pass", RIGHT,
+          ZERO, "actor (old-log-prob pass)", False, True),
     Field("ref_log_probs", "[B, R] float", RIGHT, ZERO, "reference", False, True),
     Field("token_rewards", "[B, R] float", RIGHT, ZERO, "advantage step", False, True),
     Field("advantages", "[B, R] float", RIGHT, ZERO, "advantage step", False, True),

@@ -12,6 +12,7 @@ model inputs on the device, padded rows or one packed row per micro batch.
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Callable, Dict, List, Optional
 
 import torch
@@ -90,6 +91,7 @@ class MegatronEngine:
         else:
             self._setup_training(module, optim, params_dtype)
         self.iteration = 0
+        self._replay_s = 0.0      # seconds preparing replayed routes since the last update
 
     # ------------------------------------------------------------------ setup
 
@@ -175,7 +177,9 @@ class MegatronEngine:
         """`replay`: the batch field whose routes every router replays (models/route_replay.py)."""
         if replay is None:
             return run_schedule(self.model, micro_batches, seq_length, forward_only, loss_fn)
+        start = time.perf_counter()
         self._load_routes(micro_batches, seq_length, replay)
+        self._replay_s += time.perf_counter() - start
         try:
             return run_schedule(self.model, micro_batches, seq_length, forward_only, loss_fn)
         finally:
@@ -347,6 +351,9 @@ class MegatronEngine:
         for rows in packing.mini_batches(len(batch), mini_batch_size, shuffle, seed):
             history.append(self._train_mini_batch(batch.select(rows), entropy_coeff, replay))
         out = objective.merge_mini_batches(history)
+        if replay is not None:
+            out["moe/route_replay_s"] = self._replay_s
+        self._replay_s = 0.0
         if clock is not None:
             out["actor/vision_tower_s"] = clock.take()
         return out

@@ -32,6 +32,8 @@ from mindrl.trainer.log_prob_passes import LogProbPass, run_passes, timed
 from mindrl.trainer.metrics import (batch_metrics, perf_metrics, policy_version_metrics,
                                     reward_model_metrics)
 from mindrl.trainer.prompt_batches import image_metrics
+from mindrl.trainer.route_replay_step import (OLD_ROUTES, pass_replay, records_routes,
+                                              replay_metrics, update_replay)
 
 
 class GRPOTrainer:
@@ -109,11 +111,14 @@ class GRPOTrainer:
                            (rl.mini_batch_size * self.n, rl.shuffle_mini_batch, step))
             passes.append(LogProbPass("old_log_prob", "old_log_probs", self.parts.actor,
                                       rl.actor_forward_micro_batch_size
-                                      or self.run.actor_config.micro_batch_size, like_update))
+                                      or self.run.actor_config.micro_batch_size, like_update,
+                                      OLD_ROUTES if records_routes(self.run) else None,
+                                      pass_replay(rl)))
         if rl.uses_reference:
             passes.append(LogProbPass("ref", "ref_log_probs", self.parts.groups["ref"],
                                       rl.ref_forward_micro_batch_size
-                                      or self.run.ref_config.micro_batch_size))
+                                      or self.run.ref_config.micro_batch_size,
+                                      replay=pass_replay(rl)))
         return run_passes(passes, batch_ref, rl.blocking, timings)
 
     @contextmanager
@@ -132,9 +137,11 @@ class GRPOTrainer:
             self.parts.actor.onload()
 
     def _needs_old_log_probs(self) -> bool:
-        """An old-logprob pass is redundant when each batch feeds exactly one update."""
-        return not (self.rl.mini_batch_size == self.run.megatron_training.global_batch_size
-                    and self.rl.epochs == 1)
+        """An old-logprob pass is redundant when each batch feeds exactly one update (unless
+        routing replay r2 replays its routes)."""
+        return self.rl.router_replay == "r2" or not (
+            self.rl.mini_batch_size == self.run.megatron_training.global_batch_size
+            and self.rl.epochs == 1)
 
     def step(self, step: int) -> Dict[str, float]:
         rl, parts = self.rl, self.parts
@@ -154,7 +161,7 @@ class GRPOTrainer:
         with timed(timings, "update_actor"):   # from the weights of step - 1's update
             update = actor.update(ray.put(prompts.for_workers(batch)),
                                   rl.mini_batch_size * self.n, rl.shuffle_mini_batch,
-                                  step, entropy_coeff)
+                                  step, entropy_coeff, update_replay(rl))
         update["actor/entropy_coeff"] = entropy_coeff
         self._before_sync(step, timings)
         with timed(timings, "reshard"):
@@ -168,6 +175,7 @@ class GRPOTrainer:
         timings["timing_s/step"] = time.perf_counter() - t_step
         metrics.update(timings)
         metrics.update(perf_metrics(metrics))
+        metrics.update(replay_metrics(batch, metrics))
         return metrics
 
     # Where the asynchronous loop (trainer/async_trainer.py) differs; here, synchronous.

@@ -32,6 +32,8 @@ class LogProbPass:
     group: object            # the role's worker group
     micro_batch_size: int
     like_update: Optional[tuple] = None   # (mini batch size, shuffle, seed) it plans like
+    routes_field: Optional[str] = None    # the Batch field its recorded routes fill
+    replay: Optional[str] = None          # the Batch field whose routes it replays
 
 
 def run_passes(passes: List[LogProbPass], batch_ref, blocking: bool,
@@ -40,19 +42,27 @@ def run_passes(passes: List[LogProbPass], batch_ref, blocking: bool,
     if blocking:
         for p in passes:
             with timed(timings, p.timing_key):
-                out[p.field] = p.group.compute_log_probs(batch_ref, p.micro_batch_size,
-                                                         p.like_update)["log_probs"]
+                _take(out, p, p.group.compute_log_probs(
+                    batch_ref, p.micro_batch_size, p.like_update, p.routes_field is not None,
+                    p.replay))
         return out
     start = time.perf_counter()
-    pending = [(p, p.group.submit_log_probs(batch_ref, p.micro_batch_size, p.like_update))
+    pending = [(p, p.group.submit_log_probs(batch_ref, p.micro_batch_size, p.like_update,
+                                            p.routes_field is not None, p.replay))
                for p in passes]
     spans = []
     for p, refs in pending:
         result = p.group.wait(refs, MegatronWorker.compute_log_probs)[0]
-        out[p.field] = result["log_probs"]
+        _take(out, p, result)
         spans.append(result["span"])
         timings[f"timing_s/{p.timing_key}"] = time.perf_counter() - start   # until it was ready
     if len(spans) == 2:   # seconds both passes were running at once
         timings["timing_s/log_prob_overlap"] = max(
             0.0, min(spans[0][1], spans[1][1]) - max(spans[0][0], spans[1][0]))
     return out
+
+
+def _take(out: Dict[str, torch.Tensor], p: LogProbPass, result: dict) -> None:
+    out[p.field] = result["log_probs"]
+    if p.routes_field is not None and "routes" in result:
+        out[p.routes_field] = result["routes"]

@@ -68,12 +68,15 @@ class MegatronWorker:
     # ---------------------------------------------------------------- training role
 
     def compute_log_probs(self, batch: Batch, micro_batch_size: int,
-                          with_entropy: bool = False, like_update: Optional[tuple] = None):
-        """{"log_probs" [B, R], ("entropy"), "span": (start, end) wall-clock seconds of this
-        pass, so the driver can show two roles' passes overlapping} on rank 0. like_update:
-        (mini_batch_size, shuffle, seed) of the update this pass feeds (the same plan)."""
+                          with_entropy: bool = False, like_update: Optional[tuple] = None,
+                          with_routes: bool = False, replay: Optional[str] = None):
+        """{"log_probs" [B, R], ("entropy"), ("routes"), "span": (start, end) wall-clock
+        seconds of this pass, so the driver can show two roles' passes overlapping} on rank 0.
+        like_update: (mini_batch_size, shuffle, seed) of the update this pass feeds (the same
+        plan); with_routes / replay: routing replay (models/route_replay.py)."""
         start = time.time()
-        out = self.engine.compute_log_probs(batch, micro_batch_size, with_entropy, like_update)
+        out = self.engine.compute_log_probs(batch, micro_batch_size, with_entropy, like_update,
+                                            with_routes=with_routes, replay=replay)
         if self.rank != 0:
             return None
         return {**{k: v.cpu() for k, v in out.items()}, "span": (start, time.time())}
@@ -84,9 +87,9 @@ class MegatronWorker:
         return scores.cpu() if self.rank == 0 else None
 
     def update(self, batch: Batch, mini_batch_size: int, shuffle: bool,
-               seed: int, entropy_coeff: Optional[float] = None):
+               seed: int, entropy_coeff: Optional[float] = None, replay: Optional[str] = None):
         metrics = self.engine.update(batch, mini_batch_size, shuffle=shuffle, seed=seed,
-                                     entropy_coeff=entropy_coeff)
+                                     entropy_coeff=entropy_coeff, replay=replay)
         return metrics if self.rank == 0 else None
 
     def save_checkpoint(self, save_dir: str, iteration: int, extra: dict, save_optim: bool,

@@ -113,17 +113,19 @@ class RoleGroup:
     # ---------------------------------------------------------------- verbs
 
     def submit_log_probs(self, batch: Batch, micro_batch_size: int,
-                         like_update: Optional[tuple] = None) -> List[Any]:
+                         like_update: Optional[tuple] = None, with_routes: bool = False,
+                         replay: Optional[str] = None) -> List[Any]:
         """`compute_log_probs` started on every rank (`wait(refs, MegatronWorker.
         compute_log_probs)[0]` is rank 0's {"log_probs", "span"}): two roles' passes can run
         at once."""
         return self.submit(MegatronWorker.compute_log_probs, batch, micro_batch_size, False,
-                           like_update)
+                           like_update, with_routes, replay)
 
     def compute_log_probs(self, batch: Batch, micro_batch_size: int,
-                          like_update: Optional[tuple] = None) -> Dict[str, Any]:
+                          like_update: Optional[tuple] = None, with_routes: bool = False,
+                          replay: Optional[str] = None) -> Dict[str, Any]:
         return self.call(MegatronWorker.compute_log_probs, batch, micro_batch_size, False,
-                         like_update)[0]
+                         like_update, with_routes, replay)[0]
 
     def start_setup(self, setup: RoleSetup) -> List[Any]:
         """Begin building every rank's engine (returns at once, so roles set up in parallel);
@@ -162,9 +164,9 @@ class ActorGroup(RoleGroup):
     """The actor's ranks: updates, checkpoints, offload, and the weight sync to the engines."""
 
     def update(self, batch: Batch, mini_batch_size: int, shuffle: bool, seed: int,
-               entropy_coeff: Optional[float]) -> Dict[str, float]:
+               entropy_coeff: Optional[float], replay: Optional[str] = None) -> Dict[str, float]:
         return self.call(MegatronWorker.update, batch, mini_batch_size, shuffle, seed,
-                         entropy_coeff)[0]
+                         entropy_coeff, replay)[0]
 
     def save_checkpoint(self, save_dir: str, iteration: int, extra: dict, save_optim: bool,
                         save_rng: bool) -> None:

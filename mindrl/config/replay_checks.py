@@ -1,0 +1,40 @@
+"""Routing replay's setting (rl_config.router_replay) against the models and the rollout
+engine. Part of validate.py's checks: each refusal comes before any worker starts, naming the
+key and the fix (docs/guides/routing-replay.md).
+
+Replay needs routers (a MoE actor). Recording routes (r2's old-log-prob pass, the agreement
+metric) reads every layer's router on one rank, so r2 needs the actor at pipeline parallel
+size 1; r3 replays at any layout. r3 needs the rollout engine to return its routes.
+"""
+
+from __future__ import annotations
+
+from mindrl.config.errors import Problem
+from mindrl.config.schema import RunConfig
+
+REPLAY_MODES = ("off", "r2", "r3")
+# Where the rollout engine can return its routes (engines/vllm_routes.py): the CPU build
+# captures them in its workers; device builds ask vLLM (enable_return_routed_experts).
+ENGINE_RETURNS_ROUTES = False
+
+
+def check_replay(run: RunConfig) -> list[Problem]:
+    mode = run.rl_config.router_replay
+    if mode == "off":
+        return []
+    key = "rl_config.router_replay"
+    spec = run.models["actor"]
+    if not spec.is_moe:
+        return [Problem(key, f"replays a MoE model's routes, and {spec.name} (the actor's "
+                        f"model, {spec.architecture}) has no experts",
+                        "set rl_config.router_replay: off", mode)]
+    out = []
+    if mode == "r2" and run.role("actor").pipeline_model_parallel_size > 1:
+        out.append(Problem(key, "r2 records the old-log-prob pass's routes, which needs every "
+                           "MoE layer on one rank (actor pipeline parallel size 1)",
+                           "use r3 (replays at any layout) or pipeline_model_parallel_size: 1",
+                           mode))
+    if mode == "r3" and not ENGINE_RETURNS_ROUTES:
+        out.append(Problem(key, "r3 replays the rollout engine's routes, and this engine "
+                           "build returns none", "use r2 or off", mode))
+    return out

@@ -1,0 +1,46 @@
+"""rl_config.router_replay (config/replay_checks.py): refused on a dense actor, r2 at actor
+PP > 1 and r3 while the engine returns no routes, each naming the key and the fix; accepted
+on the MoE default."""
+
+import pytest
+
+from mindrl.config import ClusterResources, ConfigError, load_recipe
+from mindrl.config import replay_checks
+
+CPU2 = ClusterResources("cpu", 2)
+KEY = "rl_config.router_replay"
+
+
+def _problems(recipe, overrides):
+    with pytest.raises(ConfigError) as info:
+        load_recipe(recipe, overrides, cluster=CPU2, check_paths=False)
+    return [p for p in info.value.problems if p.key == KEY]
+
+
+@pytest.mark.parametrize("mode", ["r2", "r3"])
+def test_replay_on_a_dense_actor_is_refused(mode):
+    [p] = _problems("grpo_tiny_cpu", [f"+rl_config.router_replay={mode}"])
+    assert "tiny-qwen2" in p.message and "no experts" in p.message
+    assert p.fix == "set rl_config.router_replay: off"
+
+
+def test_r2_needs_the_actor_at_pipeline_size_1():
+    [p] = _problems("grpo_tiny_moe_cpu", ["rl_config.router_replay=r2",
+                                          "megatron_training.pipeline_model_parallel_size=2"])
+    assert "pipeline parallel size 1" in p.message and "r3" in p.fix
+
+
+def test_r3_is_refused_while_the_engine_returns_no_routes(monkeypatch):
+    monkeypatch.setattr(replay_checks, "ENGINE_RETURNS_ROUTES", False)
+    [p] = _problems("grpo_tiny_moe_cpu", ["rl_config.router_replay=r3"])
+    assert "returns none" in p.message and p.fix == "use r2 or off"
+    monkeypatch.setattr(replay_checks, "ENGINE_RETURNS_ROUTES", True)
+    run = load_recipe("grpo_tiny_moe_cpu", ["rl_config.router_replay=r3"], cluster=CPU2,
+                      check_paths=False)
+    assert run.rl_config.router_replay == "r3"
+
+
+def test_r2_is_accepted_on_the_moe_default():
+    run = load_recipe("grpo_tiny_moe_cpu", ["rl_config.router_replay=r2"], cluster=CPU2,
+                      check_paths=False)
+    assert run.rl_config.router_replay == "r2"
