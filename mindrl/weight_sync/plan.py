@@ -32,6 +32,7 @@ class SyncStats:
     verify_seconds: float = 0.0  # the whole check (expected_seconds included)
     expected_seconds: float = 0.0  # the actor's side of it: probe products, gathered
     relayed_bytes: int = 0      # bucket bytes sent to other nodes' receivers (node_relay.py)
+    expert_gather_numel: int = 0   # expert elements this rank received over EP (EP > 1)
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,15 @@ class Resharder:
         checkpoint. Failures raise WeightSyncError (fatal)."""
         start = time.perf_counter()
         stats = SyncStats(transport=self.transport.name if self.transport is not None else "")
+        stats.expert_gather_numel = self.source.gather_experts()   # EP > 1 only
+        try:
+            self._sync(stats, verify)
+        finally:
+            self.source.release_experts()
+        stats.seconds = time.perf_counter() - start
+        return stats
+
+    def _sync(self, stats: SyncStats, verify: bool) -> None:
         if self.transport is not None:
             dev = device.current_device()
             if self.is_host:
@@ -70,8 +79,6 @@ class Resharder:
                 self.transport.peer_sync()
                 if verify:
                     expected_fingerprints(self.source, dtype)
-        stats.seconds = time.perf_counter() - start
-        return stats
 
     def close(self) -> None:
         """Remove what the transport keeps in /dev/shm (the worker's shutdown)."""

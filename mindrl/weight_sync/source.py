@@ -4,6 +4,15 @@ Every rank of the actor builds one `MegatronShards` (TP x PP x DP processes). Th
 TP0 / PP0 of data-parallel replica 0 (global rank 0 in Megatron's default order); the peers
 are the other ranks of that replica's model-parallel group. Other replicas hold the same
 weights and take no part (`active` is False).
+
+Expert parallelism (EP > 1) carves its ranks out of data parallelism, so replica 0 holds only
+its EP rank's block of each layer's experts. Before each sync every EP group of expert-data-
+parallel rank 0 all-gathers its experts (`gather_experts`: every expert tensor from the EP rank
+that holds it), and each of those ranks then holds all of its TP shard's experts under the
+tables' global numbers; the transports read `params` as at EP 1, so vLLM's fused w13/w2 of a
+layer arrive whole, each expert once. `release_experts` drops the copies after the sync. The
+cost: every gathering rank holds all experts of its TP shard during a sync (EP-fold its own);
+sending each expert from its holder straight to the host would avoid that copy.
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ import torch
 from mindrl import device
 from mindrl.ckpt import mapping
 from mindrl.config.model_spec import ModelSpec
+from mindrl.models.expert_names import expert_number, global_name
 from mindrl.weight_sync.plan import WIRE_DTYPES, Unit, plan_units
 
 _MAX_DIMS = 8     # a header's shape slots: the vision tower's patch embedding is 5-D
@@ -54,13 +64,47 @@ class MegatronShards:
         self.pp_size = ps.get_pipeline_model_parallel_world_size()
         self.active, self.is_host = sync_place()
         self.units = plan_units(spec, self.pp_size)
-        self.params = dict(self.module.named_parameters())
+        self.own = dict(self.module.named_parameters())
+        self.params = dict(self.own)    # under the tables' names (experts: global numbers)
+        self.ep_size = ps.get_expert_model_parallel_world_size() if spec.is_moe else 1
+        self.local_experts = [n for n in self.own if expert_number(n) is not None]
+        if self.ep_size > 1:
+            self.ep_rank = ps.get_expert_model_parallel_rank()
+            self.ep_group = ps.get_expert_model_parallel_group()
+            # EP groups of expert-DP rank 0 hold replica 0's experts (and gather them).
+            self.gathers_experts = ps.get_expert_data_parallel_rank() == 0
+            for name in self.local_experts:
+                del self.params[name]
         self.stage_ranks = torch.distributed.get_process_group_ranks(
             ps.get_pipeline_model_parallel_group())
         self.tp_ranks = torch.distributed.get_process_group_ranks(
             ps.get_tensor_model_parallel_group())
         self.mp_ranks = torch.distributed.get_process_group_ranks(ps.get_model_parallel_group())
         self.rank = torch.distributed.get_rank()
+
+    def gather_experts(self) -> int:
+        """EP > 1: every expert of this rank's TP shard into `params` under its global number
+        (a collective over the EP group, on every rank of expert-DP rank 0). Returns the
+        elements received from other EP ranks."""
+        if self.ep_size == 1 or not self.gathers_experts:
+            return 0
+        n_local = self.spec.moe.num_experts // self.ep_size
+        received = 0
+        for name in self.local_experts:
+            local = self.own[name].detach().contiguous()
+            parts = [local if r == self.ep_rank else torch.empty_like(local)
+                     for r in range(self.ep_size)]
+            torch.distributed.all_gather(parts, local, group=self.ep_group)
+            for r, part in enumerate(parts):
+                self.params[global_name(name, r, n_local)] = part
+            received += local.numel() * (self.ep_size - 1)
+        return received
+
+    def release_experts(self) -> None:
+        """Drop the gathered expert copies (they are a sync's, and stale after a step)."""
+        if self.ep_size > 1:
+            for name in [n for n in self.params if expert_number(n) is not None]:
+                del self.params[name]
 
     @property
     def host(self) -> int:

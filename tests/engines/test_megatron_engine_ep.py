@@ -49,3 +49,26 @@ def test_ep2_updates_equal_ep1_fed_the_same_micro_batches(setup):
     # in reduction order moves the update by a share of lr (1e-3); 1% of one step bounds it
     # (measured 8.3e-6), while a misplaced expert would differ by the whole 2e-3 move.
     assert worst <= 1e-5 and moved > 1e-3
+
+
+@pytest.mark.parametrize("save_ep,load_ep", [(2, 1), (1, 2)])
+def test_a_checkpoint_saved_at_one_ep_resumes_at_another(setup, tmp_path, save_ep, load_ep):
+    from support.ep_worker import resume_across_ep
+
+    spec, full, batches = setup
+    out = spawn_local(resume_across_ep, 2, spec, full, batches, save_ep, load_ep,
+                      str(tmp_path / "ckpt"))[0]
+    saved, loaded = out["saved"], out["loaded"]
+    diff = (saved["log_probs"] - loaded["log_probs"]).abs().max().item()
+    worst = max((saved["params"][n] - loaded["params"][n]).abs().max().item()
+                for n in saved["params"])
+    print(f"EP{save_ep} -> EP{load_ep}: log-probs {diff:.2e}, params {worst:.2e}, notes",
+          out["meta"].get("notes"))
+    assert saved["params"].keys() == loaded["params"].keys() and worst == 0.0
+    assert diff <= 1e-6
+    assert "no_load_optim: true" in out["refusal"] and f"EP{max(save_ep, load_ep)}" in (
+        out["refusal"])
+    assert any(f"EP{max(save_ep, load_ep)}" in n for n in out["meta"]["notes"])
+    # The next update's loss and gradients (before Adam's step) equal the uninterrupted run's.
+    for key in ("actor/pg_loss", "actor/grad_norm"):
+        assert abs(saved["step"][key] - loaded["step"][key]) <= 1e-6, key

@@ -26,13 +26,13 @@ def ep_local_state(full, spec, ep_rank, ep_size):
     return out
 
 
-def ep_engine(spec, full, ep, train=True, seed=1234, dispatcher="alltoall"):
+def ep_engine(spec, full, ep, train=True, seed=1234, dispatcher="alltoall", lr=1e-3, clip=1.0):
     from megatron.core import parallel_state as ps
 
     parallel = Parallelism(expert_model_parallel_size=ep)
     initialize_parallel(parallel, seed)
     engine = MegatronEngine(spec, parallel, micro_batch_size=2, loss=LossConfig(),
-                            optim=OptimConfig(lr=1e-3, clip_grad=1.0) if train else None,
+                            optim=OptimConfig(lr=lr, clip_grad=clip) if train else None,
                             moe=MoETraining(token_dispatcher_type=dispatcher))
     local = ep_local_state(mapping.stage_state_dict(full, spec, 0, 1, 0, 1), spec,
                            ps.get_expert_model_parallel_rank(), ep)
@@ -75,3 +75,77 @@ def ep_steps(rank, world, spec, full, batches, ep):
     ps.destroy_model_parallel()
     return {"metrics": metrics, "params": params, "layers": local_experts,
             "expert_names": names} if rank == 0 else None
+
+
+def sync_from_ep2(rank, world, spec, vllm_dir, layout_dir, full, prompts, gen_cfg):
+    """An EP2 actor (TP1, DP2: each rank 4 experts a layer) syncs into a vLLM TP1 on rank 0,
+    verified per expert; vLLM's log-probs against the actor's before and after a step."""
+    from megatron.core import parallel_state as ps
+
+    from mindrl.ckpt.fingerprint import checkpoint_fingerprint
+    from mindrl.engines.vllm_process import VLLMEngineProcess
+    from mindrl.weight_sync.resharder import Resharder
+    from support.reshard_worker import _max_diff, _rollout
+
+    vllm = VLLMEngineProcess(vllm_dir, gen_cfg) if rank == 0 else None
+    try:
+        engine = ep_engine(spec, full, 2, lr=1e-2, clip=0.0)
+        resharder = Resharder(engine.model, spec, target=vllm, bucket_mb=0.1)
+        res = {"sync": resharder.sync(verify=True),
+               "experts_kept": sum(expert_number(n) is not None for n in resharder.source.params)}
+        if vllm is not None:     # mapping-free: vLLM now equals the converted HF dir
+            vllm.check_fingerprint(checkpoint_fingerprint(layout_dir, vllm.dtype))
+        batch = _rollout(vllm, prompts, seed=300)
+        mask = batch["response_mask"].float()
+        old = engine.compute_log_probs(Batch.of(**batch))["log_probs"]
+        res["diff_before"] = _max_diff(batch["rollout_log_probs"], old, mask)
+        g = torch.Generator().manual_seed(0)
+        adv = torch.randn(batch["response_ids"].shape[0], 1, generator=g).sign()
+        engine.update(Batch.of(**batch, advantages=adv.expand_as(mask) * mask),
+                      mini_batch_size=batch["response_ids"].shape[0])
+        res["sync_after"] = resharder.sync(verify=True)
+        batch2 = _rollout(vllm, prompts, seed=301)
+        new = engine.compute_log_probs(Batch.of(**batch2))["log_probs"]
+        moved = engine.compute_log_probs(Batch.of(**batch))["log_probs"]
+        res["diff_after"] = _max_diff(batch2["rollout_log_probs"], new,
+                                      batch2["response_mask"].float())
+        res["diff_new_vs_old"] = _max_diff(moved, old, mask)
+        ps.destroy_model_parallel()
+    finally:
+        if vllm is not None:
+            vllm.close()
+    return res if rank == 0 else None
+
+
+def resume_across_ep(rank, world, spec, full, batches, save_ep, load_ep, save_dir):
+    """One update at EP `save_ep`, save, then log-probs and a second update; a fresh engine at
+    EP `load_ep` loads the checkpoint's weights (Adam afresh: its state does not cross EP 1 <->
+    EP > 1, layout_change.py) and does the same: both sides' log-probs, second-step metrics and
+    parameters on rank 0, and the refusal a load with the optimizer gets."""
+    from megatron.core import parallel_state as ps
+
+    from mindrl.ckpt.training.megatron_checkpoint import iteration_dir
+
+    def after_load(engine, ep):
+        logp = engine.compute_log_probs(Batch.of(**batches[1]))["log_probs"]
+        params = full_params(engine, ep)
+        step = engine.update(Batch.of(**batches[1]), mini_batch_size=batches[1][
+            "response_ids"].shape[0])
+        return {"log_probs": logp, "params": params, "step": step}
+
+    engine = ep_engine(spec, full, save_ep)
+    engine.update(Batch.of(**batches[0]), mini_batch_size=batches[0]["response_ids"].shape[0])
+    engine.save_checkpoint(save_dir, 1)
+    saved = after_load(engine, save_ep)
+    ps.destroy_model_parallel()
+    fresh = ep_engine(spec, full, load_ep)
+    try:
+        fresh.load_checkpoint(iteration_dir(save_dir, 1))
+        refusal = None
+    except ValueError as exc:
+        refusal = str(exc)
+    meta = fresh.load_checkpoint(iteration_dir(save_dir, 1), load_optim=False)
+    loaded = after_load(fresh, load_ep)
+    ps.destroy_model_parallel()
+    return ({"saved": saved, "loaded": loaded, "meta": meta, "refusal": refusal}
+            if rank == 0 else None)

@@ -8,6 +8,11 @@ loader (a KeyError for a distributed-optimizer bucket, a global shape mismatch):
   which only load at the TP/PP they were saved at;
 - the RNG state: one stream per (PP, TP) rank, which maps onto nothing at another TP/PP
   (Megatron-LM skips it there too).
+Expert parallelism counts as model parallelism here: experts are stored under global numbers
+(Megatron's sharded state dict), so the weights load at another EP, while the expert-parallel
+RNG streams do not carry over. Adam's moments do not cross between EP 1 and EP > 1: above 1
+Megatron keeps two optimizers (dense and expert parameters, saved as chained_0 / chained_1), at
+1 one, so that resume is refused unless the optimizer starts afresh (no_load_optim).
 """
 
 from __future__ import annotations
@@ -28,8 +33,8 @@ class LoadPlan:
     notes: Tuple[str, ...] = ()
 
 
-def _model_parallel(lay: Mapping[str, Any]) -> Tuple[Any, Any]:
-    return lay.get("tp"), lay.get("pp")
+def _model_parallel(lay: Mapping[str, Any]) -> Tuple[Any, Any, Any]:
+    return lay.get("tp"), lay.get("pp"), lay.get("ep", 1)
 
 
 def plan_load(saved_layout: Optional[Mapping[str, Any]], saved_format: str,
@@ -40,6 +45,14 @@ def plan_load(saved_layout: Optional[Mapping[str, Any]], saved_format: str,
     if saved_layout is None or _model_parallel(saved_layout) == _model_parallel(current_layout):
         return LoadPlan(saved_format, load_rng)    # DP alone may change in every format
     old, new = describe_layout(saved_layout), describe_layout(current_layout)
+    saved_ep, ep = saved_layout.get("ep", 1), current_layout.get("ep", 1)
+    if load_optim and (saved_ep == 1) != (ep == 1):
+        raise ValueError(
+            f"{ckpt_dir} was saved at {old} and this run is at {new}: Megatron keeps one "
+            f"optimizer at expert parallelism 1 and two (dense, experts) above it, so Adam's "
+            f"state does not load across that change. Set actor_config.no_load_optim: true to "
+            f"keep the weights and start Adam afresh, or resume at "
+            f"actor_config.expert_model_parallel_size={saved_ep}")
     if load_optim and saved_format not in RESHARDABLE_OPTIM_FORMATS:
         raise ValueError(
             f"{ckpt_dir} was saved at {old} with its distributed-optimizer state in the "
@@ -52,5 +65,5 @@ def plan_load(saved_layout: Optional[Mapping[str, Any]], saved_format: str,
     notes = ()
     if load_rng:
         notes = (f"RNG state of {ckpt_dir} not restored: saved at {old}, loading at {new}, and "
-                 f"its per-rank streams do not map across TP/PP layouts (fresh RNG state)",)
+                 f"its per-rank streams do not map across TP/PP/EP layouts (fresh RNG state)",)
     return LoadPlan(saved_format, False, notes)
