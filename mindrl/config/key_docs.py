@@ -139,8 +139,8 @@ KEY_DOCS: dict[str, str] = {
     "rl_config.rollout_is_cap": "the importance weights' upper bound (> 1)",
     "rl_config.async_mode": "off: the synchronous loop; one_step / bounded: engines on "
         "devices of their own (generate_config.rollout_devices) generate the next batches "
-        "while the actor trains (docs/guides/async.md); with staleness above 0 the old-log-prob "
-        "pass runs and rollout_is off means token",
+        "while the actor trains (docs/guides/async.md); with staleness above 0 rollout_is off "
+        "means token (the decoupled objective's behaviour weight)",
     "rl_config.max_staleness": "policy versions a trained sample may lag the actor (bounded; "
         "one_step means 1); generation is paced, never discarded",
     "rl_config.logprob_drift_threshold": "warn when rollout/logprob_diff_mean stays above "

@@ -12,9 +12,11 @@ The loop is GRPOTrainer's step over the same assembled parts and lifecycle; what
     writes into the engine's parameters) and each sample's policy_version is the version it
     was generated with. Generation overlaps the actor's passes and update, not the sync
     (a sync while engines decode is issue 40's item 5);
-  - the objective: with a bound above 0 the old-log-prob pass always runs (it is the
-    proximal policy of the decoupled objective) and rollout_is off means token (the behaviour
-    weight; config/async_checks.rollout_correction), docs/guides/async.md#the-objective;
+  - the objective: with a bound above 0 rollout_is off means token, the behaviour weight of
+    the decoupled objective (config/async_checks.rollout_correction). The proximal policy is
+    the weights before the update: the old-log-prob pass where a batch feeds several updates,
+    else the update's own detached log-probs, the same numbers (the pass plans like the
+    update), so no pass is forced (docs/guides/async.md#the-objective);
   - checkpoints record the loader's position before the first batch not yet trained on: a
     resume generates the batches that were in flight again (nothing of the buffer is saved).
 
@@ -85,10 +87,6 @@ class AsyncGRPOTrainer(GRPOTrainer):
         """Engines on devices of their own keep their memory (a sleep would stall the
         batches they are generating)."""
         return False
-
-    def _needs_old_log_probs(self) -> bool:
-        """Stale samples: the recomputed old log-probs are the proximal policy."""
-        return self.bound > 0 or super()._needs_old_log_probs()
 
     # ------------------------------------------------------------------ the sync
 

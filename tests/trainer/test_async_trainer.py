@@ -1,5 +1,5 @@
 """The asynchronous loop's choices without Ray (trainer/async_trainer.py): which loop a recipe
-gets, the proximal pass it forces, and the loader position a checkpoint records (a resume
+gets, when the proximal pass runs, and the loader position a checkpoint records (a resume
 draws the batches in flight again)."""
 
 from mindrl.config import ClusterResources, load_recipe
@@ -15,15 +15,15 @@ def _run(*overrides):
     return load_recipe("grpo_tiny_cpu", [*OWN_ENGINES, *overrides], cluster=CPU3)
 
 
-def test_the_recipe_picks_the_loop_and_stale_samples_force_the_proximal_pass():
+def test_the_recipe_picks_the_loop_and_the_proximal_pass_runs_as_in_the_synchronous_one():
     assert trainer_for(_run()) is GRPOTrainer
     one_step = _run("+rl_config.async_mode=one_step")
     assert trainer_for(one_step) is AsyncGRPOTrainer
-    # the tiny recipe feeds one update per batch: no old-log-prob pass when synchronous
-    assert not GRPOTrainer(_run())._needs_old_log_probs()
-    assert AsyncGRPOTrainer(one_step)._needs_old_log_probs()
-    bound0 = _run("+rl_config.async_mode=bounded", "+rl_config.max_staleness=0")
-    assert not AsyncGRPOTrainer(bound0)._needs_old_log_probs()
+    # one update per batch: the update's own log-probs are the proximal policy
+    assert not AsyncGRPOTrainer(one_step)._needs_old_log_probs()
+    # two mini batches: the second updates from moved weights, so the pass runs
+    two = _run("+rl_config.async_mode=one_step", "rl_config.mini_batch_size=4")
+    assert AsyncGRPOTrainer(two)._needs_old_log_probs()
 
 
 def test_a_checkpoint_records_the_loader_before_the_first_batch_not_yet_trained():
