@@ -147,6 +147,11 @@ def make_plan(run: RunConfig, cluster: ClusterResources,
             "max_tokens_per_micro_batch": cfg.max_tokens_per_micro_batch,
             "params_dtype": cfg.params_dtype,
         }
+        if run.models[role].is_moe:
+            roles[role]["ep"] = cfg.expert_model_parallel_size
+            roles[role]["experts"] = expert_holders(
+                run.models[role].moe.num_experts, cfg.tensor_model_parallel_size,
+                cfg.expert_model_parallel_size, list(p.devices))
     gen = run.generate_config
     idp = rollout_data_parallel_size(run)
     rollout = {
@@ -226,6 +231,18 @@ def _parameters(plan: dict[str, Any]) -> str:
     return f"{_count(total)} parameters, {_count(active)} active per token"
 
 
+def expert_holders(num_experts: int, tp: int, ep: int, devices: list) -> list[dict[str, Any]]:
+    """Which devices hold which experts of every MoE layer: Megatron orders a role's ranks
+    TP fastest, then EP (inside DP), so rank r is at EP rank (r // TP) % EP and holds that
+    rank's consecutive block of experts. Empty when EP does not divide the experts."""
+    if ep < 1 or num_experts % ep:
+        return []
+    n = num_experts // ep
+    return [{"experts": f"{e * n}-{(e + 1) * n - 1}",
+             "devices": [d for r, d in enumerate(devices) if (r // tp) % ep == e]}
+            for e in range(ep)]
+
+
 def format_plan(plan: dict[str, Any]) -> str:
     """The plan as the text a person reads before launching."""
     c, b, m = plan["cluster"], plan["batch"], plan["memory_bytes"]
@@ -247,6 +264,9 @@ def format_plan(plan: dict[str, Any]) -> str:
                      f"[{r['model']}]")
         if r["rank_nodes"] and c["num_nodes"] > 1:
             lines.append(f"          node of each rank: {r['rank_nodes']}")
+        if r.get("ep", 1) > 1:
+            lines += [f"          EP={r['ep']}: experts {h['experts']} of every MoE layer on "
+                      f"devices {_ranges(h['devices'])}" for h in r["experts"]]
     ro = plan["rollout"]
     where = "on the actor's" if ro["colocated"] else "their own: generate_config.rollout_devices"
     lines.append(f"  rollout devices {_ranges(ro['devices'])} ({where}): vLLM TP="

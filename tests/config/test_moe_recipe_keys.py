@@ -169,3 +169,19 @@ def test_dapo_qwen3_30b_a3b_at_ep1_keeps_mindspeed_rls_values_and_plans():
     assert gen.infer_tensor_parallel_size == 1 and gen.max_model_len == 4096
     plan = make_plan(run, cluster, [])
     assert plan["fits_cluster"] and plan["devices_required"] == 16, plan["warnings"]
+
+
+def test_the_plan_says_which_devices_hold_which_experts():
+    from mindrl.config.plan import expert_holders, format_plan
+
+    # Megatron's order: TP fastest, then EP inside DP (TP2 EP2 over 8 ranks: DP4).
+    assert expert_holders(8, 2, 2, list(range(8))) == [
+        {"experts": "0-3", "devices": [0, 1, 4, 5]}, {"experts": "4-7", "devices": [2, 3, 6, 7]}]
+    assert expert_holders(8, 1, 1, [0, 1]) == [{"experts": "0-7", "devices": [0, 1]}]
+    assert expert_holders(8, 1, 3, [0, 1, 2]) == []
+    run = load_recipe(MOE, [f"{EP}=2", *ALLTOALL], cluster=CPU4, check_paths=False)
+    plan = make_plan(run, CPU4, [])
+    assert plan["roles"]["actor"]["ep"] == 2
+    text = format_plan(plan)
+    assert "EP=2: experts 0-3 of every MoE layer on devices 0" in text
+    assert "EP=2: experts 4-7 of every MoE layer on devices 1" in text
