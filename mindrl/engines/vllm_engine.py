@@ -39,7 +39,7 @@ from mindrl import device, shared_memory, startup
 from mindrl.ckpt.fingerprint import NamedTensors, compare_fingerprints
 from mindrl.config.schema import GenerateConfig
 from mindrl.data.batch import left_pad, right_pad
-from mindrl.engines import vllm_weights
+from mindrl.engines import vllm_routes, vllm_weights
 from mindrl.engines.vllm_fingerprint import combine_views
 from mindrl.engines.vllm_fingerprint import vllm_view as _vllm_view
 from mindrl.engines.vllm_settings import (configure_environment, llm_kwargs, requests,
@@ -61,6 +61,9 @@ class RolloutOutput:
     log_probs: List[List[float]]          # log p(response_token_ids[i][t]) as sampled
     finish_reasons: List[str]             # "stop" (EOS / stop id) or "length"
     prompt_index: List[int] = field(default_factory=list)
+    # Per sample [prompt + response tokens, MoE layers, top-k] expert ids when asked for
+    # (engines/vllm_routes.py); -1 at the last token, which the engine never routes.
+    routes: Optional[List[torch.Tensor]] = None
 
     def __len__(self) -> int:
         return len(self.response_token_ids)
@@ -189,9 +192,10 @@ class VLLMEngine:
 
     def generate(self, prompt_token_ids: Sequence[Sequence[int]], n: int = 1,
                  images: Optional[Sequence[Sequence[bytes]]] = None,
-                 mm_processor_kwargs: Optional[dict] = None,
+                 mm_processor_kwargs: Optional[dict] = None, with_routes: bool = False,
                  **sampling_overrides) -> RolloutOutput:
-        """n samples per prompt (prompt-major) with the sampled tokens' log-probs.
+        """n samples per prompt (prompt-major) with the sampled tokens' log-probs, and with
+        `with_routes` each sample's MoE routes (engines/vllm_routes.py: a prefill per sample).
 
         With a sampling seed, prompt i's samples use seeds seed + i*n ... seed + i*n + n-1, so no
         two samples share a random stream; vary the seed per step (override ``seed=``).
@@ -215,6 +219,9 @@ class VLLMEngine:
                 out.log_probs.append([sample.logprobs[t][tok].logprob for t, tok in enumerate(ids)])
                 out.finish_reasons.append(sample.finish_reason)
                 out.prompt_index.append(index)
+        if with_routes:
+            out.routes = vllm_routes.engine_routes(self.llm, out.prompt_token_ids,
+                                                   out.response_token_ids)
         return out
 
     def score(self, prompt_token_ids: Sequence[Sequence[int]],

@@ -1,6 +1,6 @@
 """An engine's rollout merged into the step's Batch: the rows must follow the Batch's prompt
 groups (n samples each, prompt-major), and the rollout adds response_ids / response_mask /
-rollout_log_probs and finish_reason.
+rollout_log_probs and finish_reason (and rollout_routes when the engine returned routes).
 
 The engine reports the prompt ids it really ran (vLLM's own, image pads expanded by its
 processor); they must equal the Batch's `prompt_ids`, which the actor's passes consume. That
@@ -11,6 +11,8 @@ vLLM) or a processor mismatch between the two sides shows, so every merge checks
 from __future__ import annotations
 
 from typing import List, Optional, Tuple
+
+import torch
 
 from mindrl.data.batch import Batch
 
@@ -54,5 +56,17 @@ def with_rollout(batch: Batch, rollout, n: int) -> Batch:
         raise ValueError(f"rollout rows {rollout.prompt_index[:8]}... do not follow the batch's "
                          f"prompt groups ({n} samples each)")
     _check_prompts(batch, [rollout.prompt_token_ids[i * n] for i in range(len(batch.group_ids))])
+    routes = getattr(rollout, "routes", None)
+    extra = {} if routes is None else {"rollout_routes": routes_tensor(routes)}
     return batch.add(**rollout.response_tensors(batch.pad_id),
-                     finish_reason=rollout.finish_reasons)
+                     finish_reason=rollout.finish_reasons, **extra)
+
+
+def routes_tensor(routes: List[torch.Tensor]) -> torch.Tensor:
+    """Per-sample routes [T_i, L, K] -> [B, max T_i, L, K], right-padded with 0 (past a
+    sample's tokens: never read)."""
+    width = max(r.shape[0] for r in routes)
+    out = torch.zeros((len(routes), width, *routes[0].shape[1:]), dtype=torch.long)
+    for i, r in enumerate(routes):
+        out[i, :r.shape[0]] = r
+    return out

@@ -32,8 +32,8 @@ from mindrl.trainer.log_prob_passes import LogProbPass, run_passes, timed
 from mindrl.trainer.metrics import (batch_metrics, perf_metrics, policy_version_metrics,
                                     reward_model_metrics)
 from mindrl.trainer.prompt_batches import image_metrics
-from mindrl.trainer.route_replay_step import (OLD_ROUTES, pass_replay, records_routes,
-                                              replay_metrics, update_replay)
+from mindrl.trainer.route_replay_step import (OLD_ROUTES, engine_route_kwargs, pass_replay,
+                                              records_routes, replay_metrics, update_replay)
 
 
 class GRPOTrainer:
@@ -50,7 +50,8 @@ class GRPOTrainer:
             with self._training_state_offloaded():
                 prompts = self.parts.prompts
                 batch = self.parts.rollout.generate(prompts.batch(rows, self.n), seed=seed,
-                                                    **prompts.rollout_kwargs)
+                                                    **prompts.rollout_kwargs,
+                                                    **engine_route_kwargs(self.rl))
         with timed(timings, "reward"):
             scores, metrics = self._score(batch)
         return batch.add(scores=torch.tensor(scores, dtype=torch.float32)), metrics

@@ -24,6 +24,11 @@ from mindrl.models.route_replay import route_agreement
 OLD_ROUTES, ROLLOUT_ROUTES = "old_routes", "rollout_routes"
 
 
+def engine_route_kwargs(rl) -> Dict[str, bool]:
+    """What the rollout engines are asked for: their routes under r3 (engines/vllm_routes.py)."""
+    return {"with_routes": True} if rl.router_replay == "r3" else {}
+
+
 def pass_replay(rl) -> Optional[str]:
     """The field the forward-only passes (old log-probs, reference) replay."""
     return ROLLOUT_ROUTES if rl.router_replay == "r3" else None

@@ -44,3 +44,9 @@ def test_r2_is_accepted_on_the_moe_default():
     run = load_recipe("grpo_tiny_moe_cpu", ["rl_config.router_replay=r2"], cluster=CPU2,
                       check_paths=False)
     assert run.rl_config.router_replay == "r2"
+
+
+def test_r3_with_the_asynchronous_loop_is_refused():
+    [p] = _problems("grpo_tiny_moe_cpu", ["rl_config.router_replay=r3",
+                                          "+rl_config.async_mode=one_step"])
+    assert "asynchronous loop" in p.message and "async_mode: off" in p.fix
