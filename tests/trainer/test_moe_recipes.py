@@ -1,6 +1,7 @@
 """The MoE recipes run: grpo_tiny_moe_cpu (tiny Qwen3-MoE, 8 experts, top-2, EP 1) learns the
-embedded default's task on 2 cores, and dapo_qwen3_30b_a3b at expert parallelism 1 runs two
-steps in miniature. Both log the routing load every step, and vLLM's log-probs stay those of
+embedded default's task on 2 cores, and dapo_qwen3_30b_a3b at its expert parallelism 2 (4 DP
+ranks, 4 of the tiny model's 8 experts a layer on each; vLLM at EP 1) runs two steps in
+miniature. Both log the routing load every step, and vLLM's log-probs stay those of
 the synced experts.
 
 One seed in the suite (time); the 3-seed figures measured by hand are in
@@ -22,9 +23,6 @@ from support.grpo_runs import finite, metrics, train
 pytestmark = pytest.mark.slow   # see tests/conftest.py
 
 STEPS, EDGE, GAIN, MAX_FALL = 160, 40, 0.5, 0.25
-A3B_AT_EP1 = ("actor_config.expert_model_parallel_size=1",
-              "generate_config.infer_expert_parallel_size=1",
-              "generate_config.enable_expert_parallel=false")
 
 
 def _routing_and_sync_rows_ok(rows):
@@ -48,11 +46,14 @@ def test_tiny_moe_recipe_learns(work, tmp_path):
     _routing_and_sync_rows_ok(rows)
 
 
-def test_dapo_qwen3_30b_a3b_at_ep1_runs_two_steps_in_miniature(work):
+def test_dapo_qwen3_30b_a3b_at_ep2_runs_two_steps_in_miniature(work):
     run_dir = work / "runs" / "dapo_qwen3_30b_a3b"
-    overrides = ["+scale_down=4", *A3B_AT_EP1]
+    overrides = ["+scale_down=4"]
     mini = load_recipe("dapo_qwen3_30b_a3b", overrides)
     assert mini.models["actor"].name == "tiny-qwen3-moe"
+    assert mini.actor_config.expert_model_parallel_size == 2      # kept in miniature
+    assert (mini.generate_config.infer_expert_parallel_size, mini.generate_config
+            .enable_expert_parallel) == (1, False)                # vLLM EP 1 on CPU
     assert mini.actor_config.moe_token_dispatcher_type == "alltoall"
     engines = make_plan(mini, with_cpu_slots(local_cluster(), mini), [])["rollout"]["instances"]
     train(work, run_dir, "--config-name", "dapo_qwen3_30b_a3b", *overrides,
