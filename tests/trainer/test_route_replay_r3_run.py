@@ -14,7 +14,10 @@ def test_r3_replays_the_engine_routes_in_every_pass(work):
     run_dir = work / "runs" / "moe_r3"
     train(work, run_dir, "--config-name", "grpo_tiny_moe_cpu", "rl_config.router_replay=r3",
           "megatron_training.train_iters=2", "rl_config.save_freq=2",
-          "rl_config.mini_batch_size=4", timeout=900)
+          # 16 samples a step (the capture is a prefill per sample); two updates a step, so
+          # the old-log-prob pass runs and records the trainer's routes.
+          "megatron_training.global_batch_size=4", "rl_config.n_samples_per_prompt=4",
+          "rl_config.mini_batch_size=2", timeout=900)
     rows = [r for r in metrics(run_dir) if r["step"] > 0]
     assert [r["step"] for r in rows] == [1, 2]
     for row in rows:
