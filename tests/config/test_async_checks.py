@@ -3,9 +3,10 @@ starts, naming the key and the fix; the bound and the loss's rollout correction 
 
 import pytest
 
-from mindrl.config import ClusterResources, ConfigError, load_recipe
+from mindrl.config import ClusterResources, load_recipe
 from mindrl.config.async_checks import staleness_bound
 from mindrl.config.roles import loss_config
+from support.recipe_errors import recipe_error
 
 TINY = "grpo_tiny_cpu"
 CPU3 = ClusterResources("cpu", 3)
@@ -13,9 +14,7 @@ OWN_ENGINES = ["+generate_config.rollout_devices=1", "rl_config.colocate_actor_r
 
 
 def rejected(overrides):
-    with pytest.raises(ConfigError) as info:
-        load_recipe(TINY, overrides, cluster=CPU3)
-    return info.value
+    return recipe_error(TINY, overrides, CPU3)
 
 
 def test_off_by_default_and_synchronous():

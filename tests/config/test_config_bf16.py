@@ -4,19 +4,18 @@ passing the cluster's capability explicitly (ClusterResources.bf16)."""
 import pytest
 
 from mindrl import device
-from mindrl.config import (ClusterResources, ConfigError, compose_recipe, load_recipe,
+from mindrl.config import (ClusterResources, compose_recipe, load_recipe,
                            local_cluster, validate_lenient)
 from mindrl.config.dtype_checks import check_bf16
 from mindrl.config.errors import CLUSTER
+from support.recipe_errors import recipe_error
 
 TINY = "grpo_tiny_cpu"
 NO_BF16 = ClusterResources("cpu", 2, bf16=False)
 
 
 def rejected(overrides, cluster=NO_BF16):
-    with pytest.raises(ConfigError) as info:
-        load_recipe(TINY, overrides, cluster=cluster)
-    return info.value
+    return recipe_error(TINY, overrides, cluster)
 
 
 def test_shared_bf16_refused_without_bf16_naming_key_roles_and_fallback():

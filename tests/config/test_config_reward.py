@@ -3,7 +3,8 @@ devices, and its model gets a scalar head."""
 
 import pytest
 
-from mindrl.config import ClusterResources, ConfigError, load_recipe
+from mindrl.config import ClusterResources, load_recipe
+from support.recipe_errors import recipe_error
 
 TINY = "grpo_tiny_cpu"
 CPU8 = ClusterResources("cpu", 8)
@@ -11,9 +12,7 @@ RM = ["+rl_config.reward_model=true", "+rl_config.reward_resource.num_cpus=1"]
 
 
 def rejected(overrides):
-    with pytest.raises(ConfigError) as info:
-        load_recipe(TINY, overrides, cluster=CPU8)
-    return info.value
+    return recipe_error(TINY, overrides, CPU8)
 
 
 def assert_names(err, key, *words):

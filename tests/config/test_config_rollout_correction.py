@@ -3,17 +3,16 @@ naming the key and the fix, and handed to the actor's LossConfig."""
 
 import pytest
 
-from mindrl.config import ClusterResources, ConfigError, load_recipe, names
+from mindrl.config import ClusterResources, load_recipe, names
 from mindrl.config.roles import loss_config
+from support.recipe_errors import recipe_error
 
 TINY = "grpo_tiny_cpu"
 CPU2 = ClusterResources("cpu", 2)
 
 
 def rejected(overrides):
-    with pytest.raises(ConfigError) as info:
-        load_recipe(TINY, overrides, cluster=CPU2)
-    return info.value
+    return recipe_error(TINY, overrides, CPU2)
 
 
 def test_defaults_are_off_and_reach_the_loss_config():

@@ -7,14 +7,13 @@ import pytest
 from mindrl.config import (ClusterResources, ConfigError, compose_recipe, load_recipe, validate,
                            validate_lenient)
 from mindrl.config.errors import CLUSTER
+from support.recipe_errors import recipe_error
 
 TINY = "grpo_tiny_cpu"
 
 
 def rejected(overrides, cluster=ClusterResources("cpu", 2), recipe=TINY, **kw):
-    with pytest.raises(ConfigError) as info:
-        load_recipe(recipe, overrides, cluster=cluster, **kw)
-    return info.value
+    return recipe_error(recipe, overrides, cluster, **kw)
 
 
 def assert_names(err, key, *words):
