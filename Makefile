@@ -62,11 +62,11 @@ test-fast: setup
 	$(PYTEST) $(XDIST) -m "not slow and not alone"
 	$(PYTEST) -m "not slow and alone"
 
-# The embedded default: GRPO on the tiny model learning a rule it applies to pairs it never
-# trained on (recipe grpo_tiny_max_cpu, docs/guides/demo.md), real stack end to end. The library's
-# DEFAULT_RECIPE stays grpo_tiny_cpu (a+b= over 0..3), the smoke recipe the suite runs.
+# The embedded default (DEFAULT_RECIPE, grpo_tiny_max_cpu: what the CLI runs without
+# --config-name): GRPO on the tiny model learning a rule it applies to pairs it never trained
+# on (docs/guides/demo.md), real stack end to end. The suite runs SMOKE_RECIPE, grpo_tiny_cpu.
 demo: setup
-	$(PY) cli/train_grpo.py --config-name grpo_tiny_max_cpu
+	$(PY) cli/train_grpo.py
 
 # docs/config-reference.md, generated from mindrl/config/schema.py and
 # mindrl/config/key_docs.py (tests/docs/test_config_reference.py holds them equal).

@@ -1,9 +1,13 @@
 #!/usr/bin/env python
 """GRPO training entry point: compose a configs/rlxf recipe, validate it, plan or train.
 
-  python cli/train_grpo.py                                   # grpo_tiny_cpu
+  python cli/train_grpo.py                                   # grpo_tiny_max_cpu (make demo)
   python cli/train_grpo.py --config-name r1_zero_qwen25_7b +dry_run=true
   python cli/train_grpo.py --config-name grpo_tiny_cpu rl_config.kl_coef=0 +dry_run=true
+
+Without --config-name it runs DEFAULT_RECIPE, the tiny model learning max(a,b)= and answering
+pairs it never trained on; grpo_tiny_cpu (SMOKE_RECIPE, a+b= over 0..3) is the small run the
+tests and scripts name.
 
 Exit codes: 0 trained (or plan printed); 1 invalid recipe (every problem is listed with its
 key); 3 a worker died or training failed; 4 a phase of the step (generate, log-prob passes,

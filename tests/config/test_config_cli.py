@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from mindrl.config import local_cluster
+from mindrl.config import SMOKE_RECIPE, local_cluster
 from mindrl.paths import REPO_ROOT
 
 CLI = str(REPO_ROOT / "cli" / "train_grpo.py")
@@ -40,7 +40,8 @@ def test_bad_prompt_file_fails_before_any_worker_starts(tmp_path):
     data.write_text('{"prompt": "1+1=", "label": "2"}\n{"prompt": "2+2="}\n')
     for name in ("tiny-qwen2-hf", "tiny-qwen2-mcore"):
         (work / "models" / name).mkdir(parents=True)
-    proc = run_cli(tmp_path, "prepare.tiny_model=null", f"megatron_training.data_path={data}",
+    proc = run_cli(tmp_path, "--config-name", SMOKE_RECIPE, "prepare.tiny_model=null",
+                   f"megatron_training.data_path={data}",
                    env={"MINDRL_WORK_DIR": str(work)})
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert f"{data}:2" in proc.stderr and "label" in proc.stderr
@@ -49,7 +50,8 @@ def test_bad_prompt_file_fails_before_any_worker_starts(tmp_path):
 
 def test_holdout_that_cannot_be_honoured_fails_before_anything_is_made(tmp_path):
     work = tmp_path / "work"
-    proc = run_cli(tmp_path, "prepare.max_operand=1", "prepare.holdout_pairs=2",
+    proc = run_cli(tmp_path, "--config-name", SMOKE_RECIPE, "prepare.max_operand=1",
+                   "prepare.holdout_pairs=2",
                    env={"MINDRL_WORK_DIR": str(work)})
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "prepare.holdout_pairs" in proc.stderr and "hold out at most 1" in proc.stderr

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from mindrl.config.compose import SMOKE_RECIPE
+
 REPO = Path(__file__).resolve().parents[2]
 
 REQUIRED_KEYS = (
@@ -25,7 +27,8 @@ REQUIRED_KEYS = (
 
 def _command(work: Path, run_dir: Path, overrides, ray_address: str = None):
     """The CLI command and its environment: a private Ray cluster (or the one `ray_address`
-    names), paths under `work`."""
+    names), paths under `work`; SMOKE_RECIPE (a+b=) unless the overrides start with
+    `--config-name NAME`."""
     env = {**os.environ, "MINDRL_WORK_DIR": str(work)}
     env.pop("RAY_ADDRESS", None)
     if ray_address:
@@ -35,6 +38,8 @@ def _command(work: Path, run_dir: Path, overrides, ray_address: str = None):
     while overrides and overrides[0].startswith("--"):
         options += overrides[:2]
         overrides = overrides[2:]
+    if "--config-name" not in options:      # no recipe named: the smoke recipe, not the default
+        options = ["--config-name", SMOKE_RECIPE, *options]
     cmd = [sys.executable, str(REPO / "cli" / "train_grpo.py"), *options, f"run_dir={run_dir}",
            *overrides]
     return cmd, env
