@@ -111,6 +111,10 @@ class AsyncGRPOTrainer(GRPOTrainer):
         metrics["async/max_staleness"] = float(self.bound)
         return metrics
 
+    def _version_distributions(self, batch: Batch, step: int) -> Dict[str, list]:
+        """Each sample's staleness, a histogram in tensorboard (rollout/staleness)."""
+        return {"rollout/staleness": (step - 1 - batch["policy_version"]).tolist()}
+
     def _loader_state(self) -> Optional[dict]:
         """The loader's position before the first batch drawn and not yet trained on."""
         held = self.buffer.held() if self.buffer is not None else []

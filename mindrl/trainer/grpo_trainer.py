@@ -42,6 +42,7 @@ class GRPOTrainer:
         self.rl, self.gen = run.rl_config, run.generate_config
         self.n = self.rl.n_samples_per_prompt
         self.parts: RunParts = None       # assembled by fit
+        self.distributions: Dict[str, list] = {}   # the last step's values per sample
 
     # ------------------------------------------------------------------ one step
 
@@ -177,6 +178,7 @@ class GRPOTrainer:
         metrics.update(timings)
         metrics.update(perf_metrics(metrics))
         metrics.update(replay_metrics(batch, metrics))
+        self.distributions = self._version_distributions(batch, step)
         return metrics
 
     # Where the asynchronous loop (trainer/async_trainer.py) differs; here, synchronous.
@@ -189,6 +191,10 @@ class GRPOTrainer:
 
     def _version_metrics(self, batch: Batch, step: int) -> Dict[str, float]:
         return policy_version_metrics(batch, step - 1)
+
+    def _version_distributions(self, batch: Batch, step: int) -> Dict[str, list]:
+        """Values per sample logged as histograms: none here (every sample is on-policy)."""
+        return {}
 
     def _loader_state(self):
         """What a checkpoint saved now records as the loader's position (None: its own)."""
@@ -229,5 +235,5 @@ class GRPOTrainer:
                 metrics = self.step(step)
                 if self._validation_due(step, start):
                     metrics.update(self.validate(step))
-                life.step_done(step, metrics, self._loader_state())
+                life.step_done(step, metrics, self._loader_state(), self.distributions)
             return life.finish()

@@ -79,13 +79,15 @@ class RunLifecycle:
             yield step
 
     def step_done(self, step: int, metrics: Dict[str, float],
-                  loader_state: Optional[dict] = None) -> None:
+                  loader_state: Optional[dict] = None,
+                  distributions: Optional[Dict[str, list]] = None) -> None:
         """Log the step's metrics, warn on vLLM-vs-actor drift, show progress, save when due
         (rl_config.save_freq, else megatron_training.save_interval, and the last step).
         loader_state: the loader's position to save instead of its own (a loop that drew
-        prompts ahead of this step: a resume draws them again)."""
+        prompts ahead of this step: a resume draws them again); distributions: values per
+        sample, logged as histograms (Tracker.log)."""
         tracker = self.parts.tracker
-        tracker.log(step, metrics)
+        tracker.log(step, metrics, distributions)
         warn_on_drift(tracker.history, self.run.rl_config, self.log)   # vLLM vs actor
         self.progress.step_done(step, metrics)
         if self.save_freq and (step % self.save_freq == 0 or step == self.total):

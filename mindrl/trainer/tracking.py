@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Mapping, Optional, Sequence
 
 from mindrl.trainer.metrics import moving_average
 
@@ -24,6 +24,13 @@ def _complete_rows(text: str) -> List[dict]:
             if i != len(lines) - 1:
                 raise
     return rows
+
+
+def _histogram_values(values: Sequence[float]):
+    """A numpy array for tensorboard's histogram (it accepts numpy, not lists)."""
+    import numpy as np
+
+    return np.asarray(values, dtype=np.float64)
 
 
 class Tracker:
@@ -69,16 +76,26 @@ class Tracker:
             self.tb.close()
             self.tb = self._tensorboard(purge_step=step + 1)
 
-    def log(self, step: int, metrics: Dict[str, float]) -> None:
+    def log(self, step: int, metrics: Dict[str, float],
+            distributions: Optional[Mapping[str, Sequence[float]]] = None) -> None:
+        """The step's scalars everywhere; `distributions` (a value per sample, e.g. each
+        sample's staleness) as histograms in tensorboard and wandb, whose summaries the
+        scalars already carry (metrics.jsonl keeps scalars only)."""
         self.history.append({"step": step, **metrics})
         self._jsonl.write(json.dumps({"step": step, **metrics}) + "\n")
         self._jsonl.flush()
+        hists = {k: [float(v) for v in values] for k, values in (distributions or {}).items()}
         if self.tb is not None:
             for key, value in metrics.items():
                 self.tb.add_scalar(key, value, step)
+            for key, values in hists.items():
+                self.tb.add_histogram(key, _histogram_values(values), step)
             self.tb.flush()
         if self.wandb is not None:
-            self.wandb.log(metrics, step=step)
+            import wandb
+
+            self.wandb.log({**metrics, **{k: wandb.Histogram(v) for k, v in hists.items()}},
+                           step=step)
 
     def reward_curve(self, path: Optional[Path] = None, window: int = 20) -> Optional[Path]:
         """critic/score/mean per step and its moving average, as a PNG."""

@@ -57,7 +57,7 @@ class Tracker:
     def rewind(self, step):
         self.calls.append(("tracker", "rewind", step))
 
-    def log(self, step, metrics):
+    def log(self, step, metrics, distributions=None):
         self.history.append({"step": step, **metrics})
 
     def reward_curve(self):

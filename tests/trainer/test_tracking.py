@@ -48,14 +48,18 @@ class _FakeWandb:
     """Records wandb.init's arguments (wandb is optional and needs no network here)."""
 
     def __init__(self):
-        self.init_kwargs = None
+        self.init_kwargs, self.logged = None, []
 
     def init(self, **kwargs):
         self.init_kwargs = kwargs
         return self
 
-    def log(self, *args, **kwargs):
-        pass
+    def log(self, data, step=None):
+        self.logged.append((step, data))
+
+    @staticmethod
+    def Histogram(values):
+        return ("histogram", tuple(values))
 
     def finish(self):
         pass
@@ -72,3 +76,28 @@ def test_wandb_save_dir_is_where_wandb_writes(tmp_path, monkeypatch):
     assert fake.init_kwargs["dir"] == str(save_dir) and save_dir.is_dir()
     Tracker(run_dir, use_tensorboard=False, use_wandb=True).close()
     assert fake.init_kwargs["dir"] == str(run_dir)   # unset: the run directory, as before
+
+
+def test_distributions_become_histograms_and_stay_out_of_the_jsonl(tmp_path):
+    tracker = Tracker(tmp_path)
+    tracker.log(1, {"rollout/staleness_mean": 0.75},
+                distributions={"rollout/staleness": [0, 1, 1, 1]})
+    tracker.close()
+    acc = EventAccumulator(str(tmp_path / "tensorboard"))
+    acc.Reload()
+    (event,) = acc.Histograms("rollout/staleness")
+    hist = event.histogram_value
+    assert (event.step, hist.num, hist.sum, hist.min, hist.max) == (1, 4, 3.0, 0.0, 1.0)
+    (row,) = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert row == {"step": 1, "rollout/staleness_mean": 0.75}
+
+
+def test_distributions_reach_wandb_as_histograms(tmp_path, monkeypatch):
+    import sys
+
+    fake = _FakeWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    tracker = Tracker(tmp_path, use_tensorboard=False, use_wandb=True)
+    tracker.log(2, {"a": 1.0}, distributions={"rollout/staleness": [2, 0]})
+    tracker.close()
+    assert fake.logged == [(2, {"a": 1.0, "rollout/staleness": ("histogram", (2.0, 0.0))})]

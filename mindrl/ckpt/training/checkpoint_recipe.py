@@ -15,6 +15,8 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from mindrl.config.async_checks import staleness_bound
+
 RECIPE_FILE = "mindrl_recipe.json"
 
 # ModelSpec fields that decide the tensors' shapes (and so what a checkpoint can load into).
@@ -23,6 +25,9 @@ MODEL_KEYS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_hea
               "untie_embeddings_and_output_weights", "add_qkv_bias", "head")
 # Keys that may differ on resume without changing what is trained (resharding is supported).
 LAYOUT_PREFIX = "layout."
+# The staleness bound may change on resume: nothing generated is saved (a resume generates the
+# batches that were in flight again), so the new bound holds from the first resumed step.
+STALENESS = "max_staleness"
 
 
 def layout(tp: int, pp: int, dp: int, ep: int = 1) -> Dict[str, int]:
@@ -56,10 +61,12 @@ def run_recipe(run) -> Dict[str, Any]:
 
 
 def trainer_recipe(run) -> Dict[str, Any]:
-    """The batch arithmetic: what the trainer passes as extra["recipe"] when it saves."""
+    """The batch arithmetic and the staleness bound (0: synchronous): what the trainer passes
+    as extra["recipe"] when it saves."""
     return {"global_batch_size": run.megatron_training.global_batch_size,
             "mini_batch_size": run.rl_config.mini_batch_size,
-            "n_samples_per_prompt": run.rl_config.n_samples_per_prompt}
+            "n_samples_per_prompt": run.rl_config.n_samples_per_prompt,
+            "max_staleness": staleness_bound(run.rl_config)}
 
 
 def write_recipe(ckpt_dir, recipe: Mapping[str, Any]) -> None:
@@ -99,13 +106,21 @@ def recipe_changes(saved: Mapping[str, Any], current: Mapping[str, Any]
 
 def resume_messages(saved: Optional[Mapping[str, Any]], current: Mapping[str, Any],
                     ckpt_dir) -> List[str]:
-    """Lines for the resume log: a warning naming the recipe keys that changed, and a note
-    when only the layout changed (the checkpoint is resharded)."""
+    """Lines for the resume log: what a changed staleness bound means, a warning naming the
+    recipe keys that changed, and a note when the layout changed (the checkpoint is
+    resharded)."""
     if saved is None:
         return []
     changes = recipe_changes(saved, current)
+    bound = changes.pop(STALENESS, None)
     recipe = {k: v for k, v in changes.items() if not k.startswith(LAYOUT_PREFIX)}
     out = []
+    if bound is not None:
+        out.append(f"{ckpt_dir} was trained with staleness bound {bound[0]}, resuming with "
+                   f"{bound[1]} (rl_config.async_mode / max_staleness): steps up to the "
+                   f"checkpoint trained on samples at most {bound[0]} versions old, every step "
+                   f"from here at most {bound[1]} (no sample was saved: the batches in flight "
+                   f"are generated again)")
     if recipe:
         listed = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in recipe.items())
         out.append(f"WARNING: resuming {ckpt_dir} with a changed recipe ({listed}); the run "

@@ -50,6 +50,20 @@ def test_a_layout_change_alone_is_a_note_not_a_warning():
     assert resume_messages(None, SAVED, "c") == []       # older checkpoints record none
 
 
+def test_a_changed_staleness_bound_is_explained_not_warned():
+    saved = dict(SAVED, max_staleness=1)
+    (line,) = resume_messages(saved, dict(SAVED, max_staleness=2), "run/iter_0000004")
+    assert line.startswith("run/iter_0000004 was trained with staleness bound 1, resuming "
+                           "with 2 (rl_config.async_mode / max_staleness)")
+    assert "generated again" in line and "WARNING" not in line
+    # With another change, both are said; a checkpoint from before the bound was recorded
+    # (no key) says nothing about it.
+    lines = resume_messages(saved, dict(SAVED, max_staleness=0, mini_batch_size=8), "c")
+    assert len(lines) == 2 and "bound 1, resuming with 0" in lines[0]
+    assert lines[1].startswith("WARNING") and "max_staleness" not in lines[1]
+    assert resume_messages(SAVED, dict(SAVED, max_staleness=2), "c") == []
+
+
 def test_recipe_file_round_trip_and_unreadable_file_names_itself(tmp_path):
     write_recipe(tmp_path, SAVED)
     assert read_recipe(tmp_path) == SAVED
@@ -64,6 +78,12 @@ def test_run_recipe_holds_the_trainer_keys_of_a_shipped_recipe():
     recipe = run_recipe(load_recipe("grpo_tiny_cpu", cluster=cluster))
     assert {"global_batch_size", "mini_batch_size", "n_samples_per_prompt", "micro_batch_size",
             "params_dtype"} <= recipe.keys()
+    assert recipe["max_staleness"] == 0                  # synchronous
+    one_step = load_recipe("grpo_tiny_cpu", ["+rl_config.async_mode=one_step",
+                                             "+generate_config.rollout_devices=1",
+                                             "rl_config.colocate_actor_ref=true"],
+                           cluster=cluster)
+    assert run_recipe(one_step)["max_staleness"] == 1
     assert set(recipe["layout"]) == {"tp", "pp", "dp"} and recipe["model"]["num_layers"] > 0
 
 
