@@ -225,6 +225,10 @@ def machine_info(shapes: Sequence[Shape]) -> dict:
 
 # ---------------------------------------------------------------------------- MindRL
 
+# The recipe mindrl_overrides change, named rather than left to the CLI's default.
+RECIPE = "grpo_tiny_cpu"
+
+
 def mindrl_overrides(shape: Shape, work: Path) -> List[str]:
     p, s = paths(work, shape), SHARED
     seq = shape.seq_length
@@ -287,17 +291,29 @@ def drop_stale_model(shape: Shape, work: Path) -> None:
 
 def run_mindrl(shape: Shape, work: Path) -> List[dict]:
     """cli/train_grpo.py as a user runs it (a fresh run dir, so no resume); its step rows."""
+    return [mindrl_step(row, shape.completions) for row in mindrl_metrics(shape, work)]
+
+
+def mindrl_metrics(shape: Shape, work: Path, extra: Sequence[str] = ()) -> List[dict]:
+    """cli/train_grpo.py with the shape's overrides and `extra` after them (a fresh run dir);
+    the rows of its metrics.jsonl that time a step (bench/bench_async.py reads more keys)."""
     drop_stale_model(shape, work)
     run_dir = paths(work, shape)["mindrl_run"]
     shutil.rmtree(run_dir, ignore_errors=True)
     env = {**os.environ, "MINDRL_WORK_DIR": str(work), "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_ADDRESS", None)
-    cmd = [sys.executable, str(ROOT / "cli" / "train_grpo.py"), *mindrl_overrides(shape, work)]
+    cmd = [sys.executable, str(ROOT / "cli" / "train_grpo.py"), "--config-name", RECIPE,
+           *mindrl_overrides(shape, work), *extra]
     proc = subprocess.run(cmd, env=env, cwd=str(work), capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"MindRL run failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    rows = [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
-    return [mindrl_step(row, shape.completions) for row in rows if "timing_s/step" in row]
+    return step_rows(run_dir / "metrics.jsonl")
+
+
+def step_rows(metrics: Path) -> List[dict]:
+    """The rows of a metrics.jsonl that time a step (validation rows do not)."""
+    rows = [json.loads(line) for line in open(metrics) if line.strip()]
+    return [row for row in rows if "timing_s/step" in row]
 
 
 def mindrl_step(row: dict, completions: int) -> dict:
