@@ -195,7 +195,7 @@ class VLLMEngine:
                  mm_processor_kwargs: Optional[dict] = None, with_routes: bool = False,
                  **sampling_overrides) -> RolloutOutput:
         """n samples per prompt (prompt-major) with the sampled tokens' log-probs, and with
-        `with_routes` each sample's MoE routes (engines/vllm_routes.py: a prefill per sample).
+        `with_routes` each sample's MoE routes (engines/vllm_routes.py: captured in the generate).
 
         With a sampling seed, prompt i's samples use seeds seed + i*n ... seed + i*n + n-1, so no
         two samples share a random stream; vary the seed per step (override ``seed=``).
@@ -208,10 +208,15 @@ class VLLMEngine:
         prompts = requests(prompt_token_ids, images, mm_processor_kwargs)
         if params.seed is not None:   # vLLM seeds sample i with seed + i: same for every prompt
             params = [reseeded(params, params.seed + i * n) for i in range(len(prompts))]
-        results = self.llm.generate(prompts, params, use_tqdm=False)
-        out = RolloutOutput([], [], [], [], [])
+        if with_routes:
+            results, routes = vllm_routes.generate_with_routes(self.llm, prompts, params)
+        else:
+            results = self.llm.generate(prompts, params, use_tqdm=False)
+        out = RolloutOutput([], [], [], [], [], routes=[] if with_routes else None)
         for index, result in enumerate(results):
             prompt = list(map(int, result.prompt_token_ids))
+            if with_routes:
+                out.routes.extend(routes[index])
             for sample in sorted(result.outputs, key=lambda o: o.index):
                 ids = list(sample.token_ids)
                 out.prompt_token_ids.append(prompt)
@@ -219,9 +224,6 @@ class VLLMEngine:
                 out.log_probs.append([sample.logprobs[t][tok].logprob for t, tok in enumerate(ids)])
                 out.finish_reasons.append(sample.finish_reason)
                 out.prompt_index.append(index)
-        if with_routes:
-            out.routes = vllm_routes.engine_routes(self.llm, out.prompt_token_ids,
-                                                   out.response_token_ids)
         return out
 
     def score(self, prompt_token_ids: Sequence[Sequence[int]],
