@@ -15,6 +15,11 @@ from mindrl.config.schema import RunConfig
 # so a failed run's report holds them, and starts without full garbage collections
 # (workers/worker_setup.py).
 WORKER_SETUP = {"worker_process_setup_hook": "mindrl.workers.worker_setup.setup"}
+# Ray gives a local node's raylet 30 s to register with the GCS (hard-coded in Ray 2.60's
+# node.py) and then raises; on a loaded box (load average 20 on 2 cores, measured) it can take
+# longer. A start that timed out is shut down and tried again, this many times in all.
+LOCAL_START_TRIES = 3
+_SLOW_START = "timed out during startup"
 
 
 def init_ray(num_local_devices: int) -> str:
@@ -37,9 +42,39 @@ def init_ray(num_local_devices: int) -> str:
     kwargs = device.local_ray_resources(num_local_devices)
     # address="local": a new cluster even when `ray start` left one on this machine (Ray
     # would otherwise join that one).
-    ray.init(address="local", include_dashboard=False, object_store_memory=256 * 2**20,
-             log_to_driver=True, runtime_env=WORKER_SETUP, **kwargs)
+    for attempt in range(1, LOCAL_START_TRIES + 1):
+        before = _children()
+        try:
+            ray.init(address="local", include_dashboard=False, object_store_memory=256 * 2**20,
+                     log_to_driver=True, runtime_env=WORKER_SETUP, **kwargs)
+            break
+        except Exception as e:
+            if _SLOW_START not in str(e) or attempt == LOCAL_START_TRIES:
+                raise
+            _end(_children() - before)   # the half-started node's GCS, raylet and agents
+            print(f"Ray's local start timed out (try {attempt} of {LOCAL_START_TRIES}: "
+                  f"the machine is busy); starting it again", flush=True)
     return "started a local Ray cluster"
+
+
+def _children() -> set:
+    import psutil
+
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def _end(pids: set) -> None:
+    """Kill these processes (a failed start's; Ray never handed them to a node to stop)."""
+    import psutil
+
+    procs = []
+    for pid in pids:
+        try:
+            procs.append(psutil.Process(pid))
+            procs[-1].kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=10)
 
 
 def preflight(run: RunConfig) -> None:
