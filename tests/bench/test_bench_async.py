@@ -91,7 +91,18 @@ def test_every_loop_runs_the_same_layout_with_its_own_bound(tmp_path):
         gen = run.generate_config
         assert gen.rollout_devices == 1 and gen.sampling_config.max_tokens == 1024
         assert run.megatron_training.cpu_threads == gen.cpu_threads == 1
-        assert run.megatron_training.train_iters == 6          # 1 warm-up + 5 timed
+        # 1 warm-up + 5 timed + the bound's untimed tail
+        assert run.megatron_training.train_iters == 6 + bench_async.BOUND[mode]
         assert str(run.run_dir).endswith(f"mindrl-async-{mode}")
         seen[mode] = (run.rl_config.async_mode, staleness_bound(run.rl_config))
     assert seen == {"sync": ("off", 0), "one_step": ("one_step", 1), "bounded2": ("bounded", 2)}
+    assert {mode: bound for mode, (_, bound) in seen.items()} == bench_async.BOUND
+
+
+def test_a_loop_at_bound_k_leaves_its_last_k_steps_untimed():
+    # at bound 2 the last two steps only train on batches generated earlier: 8.4 s steps
+    # beside 30 s ones would double the tokens/s
+    steps = [{"step": i} for i in range(1, 9)]
+    assert [s["step"] for s in bench_async.steady_steps(steps, "bounded2")] == list(range(1, 7))
+    assert [s["step"] for s in bench_async.steady_steps(steps, "one_step")] == list(range(1, 8))
+    assert bench_async.steady_steps(steps, "sync") == steps
