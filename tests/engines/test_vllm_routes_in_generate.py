@@ -122,3 +122,43 @@ def test_engine_request_ids_map_to_samples():
     assert vllm_routes.external_id("1_7-0123456789abcdef", known) == "1_7"
     assert vllm_routes.external_id("1_7", known) == "1_7"    # ids not randomised
     assert vllm_routes.external_id("12-ab", {"12"}) == "12-ab"
+
+
+class _FakeLLM:
+    """What generate_with_routes asks of vllm.LLM, with a step log already assembled."""
+
+    def __init__(self, results, logged):
+        self.results, self.logged = results, logged
+
+    def collective_rpc(self, method, args=()):
+        return [{"install_step_log": 1, "start_recording": None,
+                 "stop_recording": self.logged}[method.__name__]]
+
+    def generate(self, prompts, params, use_tqdm=False):
+        return self.results
+
+
+def _result(request_id, prompt, *responses):
+    return SimpleNamespace(request_id=request_id, prompt_token_ids=prompt, outputs=[
+        SimpleNamespace(index=i, token_ids=r) for i, r in enumerate(responses)])
+
+
+def test_generate_with_routes_matches_samples_and_refuses_what_it_cannot_match():
+    def routed(length):             # position p routed to experts (p, p + 1) in one layer
+        return torch.tensor([[[p, p + 1]] for p in range(length)])
+
+    results = [_result("5", [1, 2, 3], [7, 8], [9]), _result("6", [4], [5, 6, 7])]
+    logged = {"1_5-0123456789abcdef": ([1, 2, 3], routed(3)),     # its 2nd sample: 3 + 1 - 1
+              "0_5-00000000000000ff": ([1, 2, 3], routed(5)),     # one past: async step
+              "6-aaaaaaaaaaaaaaaa": ([4], routed(3))}
+    _, routes = vllm_routes.generate_with_routes(_FakeLLM(results, logged), [], None)
+    assert [[r.shape[0] for r in per] for per in routes] == [[5, 4], [4]]
+    assert routes[0][0][:, 0, 0].tolist() == [0, 1, 2, 3, UNKNOWN]
+    assert routes[0][1][:, 0, 1].tolist() == [1, 2, 3, UNKNOWN]
+    assert routes[1][0][:, 0, 0].tolist() == [0, 1, 2, UNKNOWN]
+    other_prompt = dict(logged, **{"6-aaaaaaaaaaaaaaaa": ([3], routed(3))})
+    with pytest.raises(RuntimeError, match="another prompt"):
+        vllm_routes.generate_with_routes(_FakeLLM(results, other_prompt), [], None)
+    unnamed = {k.replace("6-", "x6-"): v for k, v in logged.items()}
+    with pytest.raises(RuntimeError, match="no step routed request '6'"):
+        vllm_routes.generate_with_routes(_FakeLLM(results, unnamed), [], None)
