@@ -6,9 +6,17 @@ trained, the decoupled objective's weights are logged and validation runs. The t
 at once, each with its own Ray cluster (fp32 and seeded: none's numbers depend on the
 others)."""
 
-import pytest
+import json
+import signal
+import subprocess
+import time
 
-from support.grpo_runs import metrics, train_together
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from support.grpo_runs import metrics, start, train, train_together
+
+from mindrl.processes import pid_alive
 
 pytestmark = pytest.mark.slow   # see tests/conftest.py
 
@@ -28,7 +36,7 @@ def runs(work):
         # without dynamic sampling's fresh rounds every sample of a step is one version old
         dirs["one_step"]: [*OWN_ENGINE, "+rl_config.async_mode=one_step",
                            "rl_config.dynamic_sampling=false", "rl_config.val_freq=3"]})
-    return {name: metrics(path) for name, path in dirs.items()}
+    return {name: metrics(path) for name, path in dirs.items()} | {"dirs": dirs}
 
 
 def test_staleness_0_gives_the_synchronous_loop_s_metrics_exactly(runs):
@@ -44,6 +52,13 @@ def test_staleness_0_gives_the_synchronous_loop_s_metrics_exactly(runs):
 
 def test_one_step_trains_on_samples_one_version_old_while_the_engine_generates(runs):
     rows = runs["one_step"]
+    # each sample's staleness, a histogram per step in tensorboard: 128 samples at 0, then at 1
+    acc = EventAccumulator(str(runs["dirs"]["one_step"] / "tensorboard"),
+                           size_guidance={"histograms": 0})        # 0: keep every step
+    acc.Reload()
+    hists = [(e.step, e.histogram_value.num, e.histogram_value.min, e.histogram_value.max)
+             for e in acc.Histograms("rollout/staleness")]
+    assert hists == [(1, 128, 0.0, 0.0), (2, 128, 1.0, 1.0), (3, 128, 1.0, 1.0)], hists
     assert rows[0]["rollout/staleness_max"] == 0.0              # step 1: the start's weights
     for r in rows[1:]:
         assert r["rollout/staleness_max"] == 1.0 and r["rollout/staleness_mean"] == 1.0
@@ -57,3 +72,40 @@ def test_one_step_trains_on_samples_one_version_old_while_the_engine_generates(r
     assert all(0 <= r["async/overlap_fraction"] <= 1 for r in rows)
     # validation runs between steps, on the synced weights, nothing in flight
     assert [("val/score" in r) for r in rows] == [False, False, True]
+
+
+def test_a_killed_async_run_resumes_and_regenerates_what_was_in_flight(work):
+    """SIGKILL the driver of a one_step run right after its step-2 checkpoint (step 3's batch
+    already generated, on version 1, and not yet trained on). Nothing of the buffer is saved:
+    the rerun resumes from 2, generates step 3's batch again on the restored weights (version
+    2, so 0 versions stale), and is one step off again from step 4; every step is logged once
+    and no worker outlives the killed driver."""
+    run_dir = work / "runs" / "async_killed"
+    args = (*OWN_ENGINE[1:], "megatron_training.train_iters=4", "rl_config.save_freq=2",
+            "+rl_config.async_mode=one_step", "rl_config.dynamic_sampling=false", NO_VALIDATION)
+    proc = start(work, run_dir, *args, stdout=subprocess.DEVNULL)
+    latest = run_dir / "latest_checkpointed_iteration.txt"
+    deadline = time.time() + 600
+    while proc.poll() is None and time.time() < deadline and not (
+            latest.exists() and latest.read_text() == "2"):
+        time.sleep(0.002)
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_steps = [r["step"] for r in metrics(run_dir)]
+    assert killed_steps[:2] == [1, 2] and killed_steps[-1] < 4, killed_steps
+    workers = json.loads((run_dir / "workers.json").read_text())
+    pids = workers["actor"] + workers["rollout"]
+    deadline = time.time() + 60
+    while any(map(pid_alive, pids)) and time.time() < deadline:
+        time.sleep(0.5)
+    assert not [p for p in pids if pid_alive(p)], "a worker outlived the killed driver"
+
+    out = train(work, run_dir, *args).stdout
+    assert "resumed from" in out and "iter_0000002" in out, out[-2000:]
+    rows = metrics(run_dir)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]                 # each step once
+    assert rows[1]["rollout/staleness_max"] == 1.0                  # before the kill
+    assert (rows[2]["rollout/staleness_max"], rows[2]["rollout/policy_version"]) == (0.0, 2)
+    assert rows[3]["rollout/staleness_max"] == 1.0                  # one step off again
+    assert latest.read_text() == "4"
