@@ -55,6 +55,7 @@ def test_dapo_qwen3_30b_a3b_at_ep2_runs_two_steps_in_miniature(work):
     assert (mini.generate_config.infer_expert_parallel_size, mini.generate_config
             .enable_expert_parallel) == (1, False)                # vLLM EP 1 on CPU
     assert mini.actor_config.moe_token_dispatcher_type == "alltoall"
+    assert mini.rl_config.router_replay == "r3"      # the recipe replays vLLM's routes
     engines = make_plan(mini, with_cpu_slots(local_cluster(), mini), [])["rollout"]["instances"]
     train(work, run_dir, "--config-name", "dapo_qwen3_30b_a3b", *overrides,
           "megatron_training.train_iters=2", timeout=1200)
@@ -65,4 +66,7 @@ def test_dapo_qwen3_30b_a3b_at_ep2_runs_two_steps_in_miniature(work):
             assert finite(row[key]), (key, row.get(key))
         assert row["rollout/logprob_diff_max"] < -math.log(mini.generate_config.sampling_config
                                                             .top_p) + 1e-4
+        # r3 at EP 2: the passes replayed the engine's routes (each rank its own tokens);
+        # no old-log-prob pass runs here (one update a step), so no agreement is measured
+        assert row["moe/route_replay_s"] > 0 and "moe/route_agreement" not in row
     _routing_and_sync_rows_ok(rows)
