@@ -1,6 +1,7 @@
 """Asynchronous GRPO against the synchronous loop: the same recipe, slots and lengths.
 
-    python bench/bench_async.py                    # natural lengths at 75M, 3 loops (~20 min)
+    python bench/bench_async.py                    # natural lengths at 75M, 64 completions a step
+    python bench/bench_async.py --prompts 4 --n 4  # 16 a step (the first run, 2026-11-27)
     python bench/bench_async.py --steps 2 --prompts 2 --n 4 --max-tokens 64   # smoke run
 
 Each loop runs cli/train_grpo.py (bench/bench_e2e.py's `natural` shape and its MindRL
@@ -33,7 +34,8 @@ and staleness: the mean of rollout/staleness_mean and the max of rollout/stalene
 Prints a table, then one JSON line: `async_speedup_natural` (one_step's completion tokens/s
 over sync's), `async_speedup_natural_bounded2`, every loop's figures with the loop's name as
 suffix, the completion lengths each loop saw, the machine, the commit and the load average
-before and after; with --results the line joins the results file (bench "async").
+before and after; with --results the line joins the results file (bench "async"). Figures:
+docs/benchmarks.md#bench_async-asynchronous-against-synchronous.
 """
 
 from __future__ import annotations
