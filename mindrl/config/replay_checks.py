@@ -34,10 +34,6 @@ def check_replay(run: RunConfig) -> list[Problem]:
                            "MoE layer on one rank (actor pipeline parallel size 1)",
                            "use r3 (replays at any layout) or pipeline_model_parallel_size: 1",
                            mode))
-    if mode == "r3" and run.rl_config.async_mode != "off":
-        out.append(Problem(key, "r3 asks the engines for routes in the synchronous loop only; "
-                           "the asynchronous loop does not ask for them yet",
-                           "use r2, or async_mode: off", mode))
     if mode == "r3" and not ENGINE_RETURNS_ROUTES:
         out.append(Problem(key, "r3 replays the rollout engine's routes, and this engine "
                            "build returns none", "use r2 or off", mode))

@@ -38,6 +38,7 @@ from mindrl.rollout.sample_buffer import SampleBuffer
 from mindrl.trainer.async_metrics import staleness_metrics, timeline_metrics
 from mindrl.trainer.grpo_trainer import GRPOTrainer
 from mindrl.trainer.log_prob_passes import timed
+from mindrl.trainer.route_replay_step import engine_route_kwargs
 
 
 class AsyncGRPOTrainer(GRPOTrainer):
@@ -59,7 +60,7 @@ class AsyncGRPOTrainer(GRPOTrainer):
             rows = loader.next_batch()
             seed = self._seed(step, len(rows))
             handle = rollout.submit(prompts.batch(rows, self.n), seed=seed,
-                                    **prompts.rollout_kwargs)
+                                    **prompts.rollout_kwargs, **engine_route_kwargs(self.rl))
             self.buffer.admit(step, rollout.policy_version, handle,
                               {"loader": state, "prompts": len(rows), "seed": seed})
             self._handles.append(handle)

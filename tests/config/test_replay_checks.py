@@ -46,7 +46,12 @@ def test_r2_is_accepted_on_the_moe_default():
     assert run.rl_config.router_replay == "r2"
 
 
-def test_r3_with_the_asynchronous_loop_is_refused():
-    [p] = _problems("grpo_tiny_moe_cpu", ["rl_config.router_replay=r3",
-                                          "+rl_config.async_mode=one_step"])
-    assert "asynchronous loop" in p.message and "async_mode: off" in p.fix
+def test_r3_is_accepted_with_the_asynchronous_loop():
+    """The asynchronous loop asks its engines for routes as the synchronous one does: each
+    batch's passes replay the routes of the weights that generated it."""
+    run = load_recipe("grpo_tiny_moe_cpu", ["rl_config.router_replay=r3",
+                                            "+rl_config.async_mode=one_step",
+                                            "+generate_config.rollout_devices=1",
+                                            "rl_config.colocate_actor_ref=true"],
+                      cluster=CPU2, check_paths=False)
+    assert (run.rl_config.router_replay, run.rl_config.async_mode) == ("r3", "one_step")
