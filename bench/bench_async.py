@@ -13,10 +13,15 @@ other, each process with --threads torch threads (default 1: one core each on 2 
 loops (MODES): `sync` (rl_config.async_mode: off, the synchronous trainer on the same layout),
 `one_step` (async_mode one_step, a bound of 1) and `bounded2` (async_mode bounded,
 max_staleness 2). The first step is warm-up; at least 5 steps after it are timed (a run with
-fewer says so, as bench_e2e does). A loop at bound k runs k steps more, untimed at the end: its
-last k steps generate nothing (their batches were generated while earlier steps trained, the
-run admitting nothing past its last step), so timing them would count work done outside the
-timed window and flatter the loop (2.1x instead of about 1x in a first try).
+fewer says so, as bench_e2e does). Every loop runs TAIL (2) steps more. The ratio
+`async_speedup_natural` is over whole runs: every loop generates and trains the same batches
+(the same prompts and seeds, steps + TAIL of them), and its completion tokens/s is all of them
+over all its step seconds, the first step included. A window of steps is not fair to compare:
+at bound k the batch a step trains is not the one it generates (k steps later), so a 5-step
+window trains other batches than it generates, and the last k steps only train (the run admits
+nothing past its last step); timing those gave bounded2 2.1x from its end alone in a first try.
+The step times and idle fractions are over the steady steps: after the first, before the last
+k (BOUND).
 
 Per loop, over the timed steps (medians unless said): step seconds (min and median),
 completion tokens/s (the step's trained completion tokens over its seconds), and each side's
@@ -31,8 +36,8 @@ idle share of the step:
                         engines generated); synchronous: 0;
 and staleness: the mean of rollout/staleness_mean and the max of rollout/staleness_max.
 
-Prints a table, then one JSON line: `async_speedup_natural` (one_step's completion tokens/s
-over sync's), `async_speedup_natural_bounded2`, every loop's figures with the loop's name as
+Prints a table, then one JSON line: `async_speedup_natural` (one_step's whole-run completion
+tokens/s over sync's), `async_speedup_natural_bounded2`, every loop's figures with the loop's name as
 suffix, the completion lengths each loop saw, the machine, the commit and the load average
 before and after; with --results the line joins the results file (bench "async"). Figures:
 docs/benchmarks.md#bench_async-asynchronous-against-synchronous.
@@ -62,21 +67,30 @@ MODES: Dict[str, List[str]] = {
     "bounded2": ["++rl_config.async_mode=bounded", "++rl_config.max_staleness=2"],
 }
 LAYOUT = ["++generate_config.rollout_devices=1"]
-# Each loop's staleness bound (config/async_checks.staleness_bound): its untimed tail steps.
+# Each loop's staleness bound (config/async_checks.staleness_bound): its last BOUND steps only
+# train. Every loop runs TAIL steps more than asked, so that all train the same batches.
 BOUND = {"sync": 0, "one_step": 1, "bounded2": 2}
+TAIL = max(BOUND.values())
 ASYNC_MODES = ("one_step", "bounded2")        # the loops compared with sync
 
 
 def mode_shape(shape: Shape, mode: str, threads: int) -> Shape:
     """The shape as one loop runs it: its own run dir (runs/mindrl-async-<mode>), the threads,
-    and BOUND[mode] steps more for the untimed tail."""
+    and TAIL steps more."""
     return dataclasses.replace(shape, name=f"async-{mode}", threads=threads,
-                               steps=shape.steps + BOUND.get(mode, 0))
+                               steps=shape.steps + TAIL)
 
 
 def steady_steps(steps: List[dict], mode: str) -> List[dict]:
-    """The steps before the loop's untimed tail (its last BOUND[mode])."""
+    """The steps before the loop's train-only tail (its last BOUND[mode])."""
     return steps[:len(steps) - BOUND[mode]]
+
+
+def whole_run(steps: List[dict]) -> dict:
+    """The run's completion tokens over its step seconds, every step counted."""
+    tokens, seconds = sum(s["completion_tokens"] for s in steps), sum(s["step_s"] for s in steps)
+    return {"run_completion_tokens": tokens, "run_s": seconds,
+            "run_completion_tokens_per_s": tokens / seconds}
 
 
 def overrides(mode: str) -> List[str]:
@@ -121,11 +135,11 @@ def headline(results: Dict[str, dict]) -> dict:
     for mode in ASYNC_MODES:
         if sync is not None and mode in results:
             key = "async_speedup_natural" + ("" if mode == "one_step" else f"_{mode}")
-            out[key] = round(results[mode]["completion_tokens_per_s"]
-                             / sync["completion_tokens_per_s"], 3)
+            out[key] = round(results[mode]["run_completion_tokens_per_s"]
+                             / sync["run_completion_tokens_per_s"], 3)
     for mode, r in results.items():
         out.update({f"{key}_{mode}": round(r[key], 4) for key in (
-            "completion_tokens_per_s", "step_s_min", "step_s_median", "engine_idle_fraction",
+            "run_completion_tokens_per_s", "run_s", "completion_tokens_per_s", "step_s_min", "step_s_median", "engine_idle_fraction",
             "actor_wait_fraction", "overlap_fraction", "staleness_mean", "staleness_max")})
         out[f"timed_steps_{mode}"] = r["timed_steps"]
     out["completion_length"] = {mode: r["completion_length"] for mode, r in results.items()}
@@ -133,8 +147,8 @@ def headline(results: Dict[str, dict]) -> dict:
 
 
 def print_table(results: Dict[str, dict]) -> None:
-    cols = ("step_s_min", "step_s_median", "gen_s", "update_s", "sync_s",
-            "completion_tokens_per_s", "engine_idle_fraction", "actor_wait_fraction",
+    cols = ("run_s", "run_completion_tokens_per_s", "step_s_min", "step_s_median", "gen_s",
+            "update_s", "sync_s", "completion_tokens_per_s", "engine_idle_fraction", "actor_wait_fraction",
             "overlap_fraction", "staleness_mean", "staleness_max")
     print(f"{'loop':9} " + " ".join(f"{c[:11]:>11}" for c in cols) + f" {'len_mean':>9}")
     for mode, r in results.items():
@@ -175,8 +189,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         print(f"[{mode}] {run.steps} steps ...", flush=True)
         steps = [async_step(row, run.completions)
                  for row in mindrl_metrics(run, work, overrides(mode))]
-        results[mode] = {**async_summary(steady_steps(steps, mode)),
-                         "untimed_tail_steps": BOUND[mode]}
+        results[mode] = {**async_summary(steady_steps(steps, mode)), **whole_run(steps),
+                         "train_only_tail_steps": BOUND[mode]}
         print({mode: {k: v for k, v in results[mode].items() if k != "completion_length"}},
               flush=True)
     print_table(results)

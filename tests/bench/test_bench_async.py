@@ -37,9 +37,10 @@ def test_the_speedup_and_idle_fractions_from_two_metrics_files(tmp_path):
     one = _write(tmp_path / "one.jsonl",
                  [_async_row(0.1, 5.0, 5.0)] + [_async_row(2.5)] * 3
                  + [_async_row(2.5, 0.5, 1.0), _async_row(5.0)])
-    results = {mode: bench_async.async_summary(
-        [bench_async.async_step(r, completions=4) for r in bench_e2e.step_rows(path)])
-        for mode, path in (("sync", sync), ("one_step", one))}
+    steps = {mode: [bench_async.async_step(r, completions=4) for r in bench_e2e.step_rows(path)]
+             for mode, path in (("sync", sync), ("one_step", one))}
+    results = {mode: {**bench_async.async_summary(s), **bench_async.whole_run(s)}
+               for mode, s in steps.items()}
     s, a = results["sync"], results["one_step"]
     assert s["timed_steps"] == a["timed_steps"] == 5
     assert s["completion_tokens_per_s"] == 200 / 4.0 == 50.0
@@ -53,15 +54,19 @@ def test_the_speedup_and_idle_fractions_from_two_metrics_files(tmp_path):
     assert a["actor_wait_fraction"] == pytest.approx(0.1)
     assert a["overlap_fraction"] == 0.8
     assert a["staleness_mean"] == pytest.approx(0.9) and a["staleness_max"] == 1.0
+    # the ratio is over whole runs: 6 x 200 tokens in 30 s against 6 x 200 in 15.1 s
+    assert (s["run_completion_tokens"], s["run_s"]) == (1200.0, 30.0)
+    assert a["run_s"] == pytest.approx(15.1)
     line = bench_async.headline(results)
-    assert line["async_speedup_natural"] == 1.6
+    assert line["async_speedup_natural"] == round(30.0 / 15.1, 3) == 1.987
+    assert line["run_completion_tokens_per_s_sync"] == 40.0
     assert "async_speedup_natural_bounded2" not in line
     assert line["completion_tokens_per_s_sync"] == 50.0
     assert line["engine_idle_fraction_one_step"] == 0.2
     assert line["staleness_max_one_step"] == 1.0 and line["timed_steps_sync"] == 5
     assert line["completion_length"]["one_step"]["mean"] == 50.0
-    # bounded2 at 100 tokens/s: 2x the synchronous loop
-    results["bounded2"] = {**a, "completion_tokens_per_s": 100.0}
+    # bounded2 at 80 tokens/s over its run: 2x the synchronous loop
+    results["bounded2"] = {**a, "run_completion_tokens_per_s": 80.0}
     assert bench_async.headline(results)["async_speedup_natural_bounded2"] == 2.0
 
 
@@ -91,15 +96,15 @@ def test_every_loop_runs_the_same_layout_with_its_own_bound(tmp_path):
         gen = run.generate_config
         assert gen.rollout_devices == 1 and gen.sampling_config.max_tokens == 1024
         assert run.megatron_training.cpu_threads == gen.cpu_threads == 1
-        # 1 warm-up + 5 timed + the bound's untimed tail
-        assert run.megatron_training.train_iters == 6 + bench_async.BOUND[mode]
+        # 1 warm-up + 5 timed + the largest bound's tail: every loop trains the same batches
+        assert run.megatron_training.train_iters == 6 + 2
         assert str(run.run_dir).endswith(f"mindrl-async-{mode}")
         seen[mode] = (run.rl_config.async_mode, staleness_bound(run.rl_config))
     assert seen == {"sync": ("off", 0), "one_step": ("one_step", 1), "bounded2": ("bounded", 2)}
     assert {mode: bound for mode, (_, bound) in seen.items()} == bench_async.BOUND
 
 
-def test_a_loop_at_bound_k_leaves_its_last_k_steps_untimed():
+def test_a_loop_at_bound_k_leaves_its_last_k_steps_out_of_the_steady_steps():
     # at bound 2 the last two steps only train on batches generated earlier: 8.4 s steps
     # beside 30 s ones would double the tokens/s
     steps = [{"step": i} for i in range(1, 9)]
