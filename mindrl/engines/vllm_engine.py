@@ -1,30 +1,24 @@
 """The rollout engine: a real vLLM ``LLM`` started from an HF directory.
 
 Three jobs, kept apart below:
-
-- generate: token-id prompts in, responses + the sampled tokens' log-probs out, and the
-  padded tensors of the Batch contract (`RolloutOutput.to_batch`;
-  docs/design.md#the-batch-contract).
-- load weights in place, by the loader `vllm_weights.load_mode` picks for the model (on CPU:
-  straight into oneDNN's packed weights, or into plain parameters; elsewhere vLLM's
-  ``reload_weights``), through ``collective_rpc``: an in-process iterator at infer TP 1, a
-  shared file every TP worker maps at TP > 1; then every cache computed from the old weights
-  is dropped (prefix cache, multimodal encoder cache: `_weights_changed`). Tensors may come
-  under HF names or the engine's own; they are renamed by vLLM's own mapper of the model
-  (`engine_name`: a VL model's language model lives under `language_model.` in vLLM). Any
-  failure is fatal (`WeightSyncError`): vLLM may hold half-loaded, meta or mixed weights and
-  must not generate again.
+- generate: token-id prompts in, responses and the sampled tokens' log-probs out, padded as
+  the Batch contract says (`RolloutOutput.to_batch`; docs/design.md#the-batch-contract).
+- load weights in place, by the loader `vllm_weights.load_mode` picks (on CPU: into oneDNN's
+  packed weights or plain parameters; elsewhere vLLM's ``reload_weights``) through
+  ``collective_rpc`` (an iterator at infer TP 1, a shared file the TP workers map above),
+  then drop every cache of the old weights (prefix, multimodal encoder: `_weights_changed`).
+  HF names are renamed by vLLM's own mapper (`engine_name`: a VL model's language model lives
+  under `language_model.`). Any failure is fatal (`WeightSyncError`): vLLM may hold
+  half-loaded weights and must not generate again.
 - fingerprint: a cheap per-HF-tensor digest of the weights vLLM is really computing with,
   derived from vLLM's own fused-module metadata (not from mindrl/ckpt/mapping/), so that a
   wrong mapping entry shows up as a mismatch against an independent reference.
 
-vLLM's engine is driven in-process; at infer TP > 1 its workers are processes of their own
-(vLLM's mp executor: the executor that runs on every platform, CPU included). It cannot share
-a process with an initialised torch.distributed world (it would join that world and hang
-creating its groups): the trainer runs engines as Ray actors of their own (mindrl/rollout),
-tests and benches beside a Megatron rank through `vllm_process.VLLMEngineProcess`. What vLLM
-is given (LLM arguments, sampling parameters, token prompts) is `vllm_settings`; where shared
-CPU weights live is `platforms/cpu/vllm_shared_weights.SharedWeights`.
+vLLM runs in-process (at infer TP > 1 its mp executor's workers are processes of their own),
+never beside an initialised torch.distributed world (it would join it and hang): the trainer
+runs engines as Ray actors (mindrl/rollout), tests beside a rank use `vllm_process`. What vLLM
+is given is `vllm_settings`; shared CPU weights, `platforms/cpu/vllm_shared_weights`; MoE
+routes, `vllm_routes`.
 """
 
 from __future__ import annotations
