@@ -124,6 +124,7 @@ from bench.common.flops import FlopModel, kv_cache_bytes  # noqa: E402
 from bench.common.gemm import matmul_gflops  # noqa: E402
 from bench.common.machine import machine_facts  # noqa: E402
 from bench.common.results import add_results_argument, emit  # noqa: E402
+from mindrl.config.compose import SMOKE_RECIPE  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -225,8 +226,9 @@ def machine_info(shapes: Sequence[Shape]) -> dict:
 
 # ---------------------------------------------------------------------------- MindRL
 
-# The recipe mindrl_overrides change, named rather than left to the CLI's default.
-RECIPE = "grpo_tiny_cpu"
+# The recipe mindrl_overrides change (a+b=, the smoke recipe), named rather than left to the
+# CLI's default.
+RECIPE = SMOKE_RECIPE
 
 
 def mindrl_overrides(shape: Shape, work: Path) -> List[str]:

@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
+import numpy as np
+
 from mindrl.trainer.metrics import moving_average
 
 CURVE_KEY = "critic/score/mean"
@@ -24,13 +26,6 @@ def _complete_rows(text: str) -> List[dict]:
             if i != len(lines) - 1:
                 raise
     return rows
-
-
-def _histogram_values(values: Sequence[float]):
-    """A numpy array for tensorboard's histogram (it accepts numpy, not lists)."""
-    import numpy as np
-
-    return np.asarray(values, dtype=np.float64)
 
 
 class Tracker:
@@ -89,7 +84,7 @@ class Tracker:
             for key, value in metrics.items():
                 self.tb.add_scalar(key, value, step)
             for key, values in hists.items():
-                self.tb.add_histogram(key, _histogram_values(values), step)
+                self.tb.add_histogram(key, np.asarray(values, dtype=np.float64), step)
             self.tb.flush()
         if self.wandb is not None:
             import wandb
