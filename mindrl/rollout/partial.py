@@ -1,0 +1,178 @@
+"""Partial rollouts (rl_config.partial_rollout_tokens): a batch generated in chunks of at most
+K new tokens per sample, so that a weight sync can fall between two chunks instead of waiting
+for the longest generation (issue 40 item 3, abort-and-resume with the prefix).
+
+The first chunk asks the engine for the prompts' n samples with max_tokens = K; a sample not
+finished after a chunk continues in the next from its own prefix (prompt + its tokens so far)
+as a one-sample request (n=1: each sample now has a prefix of its own) with max_tokens = what
+remains, at most K. Its new tokens and their sampled log-probs are appended, each token
+recording the weights version that sampled it. A finished sample (EOS / stop, its max_tokens
+reached, or a chunk cut short by the engine's context length) is never continued.
+
+Greedy continuation from the prefix gives the whole generation's tokens and log-probs
+(tests/engines/test_partial_rollout.py); a seeded sampler's random stream restarts at each
+chunk (chunk c's requests use seeds seed + c * samples + j), so a sampled chunked rollout is
+a different draw from the whole one, from the same distribution.
+
+`PartialRollout` is the bookkeeping alone (pure Python, tested with hand-made chunks);
+`generate_in_chunks` drives any engine `generate` through it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from mindrl.engines.vllm_engine import RolloutOutput
+
+
+@dataclass
+class PartialSample:
+    """One sample's rollout so far: its prompt, tokens, their log-probs and the weights
+    version that sampled each; `finish_reason` is None while it continues."""
+
+    prompt: List[int]
+    prompt_index: int
+    tokens: List[int] = field(default_factory=list)
+    log_probs: List[float] = field(default_factory=list)
+    versions: List[int] = field(default_factory=list)
+    finish_reason: Optional[str] = None
+
+    @property
+    def prefix(self) -> List[int]:
+        """What the next chunk continues from: the prompt and every token generated."""
+        return self.prompt + self.tokens
+
+
+@dataclass
+class Chunk:
+    """One engine call of a chunk: the samples it continues (indices into the rollout), the
+    prompt ids to send, samples per prompt, and the sampling overrides (max_tokens, min_tokens
+    and a seed offset for that call)."""
+
+    samples: List[int]
+    prompts: List[List[int]]
+    n: int
+    overrides: Dict[str, int]
+
+
+class PartialRollout:
+    """n samples per prompt, prompt-major, generated `chunk` tokens at a time up to
+    `max_tokens` each; `min_tokens` (no EOS before that many) counts over all chunks."""
+
+    def __init__(self, prompts: Sequence[Sequence[int]], n: int, max_tokens: int, chunk: int,
+                 min_tokens: int = 0):
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0:
+            raise ValueError(f"chunk must be an integer > 0, got {chunk!r}")
+        self.prompts = [list(map(int, p)) for p in prompts]
+        self.n, self.max_tokens, self.chunk, self.min_tokens = n, max_tokens, chunk, min_tokens
+        self.samples = [PartialSample(list(p), i) for i, p in enumerate(self.prompts)
+                        for _ in range(n)]
+        self.chunks_done = 0
+
+    @property
+    def done(self) -> bool:
+        """Whether every sample has finished."""
+        return all(s.finish_reason is not None for s in self.samples)
+
+    def pending(self) -> List[int]:
+        """The samples the next chunk continues, in order."""
+        return [i for i, s in enumerate(self.samples) if s.finish_reason is None]
+
+    def next_calls(self) -> List[Chunk]:
+        """The engine calls of the next chunk: the first is the prompts with n samples each;
+        later ones continue each pending sample alone from its prefix, one call per distinct
+        (max_tokens, min_tokens) so every call has one set of sampling parameters."""
+        if self.chunks_done == 0:
+            return [Chunk(list(range(len(self.samples))), [list(p) for p in self.prompts],
+                          self.n, self._limits(0))]
+        calls: Dict[Tuple[int, int], Chunk] = {}
+        for i in self.pending():
+            limits = self._limits(len(self.samples[i].tokens))
+            key = (limits["max_tokens"], limits["min_tokens"])
+            call = calls.setdefault(key, Chunk([], [], 1, limits))
+            call.samples.append(i)
+            call.prompts.append(self.samples[i].prefix)
+        return list(calls.values())
+
+    def _limits(self, have: int) -> Dict[str, int]:
+        return {"max_tokens": min(self.chunk, self.max_tokens - have),
+                "min_tokens": max(0, min(self.min_tokens - have, self.chunk))}
+
+    def record(self, call: Chunk, output, version: int) -> None:
+        """Append one call's answer (a RolloutOutput or alike: response_token_ids, log_probs,
+        finish_reasons, one row per sample of `call`, in its order), sampled on weights
+        `version`. A sample continues only where the engine stopped it at this chunk's
+        max_tokens and its own max_tokens is not reached."""
+        if len(output.response_token_ids) != len(call.samples):
+            raise ValueError(f"{len(output.response_token_ids)} rows answer a chunk of "
+                             f"{len(call.samples)} samples")
+        asked = call.overrides["max_tokens"]
+        for index, ids, logps, reason in zip(call.samples, output.response_token_ids,
+                                             output.log_probs, output.finish_reasons):
+            sample = self.samples[index]
+            if sample.finish_reason is not None:
+                raise ValueError(f"sample {index} has finished ({sample.finish_reason}): it is "
+                                 f"never continued")
+            if len(ids) != len(logps):
+                raise ValueError(f"sample {index}: {len(ids)} tokens, {len(logps)} log-probs")
+            sample.tokens.extend(map(int, ids))
+            sample.log_probs.extend(map(float, logps))
+            sample.versions.extend([version] * len(ids))
+            cut = reason == "length" and len(ids) == asked
+            if not cut or len(sample.tokens) >= self.max_tokens:
+                sample.finish_reason = reason
+
+    def end_chunk(self) -> None:
+        """Every call of the chunk is recorded."""
+        self.chunks_done += 1
+
+    def output(self) -> RolloutOutput:
+        """The whole rollout as one engine's answer: the original prompts, prompt-major."""
+        if not self.done:
+            raise ValueError(f"samples {self.pending()[:8]} have not finished")
+        s = self.samples
+        return RolloutOutput([x.prompt for x in s], [x.tokens for x in s],
+                             [x.log_probs for x in s], [x.finish_reason for x in s],
+                             [x.prompt_index for x in s])
+
+    def versions(self) -> List[List[int]]:
+        """Per sample, the weights version of each of its tokens."""
+        return [list(x.versions) for x in self.samples]
+
+
+def generate_in_chunks(generate: Callable[..., RolloutOutput], prompts: Sequence[Sequence[int]],
+                       n: int, max_tokens: int, chunk: int, version: Callable[[], int] = lambda: 0,
+                       seed: Optional[int] = None, min_tokens: int = 0,
+                       between: Callable[[int], None] = lambda chunk_index: None,
+                       **sampling_overrides) -> Tuple[RolloutOutput, List[List[int]]]:
+    """`generate(prompts, n, **overrides)` (a VLLMEngine's) chunk by chunk until every sample
+    finishes; `version()` is read at each chunk and `between(c)` runs after chunk c (where a
+    weight sync can go). The rollout and each sample's per-token versions."""
+    rollout = PartialRollout(prompts, n, max_tokens, chunk, min_tokens)
+    while not rollout.done:
+        held, first = version(), rollout.chunks_done * len(rollout.samples)
+        for call in rollout.next_calls():
+            extra = {} if seed is None else {"seed": seed + first}
+            first += len(call.samples)
+            rollout.record(call, generate(call.prompts, call.n, **call.overrides, **extra,
+                                          **sampling_overrides), held)
+        rollout.end_chunk()
+        if not rollout.done:
+            between(rollout.chunks_done)
+    return rollout.output(), rollout.versions()
+
+
+def crossed_update_frac(token_versions: torch.Tensor, mask: torch.Tensor) -> float:
+    """The share of samples whose response tokens (mask 1) span more than one weights
+    version: [B, R] versions and mask (the Batch's token_policy_version, response_mask)."""
+    if len(token_versions) == 0:
+        return 0.0
+    big = torch.iinfo(token_versions.dtype).max
+    valid = mask.bool()
+    high = torch.where(valid, token_versions, torch.full_like(token_versions, -big)).amax(1)
+    low = torch.where(valid, token_versions, torch.full_like(token_versions, big)).amin(1)
+    crossed = valid.any(1) & (high > low)
+    return crossed.float().mean().item()

@@ -1,0 +1,111 @@
+"""Partial rollouts' bookkeeping (rollout/partial.py) with hand-made chunk answers: which
+samples continue, from which prefix, and the tokens, log-probs and versions appended."""
+
+import pytest
+import torch
+
+from mindrl.engines.vllm_engine import RolloutOutput
+from mindrl.rollout.partial import PartialRollout, crossed_update_frac, generate_in_chunks
+
+EOS = 2
+
+
+def answer(ids, logps, reasons):
+    return RolloutOutput([], ids, logps, reasons)
+
+
+def test_a_sample_finishing_in_chunk_1_and_one_spanning_3_chunks_across_a_version_change():
+    r = PartialRollout([[5, 6], [7]], n=1, max_tokens=7, chunk=3)
+    [first] = r.next_calls()
+    assert (first.samples, first.prompts, first.n) == ([0, 1], [[5, 6], [7]], 1)
+    assert first.overrides == {"max_tokens": 3, "min_tokens": 0}
+    # Sample 0 stops at EOS in chunk 1; sample 1 is cut at the chunk's 3 tokens.
+    r.record(first, answer([[10, EOS], [20, 21, 22]], [[-.1, -.2], [-1., -2., -3.]],
+                           ["stop", "length"]), version=4)
+    r.end_chunk()
+    assert r.pending() == [1] and not r.done
+    [second] = r.next_calls()
+    assert (second.samples, second.prompts, second.n) == ([1], [[7, 20, 21, 22]], 1)
+    assert second.overrides == {"max_tokens": 3, "min_tokens": 0}
+    r.record(second, answer([[23, 24, 25]], [[-4., -5., -6.]], ["length"]), version=5)
+    r.end_chunk()
+    [third] = r.next_calls()
+    assert third.prompts == [[7, 20, 21, 22, 23, 24, 25]]
+    assert third.overrides["max_tokens"] == 1        # 7 - 6 remain
+    r.record(third, answer([[26]], [[-7.]], ["length"]), version=5)
+    r.end_chunk()
+    assert r.done and r.next_calls() == []
+    out = r.output()
+    assert out.prompt_token_ids == [[5, 6], [7]] and out.prompt_index == [0, 1]
+    assert out.response_token_ids == [[10, EOS], [20, 21, 22, 23, 24, 25, 26]]
+    assert out.log_probs == [[-.1, -.2], [-1., -2., -3., -4., -5., -6., -7.]]
+    assert out.finish_reasons == ["stop", "length"]
+    assert r.versions() == [[4, 4], [4, 4, 4, 5, 5, 5, 5]]
+
+
+def test_a_finished_sample_is_never_continued():
+    r = PartialRollout([[1]], n=2, max_tokens=8, chunk=2)
+    [first] = r.next_calls()
+    assert first.samples == [0, 1] and first.n == 2 and first.prompts == [[1]]
+    r.record(first, answer([[EOS], [3, 4]], [[-1.], [-1., -1.]], ["stop", "length"]), 0)
+    r.end_chunk()
+    [call] = r.next_calls()
+    assert call.samples == [1]
+    with pytest.raises(ValueError, match="never continued"):
+        r.record(type(call)([0], [[1, EOS]], 1, call.overrides),
+                 answer([[5]], [[-1.]], ["stop"]), 1)
+    with pytest.raises(ValueError, match="have not finished"):
+        r.output()
+
+
+def test_a_chunk_the_engine_cut_short_ends_the_sample_and_min_tokens_count_over_chunks():
+    r = PartialRollout([[1]], n=1, max_tokens=10, chunk=4, min_tokens=6)
+    [first] = r.next_calls()
+    assert first.overrides == {"max_tokens": 4, "min_tokens": 4}
+    r.record(first, answer([[3, 4, 5, 6]], [[-1.] * 4], ["length"]), 0)
+    r.end_chunk()
+    [second] = r.next_calls()
+    assert second.overrides == {"max_tokens": 4, "min_tokens": 2}
+    # "length" with fewer tokens than asked: the context is full, not the chunk.
+    r.record(second, answer([[7]], [[-1.]], ["length"]), 0)
+    r.end_chunk()
+    assert r.done and r.output().response_token_ids == [[3, 4, 5, 6, 7]]
+    with pytest.raises(ValueError, match="chunk must be an integer > 0"):
+        PartialRollout([[1]], 1, 4, 0)
+
+
+def test_generate_in_chunks_drives_an_engine_and_reads_the_version_per_chunk():
+    """A fake engine that counts up from the prompt's last id, EOS once a sample reaches 9."""
+    calls = []
+
+    def generate(prompts, n, max_tokens, min_tokens, seed=None):
+        calls.append((len(prompts), n, max_tokens, seed))
+        ids, reasons = [], []
+        for p in prompts:
+            for _ in range(n):
+                out = []
+                while len(out) < max_tokens and (out or p)[-1] < 9:
+                    out.append((out or p)[-1] + 1)
+                stopped = bool(out) and out[-1] == 9
+                ids.append(out + [EOS] if stopped and len(out) < max_tokens else out)
+                reasons.append("stop" if stopped else "length")
+        return RolloutOutput([], ids, [[-0.5] * len(x) for x in ids], reasons)
+
+    versions = iter([0, 1, 1, 2])
+    synced = []
+    out, per_token = generate_in_chunks(generate, [[7], [1]], n=2, max_tokens=20, chunk=3,
+                                        version=lambda: next(versions), seed=100,
+                                        between=synced.append)
+    assert out.response_token_ids[:2] == [[8, 9, EOS]] * 2
+    assert out.response_token_ids[2:] == [[2, 3, 4, 5, 6, 7, 8, 9, EOS]] * 2
+    assert per_token[0] == [0, 0, 0] and per_token[2] == [0, 0, 0, 1, 1, 1, 1, 1, 1]
+    assert synced == [1, 2]
+    # Chunk 0: 2 prompts x n=2 from seed 100; chunk c: one request per sample from 100 + c*4.
+    assert calls == [(2, 2, 3, 100), (2, 1, 3, 104), (2, 1, 3, 108)]
+
+
+def test_crossed_update_frac_counts_samples_spanning_versions_under_the_mask():
+    versions = torch.tensor([[3, 3, 4], [3, 3, 3], [5, 0, 0], [2, 3, 0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 1], [1, 0, 0], [1, 0, 0]])
+    assert crossed_update_frac(versions, mask) == 0.25
+    assert crossed_update_frac(versions[:0], mask[:0]) == 0.0
