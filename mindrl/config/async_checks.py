@@ -30,6 +30,7 @@ def check_async(run: RunConfig) -> list[Problem]:
         out.append(Problem("rl_config.max_staleness", "must be an integer >= 0 (policy "
                            "versions a trained sample may lag the actor's weights)",
                            "use 1 (one step off) or 2; 0 trains on-policy", staleness))
+    out.extend(check_partial_rollouts(rl))
     if rl.async_mode == "off":
         return out
     if rl.async_mode == "one_step" and staleness != 1:
@@ -54,6 +55,24 @@ def check_async(run: RunConfig) -> list[Problem]:
                            "colocated engines generate; asynchronous engines never share the "
                            "actor's devices", f"set {key}: false", True))
     return out
+
+
+def check_partial_rollouts(rl) -> list[Problem]:
+    """rl_config.partial_rollout_tokens: null, or chunks of K > 0 tokens in asynchronous mode
+    (the synchronous loop syncs only between whole batches: chunks would buy nothing)."""
+    tokens = rl.partial_rollout_tokens
+    if tokens is None:
+        return []
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
+        return [Problem("rl_config.partial_rollout_tokens", "must be an integer > 0 (new "
+                        "tokens per sample in one chunk) or null", "use e.g. 64, or null for "
+                        "whole generations", tokens)]
+    if rl.async_mode == "off":
+        return [Problem("rl_config.partial_rollout_tokens", "partial rollouts continue "
+                        "generations across a weight sync: asynchronous mode only",
+                        "set rl_config.async_mode: one_step or bounded, or "
+                        "partial_rollout_tokens: null", tokens)]
+    return []
 
 
 def rollout_correction(rl) -> str:

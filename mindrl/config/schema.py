@@ -176,6 +176,9 @@ class RLConfig:
     # more than max_staleness policy versions old (one_step: 1). off: the synchronous loop.
     async_mode: Literal["off", "one_step", "bounded"] = "off"
     max_staleness: int = 1
+    # Partial rollouts (rollout/partial.py): generate in chunks of at most this many new tokens
+    # per sample, so a weight sync waits for a chunk, not a whole generation. null = off.
+    partial_rollout_tokens: Optional[int] = None
 
     # --- resources and placement
     reference_resource: Optional[ResourceSpec] = None

@@ -64,6 +64,10 @@ FIELDS = (
           ZERO, "rollout", False, True),
     Field("policy_version", "[B] int: the actor's weights version that generated it", NONE,
           ZERO, "rollout", False, True),
+    # Partial rollouts (rollout/partial.py): a sample generated in chunks may span a weight
+    # sync; policy_version stays the version it STARTED with (what max_staleness bounds).
+    Field("token_policy_version", "[B, R] int: the weights version that sampled each token",
+          RIGHT, ZERO, "rollout", False, True),
     Field("scores", "[B] float", NONE, ZERO, "rewards", False, True),
     Field("old_log_probs", "[B, R] float", RIGHT, ZERO, "actor (old-log-prob pass)", False,
           True),

@@ -34,6 +34,7 @@ import torch
 from mindrl.config.async_checks import staleness_bound
 from mindrl.config.schema import RunConfig
 from mindrl.data.batch import Batch
+from mindrl.rollout.partial import crossed_update_frac
 from mindrl.rollout.sample_buffer import SampleBuffer
 from mindrl.trainer.async_metrics import staleness_metrics, timeline_metrics
 from mindrl.trainer.grpo_trainer import GRPOTrainer
@@ -108,6 +109,9 @@ class AsyncGRPOTrainer(GRPOTrainer):
     def _version_metrics(self, batch: Batch, step: int) -> Dict[str, float]:
         metrics = super()._version_metrics(batch, step)
         metrics.update(staleness_metrics(batch["policy_version"], step - 1))
+        metrics["rollout/crossed_update_frac"] = (
+            crossed_update_frac(batch["token_policy_version"], batch["response_mask"])
+            if "token_policy_version" in batch else 0.0)
         metrics.update({k: v for k, v in self._window.items() if k.startswith("async/")})
         metrics["async/max_staleness"] = float(self.bound)
         return metrics

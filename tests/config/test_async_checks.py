@@ -58,3 +58,28 @@ def test_one_step_with_another_bound_and_options_async_cannot_honour():
                     "generate_config.offload_train_param=true", *OWN_ENGINES])
     assert {"rl_config.max_staleness", "generate_config.offload_train_param"} <= set(err.keys)
     assert "set async_mode: bounded" in str(err)
+
+
+@pytest.mark.parametrize("value", [0, -3])
+def test_partial_rollout_tokens_not_a_positive_integer_is_refused(value):
+    err = rejected(["+rl_config.async_mode=one_step", f"+rl_config.partial_rollout_tokens={value}",
+                    *OWN_ENGINES])
+    assert err.keys == ["rl_config.partial_rollout_tokens"]
+    assert "must be an integer > 0" in str(err) and "null for whole generations" in str(err)
+    err = rejected(["+rl_config.async_mode=one_step", "+rl_config.partial_rollout_tokens=1.5",
+                    *OWN_ENGINES])
+    assert err.keys == ["rl_config.partial_rollout_tokens"]
+
+
+def test_partial_rollouts_without_async_mode_are_refused_naming_the_key():
+    err = rejected(["+rl_config.partial_rollout_tokens=8"])
+    assert err.keys == ["rl_config.partial_rollout_tokens"]
+    assert "asynchronous mode only" in str(err)
+    assert "set rl_config.async_mode: one_step or bounded" in str(err)
+
+
+def test_partial_rollouts_in_async_mode_are_accepted_and_off_by_default():
+    assert load_recipe(TINY, cluster=CPU3).rl_config.partial_rollout_tokens is None
+    run = load_recipe(TINY, ["+rl_config.async_mode=bounded", "+rl_config.max_staleness=2",
+                             "+rl_config.partial_rollout_tokens=8", *OWN_ENGINES], cluster=CPU3)
+    assert run.rl_config.partial_rollout_tokens == 8
