@@ -72,6 +72,11 @@ def check_partial_rollouts(rl) -> list[Problem]:
                         "generations across a weight sync: asynchronous mode only",
                         "set rl_config.async_mode: one_step or bounded, or "
                         "partial_rollout_tokens: null", tokens)]
+    if rl.router_replay == "r3":
+        return [Problem("rl_config.partial_rollout_tokens", "r3 replays the routes the "
+                        "engine captured in one generate; a partial rollout's chunks are "
+                        "several", "set partial_rollout_tokens: null, or router_replay: r2",
+                        tokens)]
     return []
 
 

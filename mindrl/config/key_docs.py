@@ -178,6 +178,10 @@ KEY_DOCS: dict[str, str] = {
     "rl_config.reward_resource": "the reward role's devices (ResourceSpec)",
     "rl_config.colocate_actor_ref": "the reference shares the actor's devices",
     "rl_config.colocate_all_models": "every role shares the actor's devices",
+    "rl_config.ref_in_actor_process": "a reference colocated with the actor at the same "
+                                      "devices, TP, PP and EP is built inside the actor's "
+                                      "processes (one process per device; its passes run "
+                                      "after the actor's); false: processes of its own",
     "rl_config.actor_forward_micro_batch_size": "rows per old-log-prob micro batch; null = "
         "micro_batch_size; refused beside max_tokens_per_micro_batch",
     "rl_config.ref_forward_micro_batch_size": "rows per reference micro batch (likewise)",
@@ -205,7 +209,8 @@ KEY_DOCS: dict[str, str] = {
     "rl_config.val_temperature": "validation sampling temperature; 0 = greedy",
     "rl_config.val_max_prompts": "the first N validation rows; null = all",
     "rl_config.wandb_save_dir": "wandb's local files; null = the run directory",
-    "rl_config.use_integrated_worker": "MindSpeed-RL's name: true = colocate_all_models",
+    "rl_config.use_integrated_worker": "MindSpeed-RL's name: true = colocate_all_models (the "
+                                       "reference then lives in the actor's processes)",
     "rl_config.guarantee_order": "accepted, no effect: rollouts always come back in prompt "
                                  "order",
     "rl_config.kl_ctrl_type": "`fixed` only: kl_coef is constant",

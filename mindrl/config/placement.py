@@ -4,12 +4,14 @@ Shared by validation (does it fit the cluster?) and plan mode (print it), so bot
 Colocated roles start on the same first device. The rollout engines run on the actor's devices
 (the default) or, with `generate_config.rollout_devices: N`, on N devices of their own after
 every role's (`rollout_devices`); either way one engine per `infer TP x infer PP` of them
-(`engine_devices`).
+(`engine_devices`). A reference colocated with the actor at the actor's layout lives in the
+actor's processes (`host_of`): one process per device instead of two.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from mindrl.config.schema import RunConfig
 
@@ -19,6 +21,7 @@ class RolePlacement:
     role: str
     devices: tuple[int, ...]     # global indices; node = index // devices per node
     shares_with: tuple[str, ...]  # other roles on the same devices
+    host: Optional[str] = None    # the role whose processes hold this role's model
 
 
 def _groups(run: RunConfig) -> list[list[str]]:
@@ -31,6 +34,25 @@ def _groups(run: RunConfig) -> list[list[str]]:
     return [[r] for r in roles]
 
 
+def _layout(run: RunConfig, role: str) -> tuple:
+    cfg = run.role(role)
+    return (world_size(run, role), cfg.tensor_model_parallel_size,
+            cfg.pipeline_model_parallel_size, cfg.expert_model_parallel_size)
+
+
+def host_of(run: RunConfig, role: str) -> Optional[str]:
+    """"actor" when `role` is the reference, colocated with the actor at the actor's layout
+    (devices, TP, PP, EP) and rl_config.ref_in_actor_process is on: each actor rank then
+    builds the reference model beside its own, as MindSpeed-RL's integrated worker and verl's
+    actor-rollout-ref worker do (one process, and on a device one context, per device). Its
+    passes then run one after the other on those ranks. None: processes of its own."""
+    rl = run.rl_config
+    if (role != "ref" or "ref" not in run.active_roles or not rl.ref_in_actor_process
+            or not (rl.colocate_actor_ref or rl.colocates_all)):
+        return None
+    return "actor" if _layout(run, "ref") == _layout(run, "actor") else None
+
+
 def place_roles(run: RunConfig) -> list[RolePlacement]:
     """Active roles in order actor, ref, reward; groups packed one after another from 0."""
     out: dict[str, RolePlacement] = {}
@@ -39,7 +61,7 @@ def place_roles(run: RunConfig) -> list[RolePlacement]:
         counts = {r: max(run.resource(r).count, 0) for r in group}
         for r in group:
             out[r] = RolePlacement(r, tuple(range(start, start + counts[r])),
-                                   tuple(o for o in group if o != r))
+                                   tuple(o for o in group if o != r), host_of(run, r))
         start += max(counts.values())
     return [out[r] for r in run.active_roles]
 

@@ -139,6 +139,7 @@ def make_plan(run: RunConfig, cluster: ClusterResources,
             "nodes": sorted({cluster.node_of(d) for d in p.devices}) if fits else None,
             "rank_nodes": [cluster.node_of(d) for d in p.devices] if fits else None,
             "shares_with": list(p.shares_with),
+            "host": p.host,
             "tp": cfg.tensor_model_parallel_size,
             "pp": cfg.pipeline_model_parallel_size,
             "dp": data_parallel_size(run, role),
@@ -256,6 +257,8 @@ def format_plan(plan: dict[str, Any]) -> str:
     lines += ["", "placement:"]
     for role, r in plan["roles"].items():
         share = f", shared with {', '.join(r['shares_with'])}" if r["shares_with"] else ""
+        if r["host"]:
+            share += f", inside the {r['host']}'s processes"
         nodes = (f"nodes {','.join(map(str, r['nodes']))}" if r["nodes"] is not None
                  else "does not fit this cluster")
         lines.append(f"  {role:<7} devices {_ranges(r['devices'])} ({nodes}{share}): "

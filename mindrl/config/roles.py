@@ -30,6 +30,13 @@ class Parallelism:
         if ep < 1:
             raise ValueError(f"expert_model_parallel_size={ep} must be >= 1")
 
+    @property
+    def model_parallel_layout(self) -> tuple:
+        """(TP, PP, EP): what the process groups are made of (sequence parallelism is a model
+        setting on the same groups), so roles with equal layouts can share a process."""
+        return (self.tensor_model_parallel_size, self.pipeline_model_parallel_size,
+                self.expert_model_parallel_size)
+
 
 @dataclass(frozen=True)
 class MoETraining:

@@ -185,6 +185,8 @@ class RLConfig:
     reward_resource: Optional[ResourceSpec] = None
     colocate_actor_ref: bool = False
     colocate_all_models: bool = False
+    ref_in_actor_process: bool = True   # a colocated reference at the actor's layout lives in
+                                        # the actor's processes (config/placement.host_of)
 
     # --- run control: time limits and checkpoints
     phase_timeout_s: float = 1800.0   # seconds any phase of a step may take before the run

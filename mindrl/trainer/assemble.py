@@ -5,7 +5,8 @@ tracker. A loop (trainer/grpo_trainer.py) only drives them and a lifecycle
 
 The order is the start-up's: prompt rows are read and the resume is planned before any Ray
 worker starts (a bad row or a checkpoint that cannot be resumed fails fast), then every role
-and engine starts at once, and the actor learns its engines.
+and engine starts at once (a reference at the actor's layout inside the actor's ranks:
+config/placement.host_of), and the actor learns its engines.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from mindrl import device
+from mindrl.config.placement import host_of
 from mindrl.config.roles import role_setup
 from mindrl.config.schema import RunConfig
 from mindrl.data.prompt_loader import PromptLoader
@@ -27,7 +29,8 @@ from mindrl.trainer.resume import ResumePlan, plan_resume
 from mindrl.trainer.tracking import Tracker
 from mindrl.weight_sync.manager import WeightSync
 from mindrl.workers.placement import create_placement
-from mindrl.workers.worker_group import ROLE_GROUPS, ActorGroup, RoleGroup, worker_env
+from mindrl.workers.worker_group import (ROLE_GROUPS, ActorGroup, HostedRoleGroup, RoleGroup,
+                                         worker_env)
 
 
 @dataclass
@@ -111,11 +114,15 @@ def assemble(run: RunConfig, log: Callable[[str], None] = print) -> RunParts:
     resume_plan = plan_resume(run, save_dir)
     slots, engine_slots = create_placement(run)
     setups = {role: role_setup(run, role, prompts.pad_id) for role in run.active_roles}
+    hosts = {role: host_of(run, role) for role in setups}
     groups: Dict[str, RoleGroup] = {
         role: ROLE_GROUPS[role](role, run.resource(role).count,
                                 slots[role].placement_group, slots[role].first_bundle,
                                 slots[role].resources_per_rank, rl.phase_timeout_s)
-        for role in setups}
+        for role in setups if not hosts[role]}
+    for role, host in hosts.items():
+        if host:
+            groups[role] = HostedRoleGroup(role, groups[host])
     actor_cfg = run.actor_config
     shared_weights = device.weights_in_host_memory() and gen.cpu_weights == "shared"
     rollout = RolloutGroup(actor_cfg.tokenizer_name_or_path, gen, actor_cfg.seed,
@@ -123,8 +130,12 @@ def assemble(run: RunConfig, log: Callable[[str], None] = print) -> RunParts:
                            {"plain_cpu_linears": shared_weights, "share_weights": shared_weights,
                             "actor_dtype": actor_cfg.params_dtype},
                            rl.phase_timeout_s)
-    refs = {role: group.start_setup(setups[role]) for role, group in groups.items()}
-    pids = {role: group.wait_setup(refs[role]) for role, group in groups.items()}
+    refs = {role: group.start_setup(setups[role],
+                                    [setups[r] for r, host in hosts.items() if host == role])
+            for role, group in groups.items() if not hosts[role]}
+    pids = {role: groups[role].wait_setup(refs[role]) if role in refs else None
+            for role in groups}
+    pids.update({role: pids[host] for role, host in hosts.items() if host})
     pids["rollout"] = rollout.start()
     (run_dir / "workers.json").write_text(json.dumps(pids))   # role -> pid per rank
     actor: ActorGroup = groups["actor"]

@@ -1,6 +1,7 @@
 """One rank of a Megatron role (actor, reference or reward model) inside a Ray actor.
 
-Every actor rank takes part in the weight sync; its TP0/PP0/DP0 rank is the resharding host,
+A rank may also hold another role's model (a colocated reference at the same layout, built on
+the same process groups: config/placement.host_of). Every actor rank takes part in the weight sync; its TP0/PP0/DP0 rank is the resharding host,
 which feeds the rollout engines (Ray actors of their own, mindrl/rollout) through
 `weight_sync.EngineFanout`. Methods that return data return it from rank 0 only (None
 elsewhere).
@@ -25,6 +26,7 @@ class MegatronWorker:
         torch.set_num_threads(1)
         self.role, self.rank, self.world_size = role, rank, world_size
         self.engine = self.weight_sync = self._store = None
+        self.hosted = {}        # role -> the engine of a role this rank also holds
 
     # ---------------------------------------------------------------- setup
 
@@ -38,11 +40,12 @@ class MegatronWorker:
         self._store = device.listening_store()
         return ray.util.get_node_ip_address(), self._store.port
 
-    def setup(self, setup: RoleSetup, master_addr: str, master_port: int) -> int:
+    def setup(self, setup: RoleSetup, master_addr: str, master_port: int,
+              hosted: Sequence[RoleSetup] = ()) -> int:
+        """Join the role's process groups and build this rank's engine; `hosted`: the setups
+        of roles whose models this rank also holds (a colocated reference at the same layout:
+        config/placement.host_of), built on the same process groups."""
         from mindrl import device
-        from mindrl.ckpt.mcore_io import load_mcore_checkpoint
-        from mindrl.engines.megatron_engine import MegatronEngine
-        from mindrl.engines.role_model import model_builder
         from mindrl.models.builder import initialize_parallel
 
         os.environ["MASTER_ADDR"] = master_addr
@@ -50,33 +53,51 @@ class MegatronWorker:
         device.init_distributed(self.rank, self.world_size, master_addr, master_port,
                                 store=self._store)
         initialize_parallel(setup.parallel, seed=setup.seed)
-        self.engine = MegatronEngine(setup.spec, setup.parallel, setup.params_dtype,
-                                     setup.micro_batch_size, optim=setup.optim, loss=setup.loss,
-                                     pad_id=setup.pad_id, seed=setup.seed,
-                                     build_model=model_builder(setup.spec, setup.load,
-                                                               setup.freeze_vision_tower),
-                                     packed=setup.pack_sequences,
-                                     max_tokens_per_micro_batch=setup.max_tokens_per_micro_batch,
-                                     moe=setup.moe)
-        if setup.load:
-            load_mcore_checkpoint(self.engine.module, setup.load)
-            if self.engine.optimizer is not None:
-                self.engine.optimizer.reload_model_params()
+        self.engine = self._build(setup)
+        for other in hosted:
+            if other.parallel.model_parallel_layout != setup.parallel.model_parallel_layout:
+                raise ValueError(f"{other.role} cannot live in the {setup.role}'s processes: "
+                                 f"its layout {other.parallel} differs from {setup.parallel}")
+            self.hosted[other.role] = self._build(other)
         startup.started()
         return os.getpid()
+
+    @staticmethod
+    def _build(setup: RoleSetup):
+        """A role's engine on the process groups already set up, loaded from its checkpoint."""
+        from mindrl.ckpt.mcore_io import load_mcore_checkpoint
+        from mindrl.engines.megatron_engine import MegatronEngine
+        from mindrl.engines.role_model import model_builder
+
+        engine = MegatronEngine(setup.spec, setup.parallel, setup.params_dtype,
+                                setup.micro_batch_size, optim=setup.optim, loss=setup.loss,
+                                pad_id=setup.pad_id, seed=setup.seed,
+                                build_model=model_builder(setup.spec, setup.load,
+                                                          setup.freeze_vision_tower),
+                                packed=setup.pack_sequences,
+                                max_tokens_per_micro_batch=setup.max_tokens_per_micro_batch,
+                                moe=setup.moe)
+        if setup.load:
+            load_mcore_checkpoint(engine.module, setup.load)
+            if engine.optimizer is not None:
+                engine.optimizer.reload_model_params()
+        return engine
 
     # ---------------------------------------------------------------- training role
 
     def compute_log_probs(self, batch: Batch, micro_batch_size: int,
                           with_entropy: bool = False, like_update: Optional[tuple] = None,
-                          with_routes: bool = False, replay: Optional[str] = None):
+                          with_routes: bool = False, replay: Optional[str] = None,
+                          model: Optional[str] = None):
         """{"log_probs" [B, R], ("entropy"), ("routes"), "span": (start, end) wall-clock
         seconds of this pass, so the driver can show two roles' passes overlapping} on rank 0.
         like_update: (mini_batch_size, shuffle, seed) of the update this pass feeds (the same
-        plan); with_routes / replay: routing replay (models/route_replay.py)."""
+        plan); with_routes / replay: routing replay (models/route_replay.py); model: a hosted
+        role whose model answers (None: this rank's own)."""
         start = time.time()
-        out = self.engine.compute_log_probs(batch, micro_batch_size, with_entropy, like_update,
-                                            with_routes=with_routes, replay=replay)
+        engine = self.hosted[model] if model else self.engine
+        out = engine.compute_log_probs(batch, micro_batch_size, with_entropy, like_update,
+                                       with_routes=with_routes, replay=replay)
         if self.rank != 0:
             return None
         return {**{k: v.cpu() for k, v in out.items()}, "span": (start, time.time())}

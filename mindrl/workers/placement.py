@@ -2,7 +2,8 @@
 
 Device indices come from mindrl.config.placement (the same assignment plan mode prints):
 one bundle per device, each bundle holding one rank of every role placed on that device;
-colocated roles split the bundle's device evenly so Ray lets them share it. A rollout engine
+colocated roles split the bundle's device evenly so Ray lets them share it (a role built in
+another's processes, config/placement.host_of, takes no share). A rollout engine
 on the actor's devices takes an equal share of the first device of its span, beside the actor
 ranks there; an engine on devices of its own (generate_config.rollout_devices) takes the whole
 first device of its span (on CPU, a CPU slot of its own).
@@ -59,8 +60,8 @@ def _pinned_nodes(kind: str, num_devices: int):
 
 def create_placement(run: RunConfig, timeout_s: float = 120.0
                      ) -> Tuple[Dict[str, RoleSlots], List[EngineSlot]]:
-    """One placement group over every device the run needs: role -> its bundle slots, and
-    one slot per rollout engine."""
+    """One placement group over every device the run needs: role -> its bundle slots (roles
+    with processes of their own), and one slot per rollout engine."""
     placements = place_roles(run)
     kind = run.resource("actor").kind
     num_devices = devices_required(run)
@@ -74,11 +75,14 @@ def create_placement(run: RunConfig, timeout_s: float = 120.0
             f"nodes (ray start --address=...)")
     colocated = engines_colocated(run)
     actor_devices = set(next(p.devices for p in placements if p.role == "actor"))
+    hosted = {p.role for p in placements if p.host}
     slots = {}
     for p in placements:
+        if p.host:      # built in its host's processes: no rank of its own to place
+            continue
         # Roles on the actor's devices leave a share there for colocated rollout engines.
         with_engine = 1 if colocated and actor_devices.intersection(p.devices) else 0
-        share = 1.0 / (1 + len(p.shares_with) + with_engine)
+        share = 1.0 / (1 + len(set(p.shares_with) - hosted) + with_engine)
         slots[p.role] = RoleSlots(pg, p.devices[0], rank_resources(kind, share))
     # A colocated engine takes the same share of its device as an actor rank there.
     resources = slots["actor"].resources_per_rank if colocated else rank_resources(kind, 1.0)

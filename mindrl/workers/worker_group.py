@@ -119,19 +119,22 @@ class RoleGroup:
         compute_log_probs)[0]` is rank 0's {"log_probs", "span"}): two roles' passes can run
         at once."""
         return self.submit(MegatronWorker.compute_log_probs, batch, micro_batch_size, False,
-                           like_update, with_routes, replay)
+                           like_update, with_routes, replay, self.model)
 
     def compute_log_probs(self, batch: Batch, micro_batch_size: int,
                           like_update: Optional[tuple] = None, with_routes: bool = False,
                           replay: Optional[str] = None) -> Dict[str, Any]:
         return self.call(MegatronWorker.compute_log_probs, batch, micro_batch_size, False,
-                         like_update, with_routes, replay)[0]
+                         like_update, with_routes, replay, self.model)[0]
 
-    def start_setup(self, setup: RoleSetup) -> List[Any]:
-        """Begin building every rank's engine (returns at once, so roles set up in parallel);
-        `wait_setup(refs)` gives each rank's pid."""
+    model: Optional[str] = None     # which model of the ranks answers (None: their own)
+
+    def start_setup(self, setup: RoleSetup, hosted: Sequence[RoleSetup] = ()) -> List[Any]:
+        """Begin building every rank's engine, and those of the `hosted` roles beside it
+        (returns at once, so roles set up in parallel); `wait_setup(refs)` gives each rank's
+        pid."""
         addr, port = self._get([self.workers[0].master_address.remote()], "master_address")[0]
-        return [w.setup.remote(setup, addr, port) for w in self.workers]
+        return [w.setup.remote(setup, addr, port, tuple(hosted)) for w in self.workers]
 
     def wait_setup(self, refs: List[Any]) -> List[int]:
         """Each rank's pid once its engine is built (no deadline: not a phase of the step)."""
@@ -151,6 +154,32 @@ class RoleGroup:
                 ray.kill(w)
             except Exception:
                 pass
+
+
+class HostedRoleGroup(RoleGroup):
+    """A role whose model lives in another role's ranks (config/placement.host_of): the same
+    verbs, sent to the host's processes with `model` naming this role; the host starts and
+    ends the processes."""
+
+    def __init__(self, role: str, host: RoleGroup):
+        self.role, self.model, self.host = role, role, host
+        self.world_size, self.phase_timeout_s = host.world_size, host.phase_timeout_s
+        self.placement_group, self.first_bundle = host.placement_group, host.first_bundle
+        self.workers = host.workers
+
+    @property
+    def pids(self) -> List[Optional[int]]:
+        return self.host.pids
+
+    def who(self, rank: int) -> str:
+        return f"{self.role} in {self.host.who(rank)}"
+
+    def start_setup(self, setup: RoleSetup, hosted: Sequence[RoleSetup] = ()) -> List[Any]:
+        raise RuntimeError(f"{self.role} is built by {self.host.role}'s ranks: pass its setup "
+                           f"to their start_setup")
+
+    def shutdown(self, graceful: bool = True) -> None:
+        """Nothing of its own to end: the host's shutdown ends the processes."""
 
 
 class RewardModelGroup(RoleGroup):

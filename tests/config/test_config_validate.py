@@ -111,7 +111,8 @@ def test_resource_must_be_positive(count):
 
 
 def test_resources_larger_than_cluster():
-    err = rejected(["rl_config.actor_resource.num_cpus=2"])  # + ref 1 = 3 > 2
+    err = rejected(["rl_config.actor_resource.num_cpus=2",    # + ref 1 apart = 3 > 2
+                    "rl_config.colocate_actor_ref=false"])
     assert_names(err, "rl_config.reference_resource.num_cpus", "3 devices", "has 2")
     assert err.problems[0].category == CLUSTER
 
@@ -137,7 +138,7 @@ def test_resource_needs_exactly_one_count():
 
 
 def test_reference_resource_required_with_kl():
-    assert_names(rejected(["~rl_config.reference_resource"]),
+    assert_names(rejected(["~rl_config.reference_resource", "rl_config.colocate_actor_ref=false"]),
                  "rl_config.reference_resource", "kl_coef")
 
 

@@ -9,20 +9,21 @@ from mindrl.config.placement import (devices_required, engine_devices, engines_c
                                      rollout_data_parallel_size, rollout_devices)
 
 COLOCATED_ROLES = ("rl_config.colocate_actor_ref=true",)
+APART = "rl_config.colocate_actor_ref=false"     # the reference on a device of its own
 
 
 def test_the_default_keeps_the_engines_on_the_actor_s_devices(cpu2):
     run = load_recipe("grpo_tiny_cpu", cluster=cpu2)
     assert run.generate_config.rollout_devices == 0 and engines_colocated(run)
     assert rollout_devices(run) == (0,) and engine_devices(run) == [(0,)]
-    assert devices_required(run) == 2            # actor on 0, ref on 1, vLLM on the actor's
+    assert devices_required(run) == 1            # actor, ref (in its process) and vLLM on 0
     plan = make_plan(run, cpu2)
     assert plan["rollout"]["colocated"] and plan["memory_bytes"]["rollout_device"] is None
     assert "rollout devices 0 (on the actor's)" in format_plan(plan)
 
 
 def test_separate_engines_take_the_devices_after_every_role_s(cpu8):
-    run = load_recipe("grpo_tiny_cpu", ["+actor_config.tensor_model_parallel_size=2",
+    run = load_recipe("grpo_tiny_cpu", [APART, "+actor_config.tensor_model_parallel_size=2",
                                         "rl_config.actor_resource.num_cpus=2",
                                         "+generate_config.rollout_devices=4",
                                         "generate_config.infer_tensor_parallel_size=2"],
@@ -54,7 +55,8 @@ def test_one_cpu_slot_of_their_own_fits_two_cpus_beside_colocated_roles(cpu2):
 
 def test_too_few_devices_is_an_error_naming_the_key_and_the_numbers(cpu2):
     with pytest.raises(ConfigError) as info:
-        load_recipe("grpo_tiny_cpu", ["+generate_config.rollout_devices=2"], cluster=cpu2)
+        load_recipe("grpo_tiny_cpu", [APART, "+generate_config.rollout_devices=2"],
+                    cluster=cpu2)
     text = str(info.value)
     assert info.value.keys == ["generate_config.rollout_devices"], text
     assert ("generate_config.rollout_devices=2: asks for 2 device(s) of the engines' own after "

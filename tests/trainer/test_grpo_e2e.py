@@ -264,17 +264,22 @@ def test_kill_9_of_the_driver_mid_save_then_rerun_matches_an_uninterrupted_run(w
     assert not (run_dir / ".tmp_iter_0000004").exists()
 
 
-def test_overlapped_passes_give_the_same_run(work):
+def test_overlapped_passes_and_a_hosted_reference_give_the_same_run(work):
     """blocking=false runs the old-logprob and reference passes concurrently (their
     wall-clock spans intersect); with two updates per step (mini batch 8 of 16 prompts) both
-    passes run, and the run equals the blocking one. The two runs go at once (each with its
-    own Ray cluster): fp32 and seeded, neither's numbers depend on the other."""
+    passes run. The other run colocates the reference with the actor, so it lives in the
+    actor's process (config/placement.host_of) and its passes follow the actor's: the two runs
+    are equal. They go at once (each with its own Ray cluster): fp32 and seeded, neither's
+    numbers depend on the other."""
     run_dirs = {blocking: work / "runs" / f"blocking_{blocking}" for blocking in ("true", "false")}
+    hosted = {"true": ("rl_config.colocate_actor_ref=true",),      # the tiny recipe's layout
+              "false": ("rl_config.colocate_actor_ref=false",)}    # a process of its own
     train_together(work, {run_dirs[blocking]: ("megatron_training.train_iters=2",
                                                "rl_config.save_freq=2",
                                                "rl_config.mini_batch_size=4",
                                                f"rl_config.blocking={blocking}",
-                                               "rl_config.val_data_path=null")
+                                               "rl_config.val_data_path=null",
+                                               *hosted[blocking])
                           for blocking in run_dirs})
     raw = {blocking: metrics(run_dir) for blocking, run_dir in run_dirs.items()}
     runs = {blocking: _deterministic(rows) for blocking, rows in raw.items()}
@@ -285,6 +290,9 @@ def test_overlapped_passes_give_the_same_run(work):
     assert all("timing_s/log_prob_overlap" not in r for r in steps["true"])
     # Two updates per step: the second mini batch is off-policy, so the ratio moves.
     assert all(r["actor/ppo_kl"] != 0 and 0 <= r["actor/pg_clipfrac"] <= 1 for r in runs["false"])
+    pids = {b: json.loads((run_dirs[b] / "workers.json").read_text()) for b in run_dirs}
+    assert pids["true"]["ref"] == pids["true"]["actor"]          # one process holds both
+    assert set(pids["false"]["ref"]).isdisjoint(pids["false"]["actor"])
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,9 @@ pytestmark = pytest.mark.slow   # see tests/conftest.py
     ("rollout", "rollout engine 0", "rollout engine 0 (actor device 0)")])
 def test_a_dead_worker_or_engine_stops_the_run_naming_it(work, tmp_path, victim, named, label):
     run_dir = tmp_path / "runs" / "dies"
-    proc = start(work, run_dir, "megatron_training.train_iters=400", "rl_config.save_freq=2")
+    # The reference in a process of its own (not the actor's), so that its death is its own.
+    proc = start(work, run_dir, "megatron_training.train_iters=400", "rl_config.save_freq=2",
+                 "rl_config.colocate_actor_ref=false")
     try:
         deadline = time.time() + 400
         metrics = run_dir / "metrics.jsonl"

@@ -112,7 +112,8 @@ def test_a_placement_that_cannot_fit_is_refused_before_anything_starts(tmp_path)
     """Two actor devices and the reference's one on this 2-CPU cluster: exit 1 naming the key
     and what the cluster has, before a model is made, Ray starts or a run directory exists."""
     run_dir = tmp_path / "runs" / "too_big"
-    proc = start(tmp_path, run_dir, "rl_config.actor_resource.num_cpus=2")
+    proc = start(tmp_path, run_dir, "rl_config.actor_resource.num_cpus=2",
+                 "rl_config.colocate_actor_ref=false")
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 1, err[-3000:]
     assert "rl_config.reference_resource.num_cpus=1: brings the run to 3 devices but the " \

@@ -14,7 +14,8 @@ from mindrl.config import ConfigError, load_recipe, make_plan
 from mindrl.workers.ray_cluster import check_address, read_ray_cluster
 
 REPO = Path(__file__).resolve().parents[2]
-TWO_BY_TWO = ["rl_config.actor_resource.num_cpus=2", "rl_config.reference_resource.num_cpus=2"]
+TWO_BY_TWO = ["rl_config.actor_resource.num_cpus=2", "rl_config.reference_resource.num_cpus=2",
+              "rl_config.colocate_actor_ref=false"]     # the reference's ranks on node 1
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +51,8 @@ def test_plan_puts_each_rank_and_engine_on_a_node_and_refuses_what_cannot_fit(tw
     assert plan["rollout"]["engine_nodes"] == [0, 0]
     with pytest.raises(ConfigError) as e:
         load_recipe("grpo_tiny_cpu", ["rl_config.actor_resource.num_cpus=2",
-                                      "rl_config.reference_resource.num_cpus=3"], cluster=cluster)
+                                      "rl_config.reference_resource.num_cpus=3",
+                                      "rl_config.colocate_actor_ref=false"], cluster=cluster)
     text = str(e.value)
     assert "rl_config.reference_resource.num_cpus=3: brings the run to 5 devices but the " \
            "cluster has 4" in text
