@@ -24,8 +24,11 @@ pytestmark = pytest.mark.slow   # see tests/conftest.py
 NON_DETERMINISTIC = ("timing_s/", "perf/", "val/")
 
 
+# The reference at the actor's layout: it lives in the actor's two TP ranks (one per node in
+# the two-node run).
 TP2_LAYOUT = ("+actor_config.tensor_model_parallel_size=2",
-              "rl_config.actor_resource.num_cpus=2", "rl_config.colocate_actor_ref=true")
+              "rl_config.actor_resource.num_cpus=2", "+ref_config.tensor_model_parallel_size=2",
+              "rl_config.reference_resource.num_cpus=2", "rl_config.colocate_actor_ref=true")
 TP2_RUN = ("megatron_training.train_iters=3", "rl_config.save_freq=3",
            "generate_config.verify_sync=every", *TP2_LAYOUT)
 
@@ -101,11 +104,14 @@ def tp2_run(work, two_nodes):
 
 
 def test_tp2_actor_with_reference_logs_every_metric(work, tp2_run):
-    """Actor TP2 on two devices with inference TP1: two rollout engines, as the plan says."""
+    """Actor TP2 on two devices with inference TP1: two rollout engines, as the plan says; the
+    reference (TP2 as well) inside the actor's two processes."""
     run_dir = tp2_run
     plan = train(work, run_dir, "+dry_run=true", *TP2_LAYOUT).stdout
     assert "TP=1 PP=1 x 2 instance(s)" in plan, plan
-    assert len(json.loads((run_dir / "workers.json").read_text())["rollout"]) == 2
+    assert "inside the actor's processes" in plan, plan
+    workers = json.loads((run_dir / "workers.json").read_text())
+    assert len(workers["rollout"]) == 2 and workers["ref"] == workers["actor"]
     rows = metrics(run_dir)
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
     assert set(rows[0]) == {"step", "val/score", "val/arith"}   # val_before_train
