@@ -61,6 +61,12 @@ class RolloutHandle:
         if len(self._answered) == len(self.refs):
             self.finished = max(self._answered)
 
+    def busy(self) -> bool:
+        """Whether a weight sync now could change the weights under this generate: until
+        waited for (a partial rollout's handle, rollout/partial_handle.py: while a chunk may
+        run)."""
+        return self._batch is None
+
     def done(self) -> bool:
         """Whether every engine has answered (waits for nothing)."""
         import ray
@@ -123,7 +129,7 @@ class RolloutGroup:
         """Submitted generates not yet waited for: a weight sync now could change the weights
         under them (their samples would carry a wrong policy_version)."""
         self._pending = [h for h in self._pending if h._batch is None]
-        return len(self._pending)
+        return sum(h.busy() for h in self._pending)
 
     def __len__(self) -> int:
         return len(self.engines)
@@ -180,7 +186,8 @@ class RolloutGroup:
         be in flight, each answered with its own prompts. The batch splits by prompt group, one
         contiguous run per engine (see the module docstring for seeds); a batch with images
         (data/vl_prompts.py: fields `rollout_prompt_ids`, `images`) sends each group's
-        one-pad-per-image ids and images, processed with `mm_processor_kwargs`."""
+        one-pad-per-image ids and images, processed with `mm_processor_kwargs`. (In chunks
+        that a weight sync can pause between: rollout/partial_handle.submit_in_chunks.)"""
         base = sampling_overrides.pop("seed", self.config.sampling_config.seed)
         n = batch.samples_per_group()
         parts = batch.split_groups(len(self.engines))

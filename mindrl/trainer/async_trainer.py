@@ -11,7 +11,11 @@ The loop is GRPOTrainer's step over the same assembled parts and lifecycle; what
     sync never changes the weights under a generation (on CPU with shared weights the actor
     writes into the engine's parameters) and each sample's policy_version is the version it
     was generated with. Generation overlaps the actor's passes and update, not the sync
-    (a sync while engines decode is issue 40's item 5);
+    (a sync while engines decode is issue 40's item 5). With rl_config.partial_rollout_tokens
+    (K) batches generate K tokens per sample at a time (rollout/partial_handle.py): the sync
+    waits for the current chunk only, and the batches continue from their prefixes on the
+    new weights; policy_version stays each sample's start version (what the bound counts),
+    token_policy_version says which weights sampled each token;
   - the objective: with a bound above 0 rollout_is off means token, the behaviour weight of
     the decoupled objective (config/async_checks.rollout_correction). The proximal policy is
     the weights before the update: the old-log-prob pass where a batch feeds several updates,
@@ -35,6 +39,7 @@ from mindrl.config.async_checks import staleness_bound
 from mindrl.config.schema import RunConfig
 from mindrl.data.batch import Batch
 from mindrl.rollout.partial import crossed_update_frac
+from mindrl.rollout.partial_handle import submit_in_chunks
 from mindrl.rollout.sample_buffer import SampleBuffer
 from mindrl.trainer.async_metrics import staleness_metrics, timeline_metrics
 from mindrl.trainer.grpo_trainer import GRPOTrainer
@@ -49,6 +54,7 @@ class AsyncGRPOTrainer(GRPOTrainer):
         self.buffer: Optional[SampleBuffer] = None     # made at the run's first step
         self._handles: List = []                  # every batch of the current window
         self._window = {}                         # the step's times (perf_counter)
+        self._chunk = self.rl.partial_rollout_tokens   # None: whole generations
 
     # ------------------------------------------------------------------ sampling
 
@@ -60,8 +66,10 @@ class AsyncGRPOTrainer(GRPOTrainer):
             state = loader.state_dict()
             rows = loader.next_batch()
             seed = self._seed(step, len(rows))
-            handle = rollout.submit(prompts.batch(rows, self.n), seed=seed,
-                                    **prompts.rollout_kwargs, **engine_route_kwargs(self.rl))
+            batch, kwargs = prompts.batch(rows, self.n), {**prompts.rollout_kwargs,
+                                                          **engine_route_kwargs(self.rl)}
+            handle = (rollout.submit(batch, seed=seed, **kwargs) if self._chunk is None else
+                      submit_in_chunks(rollout, batch, self._chunk, seed=seed, **kwargs))
             self.buffer.admit(step, rollout.policy_version, handle,
                               {"loader": state, "prompts": len(rows), "seed": seed})
             self._handles.append(handle)
@@ -93,11 +101,14 @@ class AsyncGRPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ the sync
 
     def _before_sync(self, step: int, timings: Dict[str, float]) -> None:
-        """Wait for every batch in flight (the sync must not change weights under them),
-        then the step's time metrics."""
+        """Wait for every batch in flight (the sync must not change weights under them), or
+        with partial rollouts for their current chunk, then the step's time metrics."""
         trained = time.perf_counter()
         for entry in self.buffer.held():
-            entry.handle.wait()
+            if self._chunk is not None:
+                entry.handle.pause()
+            else:
+                entry.handle.wait()
         end = time.perf_counter()
         timings["timing_s/drain"] = end - trained
         generating = [(h.submitted, h.finished if h.finished is not None else end)
@@ -105,6 +116,12 @@ class AsyncGRPOTrainer(GRPOTrainer):
         self._window.update(timeline_metrics(
             generating, (self._window["train"], trained), (self._window["start"], end),
             self._window["wait"] + timings["timing_s/drain"]))
+
+    def _after_sync(self) -> None:
+        """Partial rollouts paused for the sync continue on the new weights."""
+        if self._chunk is not None:
+            for entry in self.buffer.held():
+                entry.handle.resume()
 
     def _version_metrics(self, batch: Batch, step: int) -> Dict[str, float]:
         metrics = super()._version_metrics(batch, step)

@@ -171,6 +171,7 @@ class GRPOTrainer:
             sync = parts.sync_weights(
                 step, after_discarded_weights=slept and self.gen.sleep_level == 2)
             rollout.wake(["kv_cache"])
+        self._after_sync()
         metrics = {**batch_metrics(batch, scores, batch["finish_reason"]), **reward_metrics,
                    **image_metrics(batch), **self._version_metrics(batch, step),
                    **update, **sync, **parts.data_metrics, **timings}
@@ -188,6 +189,9 @@ class GRPOTrainer:
 
     def _before_sync(self, step: int, timings: Dict[str, float]) -> None:
         """Nothing is in flight here: the step's generate was waited for."""
+
+    def _after_sync(self) -> None:
+        """Nothing was paused for the sync here."""
 
     def _version_metrics(self, batch: Batch, step: int) -> Dict[str, float]:
         return policy_version_metrics(batch, step - 1)

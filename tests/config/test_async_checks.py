@@ -83,3 +83,10 @@ def test_partial_rollouts_in_async_mode_are_accepted_and_off_by_default():
     run = load_recipe(TINY, ["+rl_config.async_mode=bounded", "+rl_config.max_staleness=2",
                              "+rl_config.partial_rollout_tokens=8", *OWN_ENGINES], cluster=CPU3)
     assert run.rl_config.partial_rollout_tokens == 8
+
+
+def test_partial_rollouts_with_r3_routing_replay_are_refused():
+    err = rejected(["+rl_config.async_mode=one_step", "+rl_config.partial_rollout_tokens=8",
+                    "+rl_config.router_replay=r3", *OWN_ENGINES])
+    assert "rl_config.partial_rollout_tokens" in err.keys
+    assert "router_replay: r2" in str(err)

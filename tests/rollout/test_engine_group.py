@@ -107,6 +107,38 @@ def test_two_submissions_in_flight_each_return_their_own_samples_in_prompt_order
     assert a.wait() is got_a                        # waiting again gives the same batch
 
 
+def test_a_partial_rollout_paused_for_a_sync_continues_to_the_whole_greedy_generation(cluster):
+    """rollout/partial_handle.py on real engines: chunks of 3 tokens, paused after the first
+    (nothing is then in flight: the sync may run), continued on "version 1" (the same
+    weights): greedy, the tokens and log-probs of one whole generate; the tokens sampled
+    after the pause carry version 1, the samples their start version 0."""
+    from mindrl.rollout.partial_handle import submit_in_chunks
+
+    _, _, two, _ = cluster
+    batch = _batch(1)
+    whole = two.generate(batch, temperature=0.0)
+    try:
+        handle = submit_in_chunks(two, batch, 3, temperature=0.0)
+        handle.pause()
+        assert two.in_flight == 0 and not handle.done()
+        two.policy_version = 1
+        handle.resume()
+        got = handle.wait()
+    finally:
+        two.policy_version = 0
+    assert got.response_lists() == whole.response_lists()
+    assert torch.equal(got["response_mask"], whole["response_mask"])
+    assert (got["rollout_log_probs"] - whole["rollout_log_probs"]).abs().max() <= 1e-5
+    assert got["finish_reason"] == whole["finish_reason"]
+    assert got["policy_version"].tolist() == [0] * 5
+    versions = got["token_policy_version"] * got["response_mask"]
+    lengths = got["response_mask"].sum(1)
+    assert lengths.max() > 3                        # some continued past the pause
+    assert versions[:, :3].tolist() == [[0, 0, 0]] * 5
+    assert [row[3:n].tolist() for row, n in zip(versions, lengths)] == [
+        [1] * max(0, n - 3) for n in lengths.tolist()]
+
+
 def test_one_sync_reaches_every_engine_and_a_mismatch_names_the_engine(cluster):
     from safetensors.torch import load_file
 

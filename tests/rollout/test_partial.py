@@ -6,6 +6,7 @@ import torch
 
 from mindrl.engines.vllm_engine import RolloutOutput
 from mindrl.rollout.partial import PartialRollout, crossed_update_frac, generate_in_chunks
+from support.counting_engine import count_up
 
 EOS = 2
 
@@ -75,21 +76,12 @@ def test_a_chunk_the_engine_cut_short_ends_the_sample_and_min_tokens_count_over_
 
 
 def test_generate_in_chunks_drives_an_engine_and_reads_the_version_per_chunk():
-    """A fake engine that counts up from the prompt's last id, EOS once a sample reaches 9."""
+    """An engine that counts up from the prefix's last id, EOS after 9 (counting_engine)."""
     calls = []
 
     def generate(prompts, n, max_tokens, min_tokens, seed=None):
         calls.append((len(prompts), n, max_tokens, seed))
-        ids, reasons = [], []
-        for p in prompts:
-            for _ in range(n):
-                out = []
-                while len(out) < max_tokens and (out or p)[-1] < 9:
-                    out.append((out or p)[-1] + 1)
-                stopped = bool(out) and out[-1] == 9
-                ids.append(out + [EOS] if stopped and len(out) < max_tokens else out)
-                reasons.append("stop" if stopped else "length")
-        return RolloutOutput([], ids, [[-0.5] * len(x) for x in ids], reasons)
+        return count_up(prompts, n, max_tokens, min_tokens)
 
     versions = iter([0, 1, 1, 2])
     synced = []
