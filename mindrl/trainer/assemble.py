@@ -133,8 +133,7 @@ def assemble(run: RunConfig, log: Callable[[str], None] = print) -> RunParts:
     refs = {role: group.start_setup(setups[role],
                                     [setups[r] for r, host in hosts.items() if host == role])
             for role, group in groups.items() if not hosts[role]}
-    pids = {role: groups[role].wait_setup(refs[role]) if role in refs else None
-            for role in groups}
+    pids = {role: groups[role].wait_setup(ref) for role, ref in refs.items()}
     pids.update({role: pids[host] for role, host in hosts.items() if host})
     pids["rollout"] = rollout.start()
     (run_dir / "workers.json").write_text(json.dumps(pids))   # role -> pid per rank

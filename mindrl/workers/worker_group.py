@@ -44,6 +44,8 @@ def worker_env() -> dict:
 class RoleGroup:
     """A role's ranks; the verbs every role answers (reference: log-probs only)."""
 
+    model: Optional[str] = None     # which model of the ranks answers (None: their own)
+
     def __init__(self, role: str, world_size: int, placement_group: PlacementGroup,
                  first_bundle: int, resources_per_rank: dict,
                  phase_timeout_s: Optional[float] = None):
@@ -126,8 +128,6 @@ class RoleGroup:
                           replay: Optional[str] = None) -> Dict[str, Any]:
         return self.call(MegatronWorker.compute_log_probs, batch, micro_batch_size, False,
                          like_update, with_routes, replay, self.model)[0]
-
-    model: Optional[str] = None     # which model of the ranks answers (None: their own)
 
     def start_setup(self, setup: RoleSetup, hosted: Sequence[RoleSetup] = ()) -> List[Any]:
         """Begin building every rank's engine, and those of the `hosted` roles beside it
