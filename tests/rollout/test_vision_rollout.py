@@ -87,8 +87,11 @@ def world(tmp_path_factory):
     pil_batch = step_batch(pil_prompts, pad_id).add(**{k: batch[k] for k in (
         "response_ids", "response_mask", "rollout_log_probs", "finish_reason")})
     actor, actor_pil = spawn_local(actor_log_probs, 1, str(model_dir), [batch, pil_batch])[0]
-    return {"engine": engine, "batch": batch, "actor": actor, "actor_pil": actor_pil,
-            "prompts": prompts, "vision": vision}
+    yield {"engine": engine, "batch": batch, "actor": actor, "actor_pil": actor_pil,
+           "prompts": prompts, "vision": vision}
+    # The in-process engine holds a torch.distributed world: a later in-process engine of
+    # this test worker would refuse to start beside it.
+    engine.close()
 
 
 def test_vllm_ran_the_batch_s_expanded_prompt_ids(world):
