@@ -83,11 +83,15 @@ class RolloutHandle:
         if self._batch is None:
             group = self.group
             outputs = group._wait(self.refs, "generate", group.phase_timeout_s, self.submitted)
-            merged = Batch.concat([with_rollout(self.parts[i], outputs[i], self.n)
-                                   for i in sorted(outputs)])
-            self._batch = merged.add(policy_version=torch.full(
-                (len(merged),), self.policy_version, dtype=torch.long))
+            self._batch = self._merged([with_rollout(self.parts[i], outputs[i], self.n)
+                                        for i in sorted(outputs)])
         return self._batch
+
+    def _merged(self, answered: List[Batch]) -> Batch:
+        """The engines' answered parts, in engine order, as one batch with its policy_version."""
+        merged = Batch.concat(answered)
+        return merged.add(policy_version=torch.full((len(merged),), self.policy_version,
+                                                    dtype=torch.long))
 
     result = wait
 

@@ -81,21 +81,29 @@ class PartialRollout:
         """The samples the next chunk continues, in order."""
         return [i for i, s in enumerate(self.samples) if s.finish_reason is None]
 
-    def next_calls(self) -> List[Chunk]:
+    def next_calls(self, seed: Optional[int] = None) -> List[Chunk]:
         """The engine calls of the next chunk: the first is the prompts with n samples each;
         later ones continue each pending sample alone from its prefix, one call per distinct
-        (max_tokens, min_tokens) so every call has one set of sampling parameters."""
+        (max_tokens, min_tokens) so every call has one set of sampling parameters. With a base
+        `seed`, chunk c's calls seed from seed + c * samples on, one seed per sample sent."""
         if self.chunks_done == 0:
-            return [Chunk(list(range(len(self.samples))), [list(p) for p in self.prompts],
-                          self.n, self._limits(0))]
-        calls: Dict[Tuple[int, int], Chunk] = {}
-        for i in self.pending():
-            limits = self._limits(len(self.samples[i].tokens))
-            key = (limits["max_tokens"], limits["min_tokens"])
-            call = calls.setdefault(key, Chunk([], [], 1, limits))
-            call.samples.append(i)
-            call.prompts.append(self.samples[i].prefix)
-        return list(calls.values())
+            calls = [Chunk(list(range(len(self.samples))), [list(p) for p in self.prompts],
+                           self.n, self._limits(0))]
+        else:
+            by_limits: Dict[Tuple[int, int], Chunk] = {}
+            for i in self.pending():
+                limits = self._limits(len(self.samples[i].tokens))
+                key = (limits["max_tokens"], limits["min_tokens"])
+                call = by_limits.setdefault(key, Chunk([], [], 1, limits))
+                call.samples.append(i)
+                call.prompts.append(self.samples[i].prefix)
+            calls = list(by_limits.values())
+        if seed is not None:
+            first = seed + self.chunks_done * len(self.samples)
+            for call in calls:
+                call.overrides = {**call.overrides, "seed": first}
+                first += len(call.samples)
+        return calls
 
     def _limits(self, have: int) -> Dict[str, int]:
         return {"max_tokens": min(self.chunk, self.max_tokens - have),
@@ -153,11 +161,9 @@ def generate_in_chunks(generate: Callable[..., RolloutOutput], prompts: Sequence
     weight sync can go). The rollout and each sample's per-token versions."""
     rollout = PartialRollout(prompts, n, max_tokens, chunk, min_tokens)
     while not rollout.done:
-        held, first = version(), rollout.chunks_done * len(rollout.samples)
-        for call in rollout.next_calls():
-            extra = {} if seed is None else {"seed": seed + first}
-            first += len(call.samples)
-            rollout.record(call, generate(call.prompts, call.n, **call.overrides, **extra,
+        held = version()
+        for call in rollout.next_calls(seed):
+            rollout.record(call, generate(call.prompts, call.n, **call.overrides,
                                           **sampling_overrides), held)
         rollout.end_chunk()
         if not rollout.done:

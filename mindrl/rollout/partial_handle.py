@@ -17,8 +17,6 @@ import threading
 import time
 from typing import Dict, List, Optional
 
-import torch
-
 from mindrl.data.batch import Batch, right_pad
 from mindrl.rollout.engine_group import RolloutHandle
 from mindrl.rollout.merge import rollout_prompts, with_rollout
@@ -91,12 +89,9 @@ class ChunkedHandle(RolloutHandle):
         for index, rollout in self.rollouts.items():
             if rollout.done:
                 continue
-            seed, offset = self.seeds[index], rollout.chunks_done * len(rollout.samples)
-            for r, call in enumerate(rollout.next_calls()):
-                extra = {} if seed is None else {"seed": seed + offset}
-                offset += len(call.samples)
+            for r, call in enumerate(rollout.next_calls(self.seeds[index])):
                 ref = self.group.engines[index].generate.remote(
-                    call.prompts, call.n, **call.overrides, **extra, **self.overrides)
+                    call.prompts, call.n, **call.overrides, **self.overrides)
                 if r == len(rounds):
                     rounds.append({})
                 rounds[r][ref] = (index, call)
@@ -146,14 +141,12 @@ class ChunkedHandle(RolloutHandle):
             self.resume()
             self._thread.join()
             self._raise()
-            merged = []
+            answered = []
             for index in sorted(self.rollouts):
                 versions, _ = right_pad(self.rollouts[index].versions(), 0)
-                merged.append(with_rollout(self.parts[index], self.rollouts[index].output(),
-                                           self.n).add(token_policy_version=versions))
-            batch = Batch.concat(merged)
-            self._batch = batch.add(policy_version=torch.full(
-                (len(batch),), self.policy_version, dtype=torch.long))
+                answered.append(with_rollout(self.parts[index], self.rollouts[index].output(),
+                                             self.n).add(token_policy_version=versions))
+            self._batch = self._merged(answered)
         return self._batch
 
     result = wait
