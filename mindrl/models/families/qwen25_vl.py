@@ -32,6 +32,7 @@ from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import (
     Qwen2_5_VisionTransformerPretrainedModel, Qwen2_5_VLModel)
 
 from mindrl.config.model_spec import ModelSpec, VisionSpec
+from mindrl.models.distinct_images import distinct_images, repeat_features
 from mindrl.models.builder import Parallelism, build_gpt_model
 from mindrl.models.families import Features, register_model_family
 from mindrl.models.families.dense import QWEN2, TokenIds
@@ -225,9 +226,14 @@ class Qwen25VLModel(GPTModel):
         vision tower's features in the image slots (default every `<|image_pad|>`), in order."""
         embeds = self.embedding(input_ids=input_ids, position_ids=None)   # [S, B, H], whole
         if pixel_values is not None:
+            # Once per distinct picture: a prompt's n samples share it (models/distinct_images).
+            pixels, grids, copy_of = distinct_images(pixel_values, image_grid_thw)
             with self.tower_clock.forward():
-                features = self.visual(pixel_values.to(self.config.params_dtype),
-                                       grid_thw=image_grid_thw).pooler_output
+                features = self.visual(pixels.to(self.config.params_dtype),
+                                       grid_thw=grids).pooler_output
+            if copy_of is not None:
+                features = repeat_features(features, grids, copy_of,
+                                           self.visual.spatial_merge_size)
             slots = (input_ids == self.image_token_id if slots is None else slots).unsqueeze(-1)
             if int(slots.sum()) != features.shape[0]:
                 raise ValueError(f"{int(slots.sum())} <|image_pad|> tokens for "
