@@ -62,8 +62,9 @@ def transformer_config(spec: ModelSpec, parallel: Parallelism, params_dtype: str
         apply_rope_fusion=False,
         gradient_accumulation_fusion=False,
         persist_layer_norm=False,
-        # Megatron's own backward (custom_backward): on CPU it keeps sequence parallel's
-        # backward inside the CUDA -> CPU redirects (docs/platforms.md#megatron-core-on-cpu).
+        # Megatron's own backward (custom_backward, in schedules.backward_step): on CPU the
+        # pass step that runs outside the CUDA -> CPU redirect mode
+        # (docs/platforms.md#megatron-core-on-cpu), and the one expert parallelism works with.
         deallocate_pipeline_outputs=True,
     )
     values.update(device.megatron_config())   # host init, fused kernels, p2p sync

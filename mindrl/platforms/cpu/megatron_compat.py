@@ -10,6 +10,7 @@ torch.cuda.synchronize() in p2p communication.
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -44,6 +45,89 @@ class CudaToCpuMode(TorchFunctionMode):
             name = func(*args)
             return name.replace("torch.", "torch.cuda.", 1) if ".cuda." not in name else name
         return func(*args, **kwargs)
+
+
+_MODE = CudaToCpuMode()    # entered for the whole process by install()
+
+
+@contextlib.contextmanager
+def _mode_suspended():
+    """The body runs without the process's CudaToCpuMode (when it is the innermost mode)."""
+    from torch.overrides import _get_current_function_mode, _pop_mode, _push_mode
+
+    if _get_current_function_mode() is not _MODE:
+        yield
+        return
+    _pop_mode()
+    try:
+        yield
+    finally:
+        _push_mode(_MODE)
+
+
+@contextlib.contextmanager
+def _mode_resumed():
+    """The body runs under the process's CudaToCpuMode (a site inside a suspended pass)."""
+    from torch.overrides import _get_current_function_mode_stack, _pop_mode, _push_mode
+
+    if _MODE in _get_current_function_mode_stack():
+        yield
+        return
+    _push_mode(_MODE)
+    try:
+        yield
+    finally:
+        _pop_mode()
+
+
+def _wrapped(function, context):
+    @functools.wraps(function)
+    def run(*args, **kwargs):
+        with context():
+            return function(*args, **kwargs)
+
+    run.__wrapped_by_mindrl__ = True
+    return run
+
+
+def _rebind(module_name: str, name: str, context) -> None:
+    """module.name runs inside `context`, and so does every loaded megatron module that
+    imported it by name (modules imported later import the wrapper)."""
+    import importlib
+    import sys
+
+    module = importlib.import_module(module_name)
+    original = getattr(module, name)
+    if getattr(original, "__wrapped_by_mindrl__", False):
+        return
+    wrapper = _wrapped(original, context)
+    for loaded in list(sys.modules.values()):
+        if getattr(loaded, "__name__", "").startswith("megatron.") and \
+                getattr(loaded, name, None) is original:
+            setattr(loaded, name, wrapper)
+
+
+# Megatron's own steps of a pass (model forward with its loss, and backward), run without the
+# mode; inside them, the sites that still name "cuda" literally, run under it (the rest of
+# Megatron's device choices inside a pass go through torch.cuda.current_device(), a CPU device
+# here). A site missed here fails loudly: "Cannot access accelerator device".
+_PASS_STEPS = (("megatron.core.pipeline_parallel.schedules", "forward_step"),
+               ("megatron.core.pipeline_parallel.schedules", "backward_step"))
+_CUDA_SITES_IN_A_PASS = (
+    ("megatron.core.transformer.moe.moe_utils", "save_to_aux_losses_tracker"),
+    ("megatron.core.transformer.utils", "get_default_causal_mask"),
+    ("megatron.core.transformer.utils", "get_sliding_window_causal_mask"),
+    ("megatron.core.models.common.embeddings.rope_utils", "get_pos_emb_on_this_cp_rank"))
+
+
+def _passes_without_the_mode() -> None:
+    """The mode's Python dispatch costs about 7 us on every torch call: a fifth of a tiny
+    model's pass. Passes make most of a step's torch calls; construction, checkpoints and the
+    optimizer keep the mode (docs/platforms.md#megatron-core-on-cpu)."""
+    for module_name, name in _CUDA_SITES_IN_A_PASS:
+        _rebind(module_name, name, _mode_resumed)
+    for module_name, name in _PASS_STEPS:
+        _rebind(module_name, name, _mode_suspended)
 
 
 class CpuRNGStatesTracker:
@@ -113,7 +197,9 @@ def install() -> None:
     import_megatron(("megatron.core.tensor_parallel.random",))
     import megatron.core.tensor_parallel.random as mrandom
 
-    torch.cuda.current_device = lambda: 0
+    # A device, not an index: Megatron passes it as `device=` (rotary tables, SP gathers and
+    # reduce-scatters, p2p buffers), which then needs no redirect.
+    torch.cuda.current_device = lambda: torch.device("cpu")
     torch.cuda.synchronize = _noop
     torch.cuda.manual_seed = lambda seed: None
     torch.cuda.manual_seed_all = lambda seed: None
@@ -122,8 +208,9 @@ def install() -> None:
     mrandom._CUDA_RNG_STATE_TRACKER = CpuRNGStatesTracker()
     mrandom._CUDA_RNG_STATE_TRACKER_INITIALIZED = True
     mrandom.initialize_rng_tracker = _keep_cpu_tracker(mrandom.initialize_rng_tracker)
-    CudaToCpuMode().__enter__()
+    _MODE.__enter__()
     _host_alltoall_dispatcher()
+    _passes_without_the_mode()
     _installed = True
 
 
