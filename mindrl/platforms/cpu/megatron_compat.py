@@ -121,9 +121,9 @@ _CUDA_SITES_IN_A_PASS = (
 
 
 def _passes_without_the_mode() -> None:
-    """The mode's Python dispatch costs about 7 us on every torch call: a fifth of a tiny
-    model's pass. Passes make most of a step's torch calls; construction, checkpoints and the
-    optimizer keep the mode (docs/platforms.md#megatron-core-on-cpu)."""
+    """The mode's Python dispatch costs about 7 us on every torch call, and passes make most
+    of a step's torch calls (a tenth of a tiny model's update); construction, checkpoints and
+    the optimizer keep the mode (docs/platforms.md#megatron-core-on-cpu)."""
     for module_name, name in _CUDA_SITES_IN_A_PASS:
         _rebind(module_name, name, _mode_resumed)
     for module_name, name in _PASS_STEPS:
