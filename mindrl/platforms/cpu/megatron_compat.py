@@ -110,7 +110,8 @@ def _rebind(module_name: str, name: str, context) -> None:
 # Megatron's own steps of a pass (model forward with its loss, and backward), run without the
 # mode; inside them, the sites that still name "cuda" literally, run under it (the rest of
 # Megatron's device choices inside a pass go through torch.cuda.current_device(), a CPU device
-# here). A site missed here fails loudly: "Cannot access accelerator device".
+# here). A site missed here fails loudly: torch refuses the CUDA device
+# (tests/platforms/test_megatron_compat.py holds the arrangement).
 _PASS_STEPS = (("megatron.core.pipeline_parallel.schedules", "forward_step"),
                ("megatron.core.pipeline_parallel.schedules", "backward_step"))
 _CUDA_SITES_IN_A_PASS = (
