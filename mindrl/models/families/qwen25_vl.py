@@ -32,8 +32,8 @@ from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import (
     Qwen2_5_VisionTransformerPretrainedModel, Qwen2_5_VLModel)
 
 from mindrl.config.model_spec import ModelSpec, VisionSpec
-from mindrl.models.distinct_images import distinct_images, repeat_features
 from mindrl.models.builder import Parallelism, build_gpt_model
+from mindrl.models.distinct_images import distinct_images, repeat_features
 from mindrl.models.families import Features, register_model_family
 from mindrl.models.families.dense import QWEN2, TokenIds
 
