@@ -62,8 +62,9 @@ def test_the_tower_on_distinct_pictures_gives_every_copy_s_features_and_gradient
     visual = tiny_vl_model().model.visual.float()
     images = _images(GRIDS, seed=3)
     pixels, grids = _batch(images, GRIDS, ORDER)
-    weights = torch.randn(sum(t * h * w for t, h, w in (GRIDS[i] for i in ORDER)) // MERGE ** 2,
-                          visual.merger.mlp[-1].out_features, generator=torch.Generator().manual_seed(4))
+    tokens = sum(t * h * w for t, h, w in (GRIDS[i] for i in ORDER)) // MERGE ** 2
+    weights = torch.randn(tokens, visual.merger.mlp[-1].out_features,
+                          generator=torch.Generator().manual_seed(4))
 
     def features_and_grads(dedup):
         visual.zero_grad()

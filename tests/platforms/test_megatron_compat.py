@@ -4,6 +4,7 @@ can reach run under it again, in every module that imported them. In a fresh pro
 layer patches torch.cuda and enters a process-wide mode, which the test worker must not get."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -41,7 +42,7 @@ print(json.dumps(found))
 
 def test_passes_run_without_the_mode_and_their_cuda_sites_with_it():
     proc = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
-                          timeout=300, env={**__import__("os").environ, "MINDRL_DEVICE": "cpu"})
+                          timeout=300, env={**os.environ, "MINDRL_DEVICE": "cpu"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     assert found == {

@@ -10,7 +10,6 @@ torch.cuda.synchronize() in p2p communication.
 from __future__ import annotations
 
 import contextlib
-import functools
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -80,16 +79,6 @@ def _mode_resumed():
         _pop_mode()
 
 
-def _wrapped(function, context):
-    @functools.wraps(function)
-    def run(*args, **kwargs):
-        with context():
-            return function(*args, **kwargs)
-
-    run.__wrapped_by_mindrl__ = True
-    return run
-
-
 def _rebind(module_name: str, name: str, context) -> None:
     """module.name runs inside `context`, and so does every loaded megatron module that
     imported it by name (modules imported later import the wrapper)."""
@@ -100,7 +89,8 @@ def _rebind(module_name: str, name: str, context) -> None:
     original = getattr(module, name)
     if getattr(original, "__wrapped_by_mindrl__", False):
         return
-    wrapper = _wrapped(original, context)
+    wrapper = context()(original)         # a contextmanager decorates (functools.wraps)
+    wrapper.__wrapped_by_mindrl__ = True
     for loaded in list(sys.modules.values()):
         if getattr(loaded, "__name__", "").startswith("megatron.") and \
                 getattr(loaded, name, None) is original:
