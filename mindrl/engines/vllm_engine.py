@@ -149,6 +149,10 @@ class VLLMEngine:
         self._weights_epoch = 0
         self._early_digest: Optional[Tuple[int, Dict[str, torch.Tensor]]] = None
         self.tp_size = generate_config.infer_tensor_parallel_size
+        # How vLLM started the TP/PP workers (vLLM writes "spawn" where it forces it).
+        workers = self.tp_size * generate_config.infer_pipeline_parallel_size
+        self.worker_start = ("in-process" if workers == 1
+                             else os.environ.get("VLLM_WORKER_MULTIPROC_METHOD", "fork"))
         # vLLM's own renaming of checkpoint names (None: names are the engine's already).
         self._mapper = self.llm.collective_rpc(vllm_weights.name_mapper)[0]
         self._engine_names: Dict[str, str] = {}
@@ -175,7 +179,7 @@ class VLLMEngine:
         """What a weight sender needs to know about this engine (picklable)."""
         return {"dtype": self.dtype, "hf_shapes": self.hf_shapes, "module_of": self.module_of,
                 "load_mode": self.load_mode, "shared_weights": self.shared_weights,
-                "pid": os.getpid(), "node": this_node()}
+                "pid": os.getpid(), "node": this_node(), "worker_start": self.worker_start}
 
     # ---------------------------------------------------------------- generation
 

@@ -140,8 +140,10 @@ def test_a_partial_rollout_paused_for_a_sync_continues_to_the_whole_greedy_gener
 
 
 def test_one_sync_reaches_every_engine_and_a_mismatch_names_the_engine(cluster):
+    import ray
     from safetensors.torch import load_file
 
+    from mindrl import device
     from mindrl.ckpt.fingerprint import checkpoint_fingerprint, compare_fingerprints
     from mindrl.weight_sync.engine_fanout import EngineFanout
     from mindrl.weight_sync.target import WeightTarget
@@ -167,12 +169,15 @@ def test_one_sync_reaches_every_engine_and_a_mismatch_names_the_engine(cluster):
 
 def test_an_infer_tp2_engine_samples_as_tp1_and_each_worker_holds_its_shards(cluster, tmp_path):
     """Inference TP2 (vLLM's mp executor, workers in processes of their own): the same tokens
-    as TP1 and log-probs within 1e-4; the fingerprint, combined from each worker's shard
-    digests, equals the checkpoint's before and after a sync of other weights; vLLM's
+    as TP1 and log-probs within 1e-4; on CPU the workers are forked from the engine process,
+    not spawned (platforms/cpu/vllm_start.py: a spawned one imported vLLM again); the
+    fingerprint, combined from each worker's shard digests, equals the checkpoint's before and after a sync of other weights; vLLM's
     shared-memory segments (where this machine's vLLM build makes them: AVX-512 kernels) are
     its own, kept while mapped and gone after shutdown."""
+    import ray
     from safetensors.torch import load_file
 
+    from mindrl import device
     from mindrl.ckpt.fingerprint import checkpoint_fingerprint
     from mindrl.platforms.cpu.vllm_shm import (SEGMENTS, mapped_files, sweep_stale_segments,
                                                tp_collectives_use_segments)
@@ -184,6 +189,8 @@ def test_an_infer_tp2_engine_samples_as_tp1_and_each_worker_holds_its_shards(clu
     tp2 = make_tp2()
     try:
         tp2.start()
+        started = ray.get(tp2.engines[0].describe.remote())["worker_start"]
+        assert started == ("fork" if device.is_cpu() else "spawn"), started
         live = [p for p in mapped_files() if os.path.basename(p).startswith("vllm_dist_")]
         if tp_collectives_use_segments():
             assert len(live) >= 2, live              # one segment per TP rank, mapped

@@ -13,12 +13,15 @@ from mindrl.platforms.cpu.vllm_shm import sweep_stale_segments
 
 def prepare_vllm_process(threads: int) -> None:
     """Thread settings first (the CPU worker turns `torch.set_num_threads` into a no-op once
-    it binds), then the shared-memory segments killed engines left behind."""
+    it binds), then the shared-memory segments killed engines left behind, then how the
+    engine's tensor-parallel workers start."""
     # vLLM's own binding ("auto") fails at TP > 1 here ("Not enough allowed NUMA nodes").
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(threads)
     sweep_stale_segments()
+    if threads == 1:
+        fork_tensor_parallel_workers()
     # The CPU worker replaces torch.set_num_threads with a warning, and vLLM's multimodal
     # processing sets threads around every image request: two warnings per image prompt, which
     # buried a run's log (584 lines in 4 steps of the tiny VL recipe). The threads stay as set.
@@ -27,3 +30,31 @@ def prepare_vllm_process(threads: int) -> None:
 
 def _not_thread_warning(record: logging.LogRecord) -> bool:
     return "torch.set_num_threads" not in record.getMessage()
+
+
+def fork_tensor_parallel_workers() -> None:
+    """An engine of infer TP > 1 forks its TP workers instead of spawning them.
+
+    vLLM's CPU platform sets `VLLM_WORKER_MULTIPROC_METHOD=spawn` in every config check, and
+    vLLM forces spawn inside any Ray actor (a rule written for GPU processes), so each TP
+    worker of a Ray engine started a fresh interpreter that imported torch, vLLM and the
+    model code again: 16-24 CPU-s per worker, against about 2 forked (the tiny model,
+    2026-11-28). Forking is safe because the engine process runs one torch thread: libgomp
+    never starts its pool, so no child inherits a pool whose threads are gone (a forked child
+    of a process that ran a parallel region hangs); `prepare_vllm_process` calls this only
+    then. The TP workers never call Ray. Idempotent: engines in one process wrap it once."""
+    from vllm.platforms.cpu import CpuPlatform
+    from vllm.utils import system_utils
+
+    check = CpuPlatform.check_and_update_config.__func__
+    if getattr(check, "keeps_fork", False):
+        return
+
+    def check_keeping_fork(cls, vllm_config) -> None:
+        check(cls, vllm_config)
+        os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "fork"
+
+    check_keeping_fork.keeps_fork = True
+    CpuPlatform.check_and_update_config = classmethod(check_keeping_fork)
+    # `_maybe_force_spawn` asks this to decide; nothing else in vLLM reads system_utils' copy.
+    system_utils.is_in_ray_actor = lambda: False
