@@ -88,12 +88,6 @@ def _expert_parallel(run: RunConfig, role: str) -> list[Problem]:
                            f"allgather at expert parallelism {ep}: it needs equal token counts "
                            f"on every EP rank, and each data-parallel rank's micro batches are "
                            f"as long as its own samples", "set it to alltoall", "allgather"))
-    if ep > 1 and cfg.max_tokens_per_micro_batch is not None:
-        out.append(Problem(names.role_key(run, role, "max_tokens_per_micro_batch"), f"plans "
-                           f"micro batches by tokens, so EP ranks may run different counts of "
-                           f"them (each MoE layer is a collective over the EP group) at expert "
-                           f"parallelism {ep}", "remove it (micro batches by samples)",
-                           cfg.max_tokens_per_micro_batch))
     return out
 
 

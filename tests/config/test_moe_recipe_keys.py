@@ -48,16 +48,17 @@ def test_a_moe_key_on_a_dense_model_is_refused_naming_it(override, key):
 
 
 EP = "megatron_training.expert_model_parallel_size"
-# EP > 1 micro batches by samples, dispatched alltoall (config/moe_checks.py).
+# EP > 1 dispatched alltoall (config/moe_checks.py), on 4 CPU slots.
 ALLTOALL = ("megatron_training.moe_token_dispatcher_type=alltoall",
-            "megatron_training.max_tokens_per_micro_batch=null",
-            "ref_config.max_tokens_per_micro_batch=null",
             "rl_config.actor_resource.num_cpus=2", "rl_config.reference_resource.num_cpus=2")
 CPU4 = ClusterResources("cpu", 4)
 
 
 def test_expert_parallel_2_plans_and_sets_up_the_actor_at_ep2():
+    # With the recipe's token budget: every rank runs the plan's count of micro batches
+    # (tests/engines/test_megatron_engine_ep.py).
     run = load_recipe(MOE, [f"{EP}=2", *ALLTOALL], cluster=CPU4, check_paths=False)
+    assert run.role("actor").max_tokens_per_micro_batch == 432
     assert role_setup(run, "actor", 0).parallel.expert_model_parallel_size == 2
     plan = make_plan(run, CPU4, [])
     assert plan["fits_cluster"], plan["warnings"]
@@ -69,8 +70,6 @@ def test_expert_parallel_2_plans_and_sets_up_the_actor_at_ep2():
     ([f"{EP}=4", *ALLTOALL], CPU4, EP, "does not divide the actor's data parallelism 2"),
     ([f"{EP}=2", *ALLTOALL[1:]], CPU4, "megatron_training.moe_token_dispatcher_type",
      "allgather at expert parallelism 2"),
-    ([f"{EP}=2", *ALLTOALL, "megatron_training.max_tokens_per_micro_batch=64"], CPU4,
-     "megatron_training.max_tokens_per_micro_batch", "different counts"),
 ])
 def test_expert_parallel_that_does_not_fit_is_refused_naming_key_and_fix(overrides, cluster, key,
                                                                          words):

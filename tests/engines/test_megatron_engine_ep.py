@@ -51,6 +51,32 @@ def test_ep2_updates_equal_ep1_fed_the_same_micro_batches(setup):
     assert worst <= 1e-5 and moved > 1e-3
 
 
+def test_a_token_budget_at_ep2_runs_as_many_micro_batches_on_every_rank(setup):
+    """Micro batches by tokens (packed rows) at EP 2: each MoE layer is a collective over the
+    EP group, so every rank must run the same number of micro batches however its samples
+    fall. The batch's lengths (11, 5, 5, 5 tokens) under a budget of 11 leave one rank a
+    sample pair of 16 tokens (2 micro batches) and the other one that fits in 1: both run 2.
+    The updates equal EP 1 with the budget and EP 1 by samples (the loss is a token mean over
+    the mini batch, whatever the partition)."""
+    spec, full, batches = setup
+    by_samples = spawn_local(ep_steps, 2, spec, full, batches, 1)[0]
+    one = spawn_local(ep_steps, 2, spec, full, batches, 1, 11)[0]
+    two = spawn_local(ep_steps, 2, spec, full, batches, 2, 11)[0]
+    for plan in two["plans"]:
+        counts = [len(rank) for rank in plan]
+        assert counts[0] == counts[1] and sum(len(m) for m in plan[0]) == 2, plan
+    assert any(len(m) == 1 for plan in two["plans"] for m in plan[0] + plan[1])
+    for a, b, c in zip(by_samples["metrics"], one["metrics"], two["metrics"]):
+        for key in ("actor/pg_loss", "actor/grad_norm", "actor/kl_loss"):
+            if key in a:
+                assert abs(b[key] - c[key]) <= 1e-6 * max(1.0, abs(b[key])), key
+                assert abs(a[key] - c[key]) <= 1e-5 * max(1.0, abs(a[key])), key
+    worst = max((one["params"][n] - two["params"][n]).abs().max().item() for n in one["params"])
+    print(f"token budget, EP2 vs EP1: max |param difference| after 2 updates {worst:.2e}")
+    # As above: Adam on near-zero expert gradients; 1% of the two updates' move (2 x lr).
+    assert worst <= 2e-5, worst
+
+
 @pytest.mark.parametrize("save_ep,load_ep", [(2, 1), (1, 2)])
 def test_a_checkpoint_saved_at_one_ep_resumes_at_another(setup, tmp_path, save_ep, load_ep):
     from support.ep_worker import resume_across_ep

@@ -26,14 +26,17 @@ def ep_local_state(full, spec, ep_rank, ep_size):
     return out
 
 
-def ep_engine(spec, full, ep, train=True, seed=1234, dispatcher="alltoall", lr=1e-3, clip=1.0):
+def ep_engine(spec, full, ep, train=True, seed=1234, dispatcher="alltoall", lr=1e-3, clip=1.0,
+              max_tokens=None):
+    """`max_tokens`: micro batches by that many real tokens (packed rows), else 2 samples."""
     from megatron.core import parallel_state as ps
 
     parallel = Parallelism(expert_model_parallel_size=ep)
     initialize_parallel(parallel, seed)
     engine = MegatronEngine(spec, parallel, micro_batch_size=2, loss=LossConfig(),
                             optim=OptimConfig(lr=lr, clip_grad=clip) if train else None,
-                            moe=MoETraining(token_dispatcher_type=dispatcher))
+                            moe=MoETraining(token_dispatcher_type=dispatcher),
+                            packed=max_tokens is not None, max_tokens_per_micro_batch=max_tokens)
     local = ep_local_state(mapping.stage_state_dict(full, spec, 0, 1, 0, 1), spec,
                            ps.get_expert_model_parallel_rank(), ep)
     missing, unexpected = engine.module.load_state_dict(local, strict=False)
@@ -59,12 +62,13 @@ def full_params(engine, ep):
     return out
 
 
-def ep_steps(rank, world, spec, full, batches, ep):
-    """Two updates at EP `ep` in this world (DP = world): each step's metrics and the full
-    parameters after, on rank 0."""
+def ep_steps(rank, world, spec, full, batches, ep, max_tokens=None):
+    """Two updates at EP `ep` in this world (DP = world): each step's metrics, the full
+    parameters after and the micro batches each DP rank ran, on rank 0."""
     from megatron.core import parallel_state as ps
 
-    engine = ep_engine(spec, full, ep)
+    engine = ep_engine(spec, full, ep, max_tokens=max_tokens)
+    plans = [engine._plan(Batch.of(**b), engine.micro_batch_size) for b in batches]
     metrics = [engine.update(Batch.of(**b), mini_batch_size=b["response_ids"].shape[0])
                for b in batches]
     params = full_params(engine, ep)
@@ -74,7 +78,7 @@ def ep_steps(rank, world, spec, full, batches, ep):
                    if expert_number(n) is not None)
     ps.destroy_model_parallel()
     return {"metrics": metrics, "params": params, "layers": local_experts,
-            "expert_names": names} if rank == 0 else None
+            "expert_names": names, "plans": plans} if rank == 0 else None
 
 
 def sync_from_ep2(rank, world, spec, vllm_dir, layout_dir, full, prompts, gen_cfg):
