@@ -123,9 +123,10 @@ def sync_from_ep2(rank, world, spec, vllm_dir, layout_dir, full, prompts, gen_cf
 
 def resume_across_ep(rank, world, spec, full, batches, save_ep, load_ep, save_dir):
     """One update at EP `save_ep`, save, then log-probs and a second update; a fresh engine at
-    EP `load_ep` loads the checkpoint's weights (Adam afresh: its state does not cross EP 1 <->
-    EP > 1, layout_change.py) and does the same: both sides' log-probs, second-step metrics and
-    parameters on rank 0, and the refusal a load with the optimizer gets."""
+    EP `load_ep` loads the checkpoint with Adam's state (layout_change.py maps it between one
+    optimizer and the dense + expert pair) and does the same, and so does one that starts Adam
+    afresh: each side's log-probs, second-step metrics, parameters before and after it and the
+    load's notes, on rank 0."""
     from megatron.core import parallel_state as ps
 
     from mindrl.ckpt.training.megatron_checkpoint import iteration_dir
@@ -135,21 +136,18 @@ def resume_across_ep(rank, world, spec, full, batches, save_ep, load_ep, save_di
         params = full_params(engine, ep)
         step = engine.update(Batch.of(**batches[1]), mini_batch_size=batches[1][
             "response_ids"].shape[0])
-        return {"log_probs": logp, "params": params, "step": step}
+        return {"log_probs": logp, "params": params, "step": step,
+                "after": full_params(engine, ep)}
 
     engine = ep_engine(spec, full, save_ep)
     engine.update(Batch.of(**batches[0]), mini_batch_size=batches[0]["response_ids"].shape[0])
     engine.save_checkpoint(save_dir, 1)
     saved = after_load(engine, save_ep)
     ps.destroy_model_parallel()
-    fresh = ep_engine(spec, full, load_ep)
-    try:
-        fresh.load_checkpoint(iteration_dir(save_dir, 1))
-        refusal = None
-    except ValueError as exc:
-        refusal = str(exc)
-    meta = fresh.load_checkpoint(iteration_dir(save_dir, 1), load_optim=False)
-    loaded = after_load(fresh, load_ep)
-    ps.destroy_model_parallel()
-    return ({"saved": saved, "loaded": loaded, "meta": meta, "refusal": refusal}
-            if rank == 0 else None)
+    out = {"saved": saved}
+    for name, load_optim in (("loaded", True), ("fresh_adam", False)):
+        fresh = ep_engine(spec, full, load_ep)
+        meta = fresh.load_checkpoint(iteration_dir(save_dir, 1), load_optim=load_optim)
+        out[name] = {**after_load(fresh, load_ep), "notes": meta.get("notes", [])}
+        ps.destroy_model_parallel()
+    return out if rank == 0 else None

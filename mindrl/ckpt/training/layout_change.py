@@ -10,9 +10,11 @@ loader (a KeyError for a distributed-optimizer bucket, a global shape mismatch):
   (Megatron-LM skips it there too).
 Expert parallelism counts as model parallelism here: experts are stored under global numbers
 (Megatron's sharded state dict), so the weights load at another EP, while the expert-parallel
-RNG streams do not carry over. Adam's moments do not cross between EP 1 and EP > 1: above 1
-Megatron keeps two optimizers (dense and expert parameters, saved as chained_0 / chained_1), at
-1 one, so that resume is refused unless the optimizer starts afresh (no_load_optim).
+RNG streams do not carry over. Between EP 1 and EP > 1 Megatron's optimizer changes shape: above
+1 it keeps two (dense and expert parameters, saved as chained_0 / chained_1), at 1 one. Their
+model-space moments are the same tensors under another key prefix, so such a load renames the
+requested keys to the saved ones (`LoadPlan.rename_optimizer_keys`) and keeps the current
+optimizer's parameter groups, with the saved Adam step.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ class LoadPlan:
     optim_format: str       # the distributed optimizer format to request (what was saved)
     load_rng: bool
     notes: Tuple[str, ...] = ()
+    # The optimizer's chain changed (EP 1 <-> EP > 1): saved keys differ by their chained_N.
+    rename_optimizer_keys: bool = False
 
 
 def _model_parallel(lay: Mapping[str, Any]) -> Tuple[Any, Any, Any]:
@@ -46,12 +50,14 @@ def plan_load(saved_layout: Optional[Mapping[str, Any]], saved_format: str,
         return LoadPlan(saved_format, load_rng)    # DP alone may change in every format
     old, new = describe_layout(saved_layout), describe_layout(current_layout)
     saved_ep, ep = saved_layout.get("ep", 1), current_layout.get("ep", 1)
-    if load_optim and (saved_ep == 1) != (ep == 1):
+    rechained = load_optim and (saved_ep == 1) != (ep == 1)
+    if rechained and saved_format != RESHARDABLE_OPTIM_FORMATS[0]:
         raise ValueError(
             f"{ckpt_dir} was saved at {old} and this run is at {new}: Megatron keeps one "
-            f"optimizer at expert parallelism 1 and two (dense, experts) above it, so Adam's "
-            f"state does not load across that change. Set actor_config.no_load_optim: true to "
-            f"keep the weights and start Adam afresh, or resume at "
+            f"optimizer at expert parallelism 1 and two (dense, experts) above it, and only a "
+            f"distributed optimizer's {RESHARDABLE_OPTIM_FORMATS[0]} state (this one is "
+            f"{saved_format}) maps from one to the other. Set actor_config.no_load_optim: true "
+            f"to keep the weights and start Adam afresh, or resume at "
             f"actor_config.expert_model_parallel_size={saved_ep}")
     if load_optim and saved_format not in RESHARDABLE_OPTIM_FORMATS:
         raise ValueError(
@@ -66,4 +72,8 @@ def plan_load(saved_layout: Optional[Mapping[str, Any]], saved_format: str,
     if load_rng:
         notes = (f"RNG state of {ckpt_dir} not restored: saved at {old}, loading at {new}, and "
                  f"its per-rank streams do not map across TP/PP/EP layouts (fresh RNG state)",)
-    return LoadPlan(saved_format, False, notes)
+    if rechained:
+        held = {True: "one optimizer", False: "dense and expert optimizers"}
+        notes += (f"Adam's state of {ckpt_dir}: saved at {old} ({held[saved_ep == 1]}), loaded "
+                  f"into {held[ep == 1]} at {new}",)
+    return LoadPlan(saved_format, False, notes, rechained)

@@ -226,6 +226,43 @@ def _load_optimizer(optimizer, loaded) -> None:
             inner[p]["step"] = step
 
 
+def _rename_optimizer_keys(request, saved_keys) -> None:
+    """Point every requested optimizer tensor at the saved key of the same parameter state:
+    across EP 1 <-> EP > 1 the keys differ only by Megatron's `chained_N.` prefix
+    (`optimizer.state.exp_avg.<param>` vs `chained_1.optimizer.state.exp_avg.<param>`)."""
+    marker = "optimizer.state."
+    saved = {key.split(marker, 1)[1]: key for key in saved_keys if marker in key}
+
+    def visit(node):
+        if isinstance(node, (dict, list, tuple)):
+            for child in (node.values() if isinstance(node, dict) else node):
+                visit(child)
+            return
+        key = getattr(node, "key", None)
+        if isinstance(key, str) and marker in key:
+            found = saved.get(key.split(marker, 1)[1])
+            if found is None:
+                raise ValueError(f"the checkpoint holds no optimizer state for {key!r}")
+            node.key = found
+
+    visit(request)
+
+
+def _load_rechained_optimizer(optimizer, loaded) -> None:
+    """Adam's moments saved by another chain of optimizers (EP 1 <-> EP > 1), read under the
+    current chain's keys (`_rename_optimizer_keys`): each current optimizer loads the param
+    state at its own place; its parameter groups stay as built from the run's settings (the
+    saved Adam step is restored after, `_restore_adam_steps`)."""
+    chained = getattr(optimizer, "chained_optimizers", [optimizer])
+    states = [loaded] if len(chained) == 1 else [loaded[i] for i in range(len(chained))]
+    for opt, state in zip(chained, states):
+        inner = opt.optimizer.state
+        steps = {p: s.pop("step") for p, s in inner.items() if "step" in s}
+        opt.load_parameter_state_from_fully_reshardable(state["param_state"])
+        for p, step in steps.items():
+            inner[p]["step"] = step
+
+
 def _saved_shapes(ckpt_dir) -> Dict[str, Tuple[int, ...]]:
     """{tensor key: global shape} from the checkpoint's (safely read) DCP metadata."""
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
@@ -277,7 +314,10 @@ def load(module, optimizer, scheduler, ckpt_dir, load_optim: bool = True,
     request = sharded_state(module, optimizer, ps, load_optim, load_rng, is_loading=True,
                             optim_format=fmt)
     # Vocab rows can differ between layouts (padding is a multiple of TP): read those shared.
-    fixes = checkpoint_vocab.fit_vocab_rows(request, _saved_shapes(ckpt_dir))
+    saved_shapes = _saved_shapes(ckpt_dir)
+    if plan.rename_optimizer_keys:
+        _rename_optimizer_keys(request["optimizer"], saved_shapes)
+    fixes = checkpoint_vocab.fit_vocab_rows(request, saved_shapes)
     loaded = dist_checkpointing.load(request, str(ckpt_dir))
     checkpoint_vocab.finish_vocab_rows(loaded, fixes)
     module.load_state_dict(loaded["model"], strict=False)
@@ -286,7 +326,10 @@ def load(module, optimizer, scheduler, ckpt_dir, load_optim: bool = True,
         # (docs/platforms.md#megatron-core-on-cpu).
         step = _saved_adam_step(loaded["optimizer"])
         with torch.no_grad():
-            _load_optimizer(optimizer, loaded["optimizer"])
+            if plan.rename_optimizer_keys:
+                _load_rechained_optimizer(optimizer, loaded["optimizer"])
+            else:
+                _load_optimizer(optimizer, loaded["optimizer"])
         _restore_adam_steps(optimizer, step)
         if scheduler is not None and "scheduler" in loaded:
             scheduler.load_state_dict(loaded["scheduler"])

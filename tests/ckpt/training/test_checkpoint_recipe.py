@@ -115,6 +115,25 @@ def test_an_old_dp_reshardable_optimizer_at_another_layout_is_refused_up_front()
     assert not plan_load(TP2, "dp_reshardable", TP1_DP2, False, True, "c").load_rng
 
 
+def test_adam_crosses_ep_1_and_ep_2_only_from_a_distributed_optimizer():
+    ep1, ep2 = {"tp": 1, "pp": 1, "dp": 2}, {"tp": 1, "pp": 1, "dp": 2, "ep": 2}
+    for saved, current in ((ep1, ep2), (ep2, ep1)):
+        plan = plan_load(saved, "fully_reshardable", current, True, True, "c")
+        assert plan.rename_optimizer_keys and not plan.load_rng
+        assert any("Adam's state" in n and "dense and expert optimizers" in n
+                   for n in plan.notes), plan.notes
+        assert not plan_load(saved, "fully_reshardable", current, False, True,
+                             "c").rename_optimizer_keys
+    # EP 2 -> EP 4 keeps the chain: nothing to rename.
+    assert not plan_load(ep2, "fully_reshardable", dict(ep2, ep=4), True, True,
+                         "c").rename_optimizer_keys
+    with pytest.raises(ValueError) as err:
+        plan_load(ep1, "model_space", ep2, True, True, "run/iter_0000002")
+    for text in ("run/iter_0000002", "model_space", "no_load_optim: true",
+                 "expert_model_parallel_size=1"):
+        assert text in str(err.value)
+
+
 def test_check_resume_warns_and_refuses_before_any_worker_starts(tmp_path):
     from mindrl.ckpt.training.resume_check import check_resume
 
