@@ -9,8 +9,13 @@ remains, at most K. Its new tokens and their sampled log-probs are appended, eac
 recording the weights version that sampled it. A finished sample (EOS / stop, its max_tokens
 reached, or a chunk cut short by the engine's context length) is never continued.
 
+Prompts with images continue as they started: the one-pad-per-image prompt ids plus the tokens
+so far, with the same images (vLLM expands the pads again, and the generated tokens follow as
+text); the rollout reports the prompt ids vLLM ran for the first chunk, pads expanded, which is
+what the trainer's batch must equal.
+
 Greedy continuation from the prefix gives the whole generation's tokens and log-probs
-(tests/engines/test_partial_rollout.py); a seeded sampler's random stream restarts at each
+(tests/engines/test_partial_rollout.py, tests/rollout/test_vision_rollout.py); a seeded sampler's random stream restarts at each
 chunk (chunk c's requests use seeds seed + c * samples + j), so a sampled chunked rollout is
 a different draw from the whole one, from the same distribution.
 
@@ -39,6 +44,7 @@ class PartialSample:
     log_probs: List[float] = field(default_factory=list)
     versions: List[int] = field(default_factory=list)
     finish_reason: Optional[str] = None
+    ran_prompt: Optional[List[int]] = None   # the engine's prompt ids at the first chunk
 
     @property
     def prefix(self) -> List[int]:
@@ -49,23 +55,32 @@ class PartialSample:
 @dataclass
 class Chunk:
     """One engine call of a chunk: the samples it continues (indices into the rollout), the
-    prompt ids to send, samples per prompt, and the sampling overrides (max_tokens, min_tokens
-    and a seed offset for that call)."""
+    prompt ids to send, samples per prompt, the sampling overrides (max_tokens, min_tokens
+    and a seed offset for that call) and each prompt's images (None: text prompts)."""
 
     samples: List[int]
     prompts: List[List[int]]
     n: int
     overrides: Dict[str, int]
+    images: Optional[List[tuple]] = None
+
+    def engine_kwargs(self) -> Dict:
+        """What `generate` takes besides the prompts and n."""
+        return {**self.overrides, **({} if self.images is None else {"images": self.images})}
 
 
 class PartialRollout:
     """n samples per prompt, prompt-major, generated `chunk` tokens at a time up to
-    `max_tokens` each; `min_tokens` (no EOS before that many) counts over all chunks."""
+    `max_tokens` each; `min_tokens` (no EOS before that many) counts over all chunks;
+    `images[i]`: prompt i's images (None: text prompts)."""
 
     def __init__(self, prompts: Sequence[Sequence[int]], n: int, max_tokens: int, chunk: int,
-                 min_tokens: int = 0):
+                 min_tokens: int = 0, images: Optional[Sequence[tuple]] = None):
         if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0:
             raise ValueError(f"chunk must be an integer > 0, got {chunk!r}")
+        if images is not None and len(images) != len(prompts):
+            raise ValueError(f"{len(images)} image lists for {len(prompts)} prompts")
+        self.images = None if images is None else [tuple(i) for i in images]
         self.prompts = [list(map(int, p)) for p in prompts]
         self.n, self.max_tokens, self.chunk, self.min_tokens = n, max_tokens, chunk, min_tokens
         self.samples = [PartialSample(list(p), i) for i, p in enumerate(self.prompts)
@@ -88,15 +103,18 @@ class PartialRollout:
         `seed`, chunk c's calls seed from seed + c * samples on, one seed per sample sent."""
         if self.chunks_done == 0:
             calls = [Chunk(list(range(len(self.samples))), [list(p) for p in self.prompts],
-                           self.n, self._limits(0))]
+                           self.n, self._limits(0), self.images)]
         else:
             by_limits: Dict[Tuple[int, int], Chunk] = {}
             for i in self.pending():
                 limits = self._limits(len(self.samples[i].tokens))
                 key = (limits["max_tokens"], limits["min_tokens"])
-                call = by_limits.setdefault(key, Chunk([], [], 1, limits))
+                call = by_limits.setdefault(key, Chunk([], [], 1, limits,
+                                                       None if self.images is None else []))
                 call.samples.append(i)
                 call.prompts.append(self.samples[i].prefix)
+                if self.images is not None:
+                    call.images.append(self.images[self.samples[i].prompt_index])
             calls = list(by_limits.values())
         if seed is not None:
             first = seed + self.chunks_done * len(self.samples)
@@ -118,9 +136,13 @@ class PartialRollout:
             raise ValueError(f"{len(output.response_token_ids)} rows answer a chunk of "
                              f"{len(call.samples)} samples")
         asked = call.overrides["max_tokens"]
-        for index, ids, logps, reason in zip(call.samples, output.response_token_ids,
-                                             output.log_probs, output.finish_reasons):
+        ran = getattr(output, "prompt_token_ids", None) or [None] * len(call.samples)
+        for index, ids, logps, reason, prompt in zip(call.samples, output.response_token_ids,
+                                                     output.log_probs, output.finish_reasons,
+                                                     ran):
             sample = self.samples[index]
+            if self.chunks_done == 0 and prompt is not None:
+                sample.ran_prompt = list(map(int, prompt))
             if sample.finish_reason is not None:
                 raise ValueError(f"sample {index} has finished ({sample.finish_reason}): it is "
                                  f"never continued")
@@ -142,7 +164,7 @@ class PartialRollout:
         if not self.done:
             raise ValueError(f"samples {self.pending()[:8]} have not finished")
         s = self.samples
-        return RolloutOutput([x.prompt for x in s], [x.tokens for x in s],
+        return RolloutOutput([x.ran_prompt or x.prompt for x in s], [x.tokens for x in s],
                              [x.log_probs for x in s], [x.finish_reason for x in s],
                              [x.prompt_index for x in s])
 
@@ -155,20 +177,30 @@ def generate_in_chunks(generate: Callable[..., RolloutOutput], prompts: Sequence
                        n: int, max_tokens: int, chunk: int, version: Callable[[], int] = lambda: 0,
                        seed: Optional[int] = None, min_tokens: int = 0,
                        between: Callable[[int], None] = lambda chunk_index: None,
+                       images: Optional[Sequence[tuple]] = None,
                        **sampling_overrides) -> Tuple[RolloutOutput, List[List[int]]]:
     """`generate(prompts, n, **overrides)` (a VLLMEngine's) chunk by chunk until every sample
     finishes; `version()` is read at each chunk and `between(c)` runs after chunk c (where a
     weight sync can go). The rollout and each sample's per-token versions."""
-    rollout = PartialRollout(prompts, n, max_tokens, chunk, min_tokens)
+    rollout = PartialRollout(prompts, n, max_tokens, chunk, min_tokens, images)
     while not rollout.done:
         held = version()
         for call in rollout.next_calls(seed):
-            rollout.record(call, generate(call.prompts, call.n, **call.overrides,
+            rollout.record(call, generate(call.prompts, call.n, **call.engine_kwargs(),
                                           **sampling_overrides), held)
         rollout.end_chunk()
         if not rollout.done:
             between(rollout.chunks_done)
     return rollout.output(), rollout.versions()
+
+
+def whole_generation_versions(policy_version: torch.Tensor,
+                              response_mask: torch.Tensor) -> torch.Tensor:
+    """`token_policy_version` of whole generations: every response token (mask 1) sampled by
+    its sample's `policy_version` [B], 0 in the padding; [B, R] like the mask. What a batch
+    generated in one piece carries beside chunked ones (dynamic sampling's extra rounds)."""
+    versions = policy_version.to(torch.long).unsqueeze(1).expand_as(response_mask)
+    return torch.where(response_mask.bool(), versions, torch.zeros_like(versions))
 
 
 def crossed_update_frac(token_versions: torch.Tensor, mask: torch.Tensor) -> float:

@@ -7,8 +7,9 @@ change (RolloutGroup.in_flight no longer counts the handle); `resume()` continue
 unfinished sample from its prefix on the engines' new weights. Each chunk reads the group's
 `policy_version` when it is submitted, so every token knows the version that sampled it
 (`token_policy_version`); the batch's `policy_version` stays the version it was submitted on,
-the one the staleness bound counts. Text prompts only: a continued prefix would need vLLM's
-expanded image ids and the images again, and MoE routes would have to be joined per chunk.
+the one the staleness bound counts. Prompts with images continue with their images
+(rollout/partial.py); MoE routes are not joined per chunk, so a generate asking for routes is
+refused.
 """
 
 from __future__ import annotations
@@ -30,17 +31,18 @@ class ChunkedHandle(RolloutHandle):
                  chunk: int, seed: Optional[int], sampling_overrides: Dict):
         super().__init__(group, parts, {}, n, policy_version, submitted)
         overrides = dict(sampling_overrides)
-        if overrides.get("with_routes") or any("rollout_prompt_ids" in p for p in parts):
+        if overrides.get("with_routes"):
             raise NotImplementedError("partial rollouts (rl_config.partial_rollout_tokens) "
-                                      "generate text prompts without MoE routes only")
+                                      "generate without MoE routes")
         sampling = group.config.sampling_config
         max_tokens = overrides.pop("max_tokens", sampling.max_tokens)
         min_tokens = overrides.pop("min_tokens", sampling.min_tokens)
         self.overrides, self.rollouts, self.seeds, first = overrides, {}, {}, 0
         for index, part in enumerate(parts):
-            prompts, _ = rollout_prompts(part)
+            prompts, images = rollout_prompts(part)
             if prompts:
-                self.rollouts[index] = PartialRollout(prompts, n, max_tokens, chunk, min_tokens)
+                self.rollouts[index] = PartialRollout(prompts, n, max_tokens, chunk, min_tokens,
+                                                      images)
                 self.seeds[index] = None if seed is None else seed + first * n
             first += len(prompts)
         self._cv = threading.Condition()
@@ -91,7 +93,7 @@ class ChunkedHandle(RolloutHandle):
                 continue
             for r, call in enumerate(rollout.next_calls(self.seeds[index])):
                 ref = self.group.engines[index].generate.remote(
-                    call.prompts, call.n, **call.overrides, **self.overrides)
+                    call.prompts, call.n, **call.engine_kwargs(), **self.overrides)
                 if r == len(rounds):
                     rounds.append({})
                 rounds[r][ref] = (index, call)

@@ -39,6 +39,7 @@ from mindrl.config.async_checks import staleness_bound
 from mindrl.config.schema import RunConfig
 from mindrl.data.batch import Batch
 from mindrl.rollout.partial import crossed_update_frac
+from mindrl.rollout.partial import whole_generation_versions
 from mindrl.rollout.partial_handle import submit_in_chunks
 from mindrl.rollout.sample_buffer import SampleBuffer
 from mindrl.trainer.async_metrics import staleness_metrics, timeline_metrics
@@ -91,6 +92,16 @@ class AsyncGRPOTrainer(GRPOTrainer):
         batch, metrics = self._fill(batch, metrics, entry.extra["prompts"],
                                     entry.extra["seed"], timings)
         self._window["train"] = time.perf_counter()
+        return batch, metrics
+
+    def _generate_and_score(self, rows, seed: int, timings: Dict[str, float]):
+        """Dynamic sampling's extra rounds: whole generations on the current weights. Beside
+        a batch generated in chunks they carry `token_policy_version` too (each token the
+        round's version), so the rounds' groups join into one batch."""
+        batch, metrics = super()._generate_and_score(rows, seed, timings)
+        if self._chunk is not None:
+            batch = batch.add(token_policy_version=whole_generation_versions(
+                batch["policy_version"], batch["response_mask"]))
         return batch, metrics
 
     def _sleep_engines(self) -> bool:

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from mindrl.engines.vllm_engine import RolloutOutput
-from mindrl.rollout.partial import PartialRollout, crossed_update_frac, generate_in_chunks
+from mindrl.rollout.partial import (PartialRollout, crossed_update_frac, generate_in_chunks,
+                                    whole_generation_versions)
 from support.counting_engine import count_up
 
 EOS = 2
@@ -42,6 +43,26 @@ def test_a_sample_finishing_in_chunk_1_and_one_spanning_3_chunks_across_a_versio
     assert out.log_probs == [[-.1, -.2], [-1., -2., -3., -4., -5., -6., -7.]]
     assert out.finish_reasons == ["stop", "length"]
     assert r.versions() == [[4, 4], [4, 4, 4, 5, 5, 5, 5]]
+
+
+def test_images_go_with_every_continuation_and_the_engine_s_prompt_ids_are_reported():
+    r = PartialRollout([[5, 9], [7]], n=2, max_tokens=4, chunk=2, images=[("png",), ()])
+    [first] = r.next_calls()
+    assert first.images == [("png",), ()] and first.engine_kwargs()["images"] == first.images
+    expanded = [[5, 9, 9, 9]] * 2 + [[7]] * 2        # the engine's ids: its pad expanded
+    r.record(first, RolloutOutput(expanded, [[1, 2], [EOS], [3, 4], [5, 6]],
+                                  [[-1., -1.], [-1.], [-1., -1.], [-1., -1.]],
+                                  ["length", "stop", "length", "length"]), 0)
+    r.end_chunk()
+    [second] = r.next_calls()
+    # One pad per image plus the tokens so far, each with its own prompt's images.
+    assert second.samples == [0, 2, 3]
+    assert second.prompts == [[5, 9, 1, 2], [7, 3, 4], [7, 5, 6]]
+    assert second.images == [("png",), (), ()]
+    r.record(second, RolloutOutput([[0]] * 3, [[EOS]] * 3, [[-1.]] * 3, ["stop"] * 3), 1)
+    r.end_chunk()
+    assert r.output().prompt_token_ids == expanded
+    assert "images" not in PartialRollout([[1]], 1, 2, 1).next_calls()[0].engine_kwargs()
 
 
 def test_a_finished_sample_is_never_continued():
@@ -101,3 +122,10 @@ def test_crossed_update_frac_counts_samples_spanning_versions_under_the_mask():
     mask = torch.tensor([[1, 1, 1], [1, 1, 1], [1, 0, 0], [1, 0, 0]])
     assert crossed_update_frac(versions, mask) == 0.25
     assert crossed_update_frac(versions[:0], mask[:0]) == 0.0
+
+
+def test_a_whole_generation_s_tokens_carry_its_version_and_the_padding_0():
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1]])
+    versions = whole_generation_versions(torch.tensor([4, 5, 0]), mask)
+    assert versions.tolist() == [[4, 4, 0], [5, 0, 0], [0, 0, 0]]
+    assert versions.dtype == torch.long and crossed_update_frac(versions, mask) == 0.0

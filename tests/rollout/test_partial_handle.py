@@ -96,7 +96,7 @@ def test_an_engine_failure_reaches_the_caller():
         handle.wait()
 
 
-def test_vision_prompts_and_routes_are_refused():
+def test_a_generate_asking_for_routes_is_refused():
     group = _Group(engines=1)
     batch = Batch.from_prompts([[1]], 1, pad_id=0)
     with pytest.raises(NotImplementedError, match="partial_rollout_tokens"):

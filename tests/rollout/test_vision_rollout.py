@@ -125,3 +125,27 @@ def test_expanded_ids_sent_as_rollout_ids_stop_the_merge(world):
                                    mm_processor_kwargs=vision.mm_processor_kwargs)
     with pytest.raises(PromptMismatch, match="prompt group 0 of the step"):
         with_rollout(batch, out, N)
+
+
+def test_prompts_with_images_generated_in_chunks_give_the_whole_generation(world):
+    """Partial rollouts with pictures (rollout/partial.py): greedy, chunks of 2 tokens, each
+    continuation sent as the one-pad-per-image ids plus the tokens so far with the same
+    images, equal the whole generation's tokens and log-probs, and report vLLM's expanded
+    prompt ids (what the merge checks against the batch)."""
+    from mindrl.rollout.partial import generate_in_chunks
+
+    batch, vision, engine = world["batch"], world["vision"], world["engine"]
+    ids, images = rollout_prompts(batch)
+    kwargs = {"mm_processor_kwargs": vision.mm_processor_kwargs, "temperature": 0.0}
+    whole = engine.generate(ids, 1, images=images, **kwargs)
+    chunked, versions = generate_in_chunks(engine.generate, ids, n=1, max_tokens=MAX_TOKENS,
+                                           chunk=2, images=images, **kwargs)
+    assert max(map(len, whole.response_token_ids)) > 4          # 3+ chunks for some
+    assert chunked.response_token_ids == whole.response_token_ids
+    assert chunked.finish_reasons == whole.finish_reasons
+    assert chunked.prompt_token_ids == whole.prompt_token_ids == batch.prompts()
+    worst = max(abs(a - b) for ours, theirs in zip(chunked.log_probs, whole.log_probs)
+                for a, b in zip(ours, theirs))
+    print(f"chunked vs whole, images: max |log-prob difference| {worst:.2e}")
+    assert worst < 1e-5
+    assert versions == [[0] * len(t) for t in whole.response_token_ids]

@@ -28,14 +28,18 @@ NON_DETERMINISTIC = ("timing_s/", "perf/", "async/")
 
 @pytest.fixture(scope="module")
 def runs(work):
-    dirs = {name: work / "runs" / f"async_{name}" for name in ("sync", "bound0", "one_step")}
+    dirs = {name: work / "runs" / f"async_{name}"
+            for name in ("sync", "bound0", "one_step", "partial")}
     train_together(work, {
         dirs["sync"]: [*OWN_ENGINE, NO_VALIDATION],
         dirs["bound0"]: [*OWN_ENGINE, NO_VALIDATION, "+rl_config.async_mode=bounded",
                          "+rl_config.max_staleness=0"],
         # without dynamic sampling's fresh rounds every sample of a step is one version old
         dirs["one_step"]: [*OWN_ENGINE, "+rl_config.async_mode=one_step",
-                           "rl_config.dynamic_sampling=false", "rl_config.val_freq=3"]})
+                           "rl_config.dynamic_sampling=false", "rl_config.val_freq=3"],
+        # partial rollouts one token at a time, with dynamic sampling's whole extra rounds
+        dirs["partial"]: [*OWN_ENGINE, NO_VALIDATION, "+rl_config.async_mode=one_step",
+                          "+rl_config.partial_rollout_tokens=1"]})
     return {name: metrics(path) for name, path in dirs.items()} | {"dirs": dirs}
 
 
@@ -109,3 +113,16 @@ def test_a_killed_async_run_resumes_and_regenerates_what_was_in_flight(work):
     assert (rows[2]["rollout/staleness_max"], rows[2]["rollout/policy_version"]) == (0.0, 2)
     assert rows[3]["rollout/staleness_max"] == 1.0                  # one step off again
     assert latest.read_text() == "4"
+
+
+def test_partial_rollouts_train_with_dynamic_sampling_s_extra_rounds(runs):
+    """One token per chunk (the smoke recipe answers in up to 3): every step's batch was
+    generated in chunks, and dynamic sampling topped it up with whole generations on the
+    current weights; the two join into one batch (each token knows its version)."""
+    rows = runs["partial"]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert max(r["dynamic_sampling/rounds"] for r in rows) > 1       # the extra rounds ran
+    for r in rows:
+        assert 0.0 <= r["rollout/crossed_update_frac"] <= 1.0
+        assert r["rollout/staleness_max"] <= 1.0
+    assert rows[0]["rollout/staleness_max"] == 0.0       # step 1: the start's weights
