@@ -37,7 +37,7 @@ from mindrl.engines import vllm_routes, vllm_weights
 from mindrl.engines.vllm_fingerprint import combine_views
 from mindrl.engines.vllm_fingerprint import vllm_view as _vllm_view
 from mindrl.engines.vllm_settings import (configure_environment, llm_kwargs, requests,
-                                          reseeded, sampling_params)
+                                          reseeded, sampling_params, worker_start)
 from mindrl.errors import WeightSyncError
 from mindrl.platforms import device_ipc
 from mindrl.platforms.cpu.vllm_shared_weights import SharedWeights, prefix_renames
@@ -144,15 +144,11 @@ class VLLMEngine:
                                  f"'reload' or {self.load_mode!r})")
             self.load_mode = load_mode
         self._failure: Optional[str] = None
-        # Bumped by every change of the weights; `start_fingerprint`'s digest is used only
-        # while it is unchanged.
+        # Bumped by every weight change; `start_fingerprint`'s digest holds while unchanged.
         self._weights_epoch = 0
         self._early_digest: Optional[Tuple[int, Dict[str, torch.Tensor]]] = None
         self.tp_size = generate_config.infer_tensor_parallel_size
-        # How vLLM started the TP/PP workers (vLLM writes "spawn" where it forces it).
-        workers = self.tp_size * generate_config.infer_pipeline_parallel_size
-        self.worker_start = ("in-process" if workers == 1
-                             else os.environ.get("VLLM_WORKER_MULTIPROC_METHOD", "fork"))
+        self.worker_start = worker_start(generate_config)
         # vLLM's own renaming of checkpoint names (None: names are the engine's already).
         self._mapper = self.llm.collective_rpc(vllm_weights.name_mapper)[0]
         self._engine_names: Dict[str, str] = {}

@@ -20,6 +20,15 @@ def configure_environment(cpu_threads: int) -> None:
     device.prepare_vllm(cpu_threads)
 
 
+def worker_start(cfg: GenerateConfig) -> str:
+    """How vLLM started an engine's TP/PP workers: "in-process" for one worker, else the
+    multiprocessing method it used (vLLM writes "spawn" into the environment where it forces
+    it; on CPU MindRL keeps "fork": platforms/cpu/vllm_start.py)."""
+    if cfg.infer_tensor_parallel_size * cfg.infer_pipeline_parallel_size == 1:
+        return "in-process"
+    return os.environ.get("VLLM_WORKER_MULTIPROC_METHOD", "fork")
+
+
 def llm_kwargs(cfg: GenerateConfig, seed: int, logprobs_mode: str, build,
                actor_dtype: Optional[str] = None) -> dict:
     """GenerateConfig -> ``vllm.LLM`` keyword arguments, with what `build` (the platform's
