@@ -15,9 +15,10 @@ text); the rollout reports the prompt ids vLLM ran for the first chunk, pads exp
 what the trainer's batch must equal.
 
 Greedy continuation from the prefix gives the whole generation's tokens and log-probs
-(tests/engines/test_partial_rollout.py, tests/rollout/test_vision_rollout.py); a seeded sampler's random stream restarts at each
-chunk (chunk c's requests use seeds seed + c * samples + j), so a sampled chunked rollout is
-a different draw from the whole one, from the same distribution.
+(tests/engines/test_partial_rollout.py, tests/rollout/test_vision_rollout.py); a seeded
+sampler's random stream restarts at each chunk (chunk c's requests use seeds
+seed + c * samples + j), so a sampled chunked rollout is a different draw from the whole one,
+from the same distribution.
 
 `PartialRollout` is the bookkeeping alone (pure Python, tested with hand-made chunks);
 `generate_in_chunks` drives any engine `generate` through it.
