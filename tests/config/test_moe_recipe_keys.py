@@ -1,8 +1,8 @@
 """The MoE recipe keys: refused on a dense model naming the key; refused at values MindRL does
 not run (expert parallelism that does not divide the experts or DP, or with the allgather
-dispatcher or token budgets; vLLM expert parallelism; MoE at TP > 1 without sequence parallelism; a
-negative or switched-off balancing loss; grouped GEMM, whose stacked weights no table maps), each naming the key and the fix;
-handed to each role's engine; and the recipes that carry them: grpo_tiny_moe_cpu and
+dispatcher; vLLM expert parallelism; MoE at TP > 1 without sequence parallelism; a negative or
+switched-off balancing loss; grouped GEMM, whose stacked weights no table maps), each naming
+the key and the fix; handed to each role's engine; and the recipes that carry them: grpo_tiny_moe_cpu and
 dapo_qwen3_30b_a3b (MindSpeed-RL's values; its actor EP2 accepted, its vLLM EP8 refused)."""
 
 import pytest
