@@ -172,8 +172,8 @@ def test_an_infer_tp2_engine_samples_as_tp1_and_each_worker_holds_its_shards(clu
     as TP1 and log-probs within 1e-4; on CPU the workers are forked from the engine process,
     not spawned (platforms/cpu/vllm_start.py: a spawned one imported vLLM again); the
     fingerprint, combined from each worker's shard digests, equals the checkpoint's before and
-    after a sync of other weights; vLLM's shared-memory segments (where this machine's vLLM build makes them: AVX-512 kernels) are
-    its own, kept while mapped and gone after shutdown."""
+    after a sync of other weights; vLLM's shared-memory segments (where this machine's vLLM
+    build makes them: AVX-512 kernels) are its own, kept while mapped and gone after shutdown."""
     import ray
     from safetensors.torch import load_file
 
