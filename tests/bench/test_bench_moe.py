@@ -34,6 +34,7 @@ def test_the_dense_twin_has_the_active_parameters_less_the_router(bench_moe, nam
     assert twin.num_parameters() + router == spec.num_parameters(active=True)
 
 
+@pytest.mark.slow   # the bench in a process of its own, timing Megatron updates (conftest.py)
 def test_bench_runs_on_the_tiny_shapes(tmp_path):
     proc = subprocess.run([sys.executable, str(SCRIPT), "--samples", "4", "--prompt", "8",
                            "--response", "16", "--repeats", "1"], cwd=ROOT, capture_output=True,

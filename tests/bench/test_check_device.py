@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "device" / "check_device.py"
 
 
@@ -48,6 +50,7 @@ def test_natural_batch_lengths_and_the_packed_budget():
     assert layout["padded_tokens"] == 64 * (int(prompts.max()) + int(responses.max()))
 
 
+@pytest.mark.slow   # the script in a process of its own, building Megatron models (conftest.py)
 def test_a_cpu_run_without_vllm_or_ray_passes_and_reports_part_5(tmp_path):
     """The GPU machine has neither vLLM nor Ray: --no-rollout must not import them (they are
     made unimportable here). Part 5 at a small size: packed fp32 within its limits, the bf16
