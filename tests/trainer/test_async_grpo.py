@@ -125,4 +125,7 @@ def test_partial_rollouts_train_with_dynamic_sampling_s_extra_rounds(runs):
     for r in rows:
         assert 0.0 <= r["rollout/crossed_update_frac"] <= 1.0
         assert r["rollout/staleness_max"] <= 1.0
-    assert rows[0]["rollout/staleness_max"] == 0.0       # step 1: the start's weights
+    # Step 1 trains on the start's weights: the log-probs vLLM returned chunk by chunk, joined,
+    # are the actor's on the same tokens (later steps' samples are a version old).
+    assert rows[0]["rollout/staleness_max"] == 0.0
+    assert rows[0]["rollout/logprob_diff_max"] < 1e-4
