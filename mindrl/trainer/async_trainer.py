@@ -38,8 +38,7 @@ import torch
 from mindrl.config.async_checks import staleness_bound
 from mindrl.config.schema import RunConfig
 from mindrl.data.batch import Batch
-from mindrl.rollout.partial import crossed_update_frac
-from mindrl.rollout.partial import whole_generation_versions
+from mindrl.rollout.partial import crossed_update_frac, whole_generation_versions
 from mindrl.rollout.partial_handle import submit_in_chunks
 from mindrl.rollout.sample_buffer import SampleBuffer
 from mindrl.trainer.async_metrics import staleness_metrics, timeline_metrics

@@ -208,9 +208,8 @@ def _optimizer_pairs(optimizer, loaded) -> List[Tuple[Any, Any]]:
 
 
 def _load_optimizer(optimizer, loaded) -> None:
-    """optimizer.load_state_dict, except that a fully_reshardable parameter state is loaded
-    with the torch Adam `step` entries set aside: Megatron copies every per-param state entry
-    from the checkpoint's model-space tensors, which hold no `step` (KeyError 'step')."""
+    """optimizer.load_state_dict, except that a fully_reshardable parameter state goes
+    through `_load_param_state`."""
     for opt, state in _optimizer_pairs(optimizer, loaded):
         if not (isinstance(state, dict)
                 and state.get("param_state_sharding_type") == "fully_reshardable"):
@@ -219,11 +218,18 @@ def _load_optimizer(optimizer, loaded) -> None:
         param_state = state.pop("param_state")
         state.pop("param_state_sharding_type")
         opt.load_state_dict(state)          # param groups (lr, step, ...) only
-        inner = opt.optimizer.state
-        steps = {p: s.pop("step") for p, s in inner.items() if "step" in s}
-        opt.load_parameter_state_from_fully_reshardable(param_state)
-        for p, step in steps.items():
-            inner[p]["step"] = step
+        _load_param_state(opt, param_state)
+
+
+def _load_param_state(opt, param_state) -> None:
+    """A distributed optimizer's fully_reshardable moments, the torch Adam `step` entries set
+    aside meanwhile: Megatron copies every per-param state entry from the checkpoint's
+    model-space tensors, which hold no `step` (KeyError 'step')."""
+    inner = opt.optimizer.state
+    steps = {p: s.pop("step") for p, s in inner.items() if "step" in s}
+    opt.load_parameter_state_from_fully_reshardable(param_state)
+    for p, step in steps.items():
+        inner[p]["step"] = step
 
 
 def _rename_optimizer_keys(request, saved_keys) -> None:
@@ -256,11 +262,7 @@ def _load_rechained_optimizer(optimizer, loaded) -> None:
     chained = getattr(optimizer, "chained_optimizers", [optimizer])
     states = [loaded] if len(chained) == 1 else [loaded[i] for i in range(len(chained))]
     for opt, state in zip(chained, states):
-        inner = opt.optimizer.state
-        steps = {p: s.pop("step") for p, s in inner.items() if "step" in s}
-        opt.load_parameter_state_from_fully_reshardable(state["param_state"])
-        for p, step in steps.items():
-            inner[p]["step"] = step
+        _load_param_state(opt, state["param_state"])
 
 
 def _saved_shapes(ckpt_dir) -> Dict[str, Tuple[int, ...]]:
