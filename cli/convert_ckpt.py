@@ -49,6 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="TP the Megatron checkpoint must support (checked, recorded)")
     p.add_argument("--target-pipeline-parallel-size", type=int, default=1,
                    help="PP the Megatron checkpoint must support (checked, recorded)")
+    p.add_argument("--decoder-first-pipeline-num-layers", type=int, default=None,
+                   help="uneven pipeline: the first stage's layer count, the rest split "
+                        "evenly (with --target-pipeline-parallel-size; checked, recorded)")
+    p.add_argument("--decoder-last-pipeline-num-layers", type=int, default=None,
+                   help="uneven pipeline: the last stage's layer count (checked, recorded)")
     p.add_argument("--target-expert-parallel-size", type=int, default=1,
                    help="EP the Megatron checkpoint must support: a MoE model's experts "
                         "divide by it (checked, recorded)")
@@ -97,9 +102,24 @@ def check_flags(args) -> None:
     if args.save_model_type == "hf" and args.target_expert_parallel_size != 1:
         raise ConversionError("HF output is one unsharded model: use "
                               "--target-expert-parallel-size 1 (or leave it out)")
+    uneven = (args.decoder_first_pipeline_num_layers, args.decoder_last_pipeline_num_layers)
+    if args.save_model_type == "hf" and uneven != (None, None):
+        raise ConversionError("HF output is one unsharded model: leave out "
+                              "--decoder-first/last-pipeline-num-layers")
     if args.save_model_type == "hf" and args.make_vocab_size_divisible_by is not None:
         raise ConversionError("--make-vocab-size-divisible-by applies to Megatron output "
                               "(--save-model-type mg)")
+
+
+def _uneven_stages(plan) -> str:
+    """" (layers per stage 5, 6, ..., 5)" for an uneven pipeline, else ""."""
+    from mindrl.config.pipeline_stages import stage_layer_counts
+
+    if (plan.first_stage_layers, plan.last_stage_layers) == (None, None):
+        return ""
+    counts = stage_layer_counts(plan.spec.num_layers, plan.pp, plan.first_stage_layers,
+                                plan.last_stage_layers)
+    return f" (layers per stage {', '.join(map(str, counts))})"
 
 
 def main(argv=None) -> int:
@@ -121,12 +141,13 @@ def main(argv=None) -> int:
                 tokenizer_model=args.tokenizer_model,
                 make_vocab_size_divisible_by=args.make_vocab_size_divisible_by or 1,
                 overwrite=args.overwrite, ep=args.target_expert_parallel_size,
-                model=args.model)
+                model=args.model, first_stage_layers=args.decoder_first_pipeline_num_layers,
+                last_stage_layers=args.decoder_last_pipeline_num_layers)
             for note in plan.notes:
                 print(f"note: {note}")
             out = converter.run_hf_to_mcore(plan, progress=not args.no_progress)
             what = (f"Megatron torch_dist checkpoint ({plan.params_dtype}), loads at any TP/PP; "
-                    f"checked TP={plan.tp} PP={plan.pp}"
+                    f"checked TP={plan.tp} PP={plan.pp}" + _uneven_stages(plan)
                     + (f" EP={plan.ep}" if plan.spec.is_moe else ""))
         else:
             plan = converter.plan_mcore_to_hf(

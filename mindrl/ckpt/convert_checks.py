@@ -16,6 +16,7 @@ import torch
 from mindrl.ckpt import hf_io, mapping, mcore_io, registry
 from mindrl.config.hf_files import IMAGE_PROCESSOR_FILES, PROCESSOR_FILES, has_image_processor
 from mindrl.config.model_spec import ModelSpec, VisionSpec
+from mindrl.config.pipeline_stages import split_problem
 
 PARAMS_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 _DTYPE_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
@@ -87,9 +88,12 @@ def check_qkv_bias(add_qkv_bias: Optional[bool], spec: ModelSpec, source: str) -
                           f"({spec.architecture}); drop --add-qkv-bias")
 
 
-def check_parallel_sizes(spec: ModelSpec, tp: int, pp: int, ep: int = 1) -> None:
+def check_parallel_sizes(spec: ModelSpec, tp: int, pp: int, ep: int = 1,
+                         first_stage_layers: Optional[int] = None,
+                         last_stage_layers: Optional[int] = None) -> None:
     """Megatron's own divisibility rules, checked before any work. A MoE model's experts are
-    split over TP like a dense MLP (expert TP = TP) and dealt out over EP."""
+    split over TP like a dense MLP (expert TP = TP) and dealt out over EP; the layers over PP
+    evenly, or with the first / last stage's own count (config/pipeline_stages.py)."""
     if tp < 1 or pp < 1 or ep < 1:
         raise ConversionError(f"parallel sizes must be >= 1 (TP={tp}, PP={pp}, EP={ep})")
     sizes = [("num_attention_heads", spec.num_attention_heads),
@@ -101,9 +105,19 @@ def check_parallel_sizes(spec: ModelSpec, tp: int, pp: int, ep: int = 1) -> None
         if value % tp:
             raise ConversionError(f"--target-tensor-parallel-size {tp} does not divide "
                                   f"{what}={value} of {spec.name}")
-    if spec.num_layers % pp:
+    uneven = (first_stage_layers, last_stage_layers) != (None, None)
+    if not uneven and spec.num_layers % pp:
         raise ConversionError(f"--target-pipeline-parallel-size {pp} does not divide "
-                              f"num_layers={spec.num_layers} of {spec.name}")
+                              f"num_layers={spec.num_layers} of {spec.name}; or give the first "
+                              f"and last stages their own counts "
+                              f"(--decoder-first/last-pipeline-num-layers)")
+    problem = uneven and split_problem(spec.num_layers, pp, first_stage_layers,
+                                       last_stage_layers)
+    if problem:
+        raise ConversionError(f"--decoder-first-pipeline-num-layers {first_stage_layers} / "
+                              f"--decoder-last-pipeline-num-layers {last_stage_layers} do not "
+                              f"fit num_layers={spec.num_layers} of {spec.name} over "
+                              f"--target-pipeline-parallel-size {pp}: {problem}")
     experts = spec.moe.num_experts if spec.moe is not None else None
     if ep > 1 and experts is None:
         raise ConversionError(f"--target-expert-parallel-size {ep}: {spec.name} has no "

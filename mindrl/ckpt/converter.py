@@ -113,6 +113,8 @@ class HFToMcorePlan:
     hf_config: Optional[dict] = None              # config.json (a VL model's build needs it)
     processor_dir: Optional[Path] = None          # a VL model's processor files, if any
     ep: int = 1                                   # expert-parallel size checked (MoE)
+    first_stage_layers: Optional[int] = None      # uneven pipeline stages checked
+    last_stage_layers: Optional[int] = None
 
 
 def _build_model(spec: ModelSpec, vision: Optional[VisionSpec],
@@ -132,13 +134,16 @@ def plan_hf_to_mcore(load_dir, save_dir, *, tp: int = 1, pp: int = 1,
                      params_dtype: Optional[str] = None, model_type_hf: Optional[str] = None,
                      add_qkv_bias: Optional[bool] = None, tokenizer_model: Optional[str] = None,
                      make_vocab_size_divisible_by: int = 1, overwrite: bool = False,
-                     ep: int = 1, model: Optional[str] = None) -> HFToMcorePlan:
+                     ep: int = 1, model: Optional[str] = None,
+                     first_stage_layers: Optional[int] = None,
+                     last_stage_layers: Optional[int] = None) -> HFToMcorePlan:
     """Check everything about an HF -> mcore conversion; writes nothing.
 
     add_qkv_bias / model_type_hf None means "do not check" (library use); the CLI passes both.
     params_dtype None keeps the dtype of the HF weights. ep: the expert-parallel size the
     checkpoint must support (checked, recorded; like TP/PP not baked in). model: a
-    configs/model name whose shape the HF config must have.
+    configs/model name whose shape the HF config must have. first/last_stage_layers: an
+    uneven pipeline's first / last stage counts (checked, recorded).
     """
     load_dir = Path(load_dir).expanduser().resolve()
     save_dir = Path(save_dir).expanduser().resolve()
@@ -153,7 +158,7 @@ def plan_hf_to_mcore(load_dir, save_dir, *, tp: int = 1, pp: int = 1,
                                      make_vocab_size_divisible_by)
     check_qkv_bias(add_qkv_bias, spec, str(load_dir))
     check_model_yaml(spec, model, str(load_dir / "config.json"))
-    check_parallel_sizes(spec, tp, pp, ep)
+    check_parallel_sizes(spec, tp, pp, ep, first_stage_layers, last_stage_layers)
     dtype = params_dtype_name(params_dtype)
     try:
         check_save_dir(save_dir, overwrite, load_dir)
@@ -189,7 +194,7 @@ def plan_hf_to_mcore(load_dir, save_dir, *, tp: int = 1, pp: int = 1,
         raise
     return HFToMcorePlan(load_dir, save_dir, spec, dtype, tp, pp, weights, tokenizer_dir,
                          overwrite, notes, vision, config if vision is not None else None,
-                         processor_dir, ep)
+                         processor_dir, ep, first_stage_layers, last_stage_layers)
 
 
 def run_hf_to_mcore(plan: HFToMcorePlan, progress: bool = True) -> Path:
@@ -206,6 +211,10 @@ def run_hf_to_mcore(plan: HFToMcorePlan, progress: bool = True) -> Path:
     layout = {"tensor_model_parallel_size": plan.tp, "pipeline_model_parallel_size": plan.pp}
     if spec.moe is not None:
         layout["expert_model_parallel_size"] = plan.ep
+    for key, count in (("decoder_first_pipeline_num_layers", plan.first_stage_layers),
+                       ("decoder_last_pipeline_num_layers", plan.last_stage_layers)):
+        if count is not None:
+            layout[key] = count
     extra = {"source": {"hf_dir": str(plan.load_dir)}, "validated_layouts": [layout]}
     if vision is not None:
         extra.update(mcore_io.vision_info(vision.family, plan.hf_config))

@@ -43,6 +43,11 @@ KEY_DOCS: dict[str, str] = {
                                              "(gloo on CPU, nccl, hccl)",
     "megatron_training.tensor_model_parallel_size": "training tensor parallelism",
     "megatron_training.pipeline_model_parallel_size": "training pipeline parallelism",
+    "megatron_training.decoder_first_pipeline_num_layers": "uneven pipeline: the first "
+    "stage's own layer count, the stages between split the rest evenly (Megatron-LM's key; "
+    "for a layer count PP does not divide, e.g. Qwen3-235B's 94 over 16); null = even",
+    "megatron_training.decoder_last_pipeline_num_layers": "uneven pipeline: the last stage's "
+    "own layer count (with or without the first's); null = even",
     "megatron_training.micro_batch_size": "samples per micro batch (when no token budget is "
                                           "set)",
     "megatron_training.pack_sequences": "every Megatron pass runs on packed rows of real "

@@ -11,6 +11,7 @@ from typing import Any, Iterable, Optional
 from mindrl.config.cluster import ClusterResources
 from mindrl.config.errors import Problem
 from mindrl.config.memory import GIB, inference_weight_bytes, train_state_bytes
+from mindrl.config.pipeline_stages import stage_layer_counts
 from mindrl.config.placement import (data_parallel_size, devices_required, engine_devices,
                                      engines_colocated, place_roles, rollout_data_parallel_size,
                                      rollout_devices)
@@ -84,7 +85,9 @@ def _memory(run: RunConfig, cluster: ClusterResources,
         tp, pp = cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size
         dp = data_parallel_size(run, role) or 1
         states = train_state_bytes(spec, tp, pp, dp, cfg.params_dtype,
-                                   cfg.use_distributed_optimizer)
+                                   cfg.use_distributed_optimizer,
+                                   cfg.decoder_first_pipeline_num_layers,
+                                   cfg.decoder_last_pipeline_num_layers)
         if role != "actor":  # forward only: no gradients or optimizer
             states = {"params": states["params"]}
         raw[role] = states | {"total": sum(states.values())}
@@ -148,6 +151,11 @@ def make_plan(run: RunConfig, cluster: ClusterResources,
             "max_tokens_per_micro_batch": cfg.max_tokens_per_micro_batch,
             "params_dtype": cfg.params_dtype,
         }
+        first, last = cfg.decoder_first_pipeline_num_layers, cfg.decoder_last_pipeline_num_layers
+        if (first, last) != (None, None):   # an uneven pipeline: each stage's layers
+            roles[role]["stage_layers"] = stage_layer_counts(run.models[role].num_layers,
+                                                             cfg.pipeline_model_parallel_size,
+                                                             first, last)
         if run.models[role].is_moe:
             roles[role]["ep"] = cfg.expert_model_parallel_size
             roles[role]["experts"] = expert_holders(
@@ -267,6 +275,9 @@ def format_plan(plan: dict[str, Any]) -> str:
                      f"[{r['model']}]")
         if r["rank_nodes"] and c["num_nodes"] > 1:
             lines.append(f"          node of each rank: {r['rank_nodes']}")
+        if r.get("stage_layers"):
+            lines.append(f"          layers per pipeline stage: "
+                         f"{', '.join(map(str, r['stage_layers']))}")
         if r.get("ep", 1) > 1:
             lines += [f"          EP={r['ep']}: experts {h['experts']} of every MoE layer on "
                       f"devices {_ranges(h['devices'])}" for h in r["experts"]]

@@ -24,6 +24,10 @@ class Parallelism:
     # ranks carved out of data parallelism (config/moe_checks.py checks it fits). Expert tensor
     # parallelism is Megatron's default, the role's TP (what the weight sync's TP gather reads).
     expert_model_parallel_size: int = 1
+    # Uneven pipeline stages: the first / last stage's own layer count (None: the even split;
+    # config/pipeline_stages.py).
+    first_stage_layers: Optional[int] = None
+    last_stage_layers: Optional[int] = None
 
     def __post_init__(self) -> None:
         ep = self.expert_model_parallel_size
@@ -154,7 +158,9 @@ def role_setup(run: RunConfig, role: str, pad_id: int) -> RoleSetup:
     return RoleSetup(
         role=role, spec=run.models[role],
         parallel=Parallelism(cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size,
-                             cfg.sequence_parallel, cfg.expert_model_parallel_size),
+                             cfg.sequence_parallel, cfg.expert_model_parallel_size,
+                             cfg.decoder_first_pipeline_num_layers,
+                             cfg.decoder_last_pipeline_num_layers),
         params_dtype=cfg.params_dtype, micro_batch_size=cfg.micro_batch_size, seed=cfg.seed,
         load=cfg.load, optim=optim_config(run, role) if role == "actor" else None,
         loss=loss_config(run), pad_id=pad_id, cpu_threads=cfg.cpu_threads,

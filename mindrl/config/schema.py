@@ -40,6 +40,10 @@ class MegatronConfig:
     distributed_backend: Optional[Literal["nccl", "hccl", "gloo"]] = None  # null: from device
     tensor_model_parallel_size: int = 1
     pipeline_model_parallel_size: int = 1
+    # Uneven pipeline stages (config/pipeline_stages.py): the first / last stage's own layer
+    # count, the rest split evenly between; null = Megatron's even split. Megatron-LM's names.
+    decoder_first_pipeline_num_layers: Optional[int] = None
+    decoder_last_pipeline_num_layers: Optional[int] = None
     micro_batch_size: int = 1
     # Megatron passes on packed rows of real tokens (no padding; exact, config/packing_checks).
     pack_sequences: bool = True

@@ -21,6 +21,7 @@ from mindrl.config.errors import (CLUSTER, MACHINE_DEPENDENT, PATHS, STRUCTURE, 
                                   Problem)
 from mindrl.config.hf_files import IMAGE_PROCESSOR_FILES, PROCESSOR_FILES, has_image_processor
 from mindrl.config.parse import parse
+from mindrl.config.pipeline_stages import split_problem
 from mindrl.config.placement import (devices_required, engine_devices, place_roles,
                                      rollout_data_parallel_size)
 from mindrl.config.moe_checks import check_moe
@@ -101,11 +102,25 @@ def check_parallelism(run: RunConfig) -> list[Problem]:
                                        f"({role})", f"use a TP size in {ok}", tp))
                     reported.add(tp_key)
                     break
-        if pp >= 1 and pp_key not in reported and spec.num_layers % pp:
+        first, last = cfg.decoder_first_pipeline_num_layers, cfg.decoder_last_pipeline_num_layers
+        if pp >= 1 and pp_key not in reported and first is None and last is None \
+                and spec.num_layers % pp:
             out.append(Problem(pp_key, f"does not divide {spec.name} num_layers="
                                f"{spec.num_layers} ({role})",
-                               f"use a PP size in {divisors(spec.num_layers)}", pp))
+                               f"use a PP size in {divisors(spec.num_layers)}, or give the "
+                               f"first and last stages their own counts "
+                               f"(decoder_first/last_pipeline_num_layers)", pp))
             reported.add(pp_key)
+        split_key = names.role_key(run, role, "decoder_first_pipeline_num_layers"
+                                   if first is not None else "decoder_last_pipeline_num_layers")
+        problem = (pp >= 1 and (first, last) != (None, None)
+                   and split_problem(spec.num_layers, pp, first, last))
+        if problem and split_key not in reported:
+            out.append(Problem(split_key, f"does not fit {spec.name} ({role}): {problem}",
+                               f"pick first + last + the stages between (each an equal share) "
+                               f"that add up to num_layers={spec.num_layers} over PP {pp}",
+                               first if first is not None else last))
+            reported.add(split_key)
 
     gen, spec = run.generate_config, run.models["actor"]
     itp, ipp = gen.infer_tensor_parallel_size, gen.infer_pipeline_parallel_size

@@ -51,6 +51,8 @@ def transformer_config(spec: ModelSpec, parallel: Parallelism, params_dtype: str
         tensor_model_parallel_size=parallel.tensor_model_parallel_size,
         pipeline_model_parallel_size=parallel.pipeline_model_parallel_size,
         expert_model_parallel_size=parallel.expert_model_parallel_size,
+        num_layers_in_first_pipeline_stage=parallel.first_stage_layers,
+        num_layers_in_last_pipeline_stage=parallel.last_stage_layers,
         sequence_parallel=parallel.sequence_parallel and parallel.tensor_model_parallel_size > 1,
         params_dtype=dtype,
         pipeline_dtype=dtype,

@@ -47,8 +47,12 @@ class Unit:
     numel: int                # elements of its HF parts (vocab padding removed)
 
 
-def plan_units(spec: ModelSpec, pp_size: int) -> List[Unit]:
-    """Every tensor of the model in streaming order, with its pipeline stage."""
+def plan_units(spec: ModelSpec, pp_size: int, first_stage_layers: Optional[int] = None,
+               last_stage_layers: Optional[int] = None) -> List[Unit]:
+    """Every tensor of the model in streaming order, with its pipeline stage (the stages'
+    layer counts as the model was built: config/pipeline_stages.py)."""
+    ranges = [mapping.stage_layers(spec.num_layers, s, pp_size, first_stage_layers,
+                                   last_stage_layers) for s in range(pp_size)]
     units = []
     for rule, layer in mapping.iter_rules(spec):
         if layer is None:
@@ -57,10 +61,8 @@ def plan_units(spec: ModelSpec, pp_size: int) -> List[Unit]:
             stage = 0 if first else pp_size - 1
             local = rule.mcore_name()
         else:
-            stage = next(s for s in range(pp_size)
-                         if layer in mapping.stage_layers(spec.num_layers, s, pp_size))
-            local = rule.mcore_name(layer - mapping.stage_layers(spec.num_layers, stage,
-                                                                 pp_size).start)
+            stage = next(s for s, layers in enumerate(ranges) if layer in layers)
+            local = rule.mcore_name(layer - ranges[stage].start)
         numel = sum(math.prod(shape) for shape in mapping.expected_hf_shapes(rule, spec))
         units.append(Unit(rule, layer, stage, local, fused_module(rule, layer), numel))
     return units

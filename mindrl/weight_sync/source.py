@@ -63,7 +63,9 @@ class MegatronShards:
         self.pp_rank = ps.get_pipeline_model_parallel_rank()
         self.pp_size = ps.get_pipeline_model_parallel_world_size()
         self.active, self.is_host = sync_place()
-        self.units = plan_units(spec, self.pp_size)
+        config = self.module.config     # the stages' layer counts as Megatron built them
+        self.units = plan_units(spec, self.pp_size, config.num_layers_in_first_pipeline_stage,
+                                config.num_layers_in_last_pipeline_stage)
         self.own = dict(self.module.named_parameters())
         self.params = dict(self.own)    # under the tables' names (experts: global numbers)
         self.ep_size = ps.get_expert_model_parallel_world_size() if spec.is_moe else 1

@@ -41,6 +41,8 @@ GUIDE = ["--use-mcore-models", "--model-type", "GPT", "--load-model-type", "hf",
     (lambda a: [("hf" if x == "mg" else x) for x in a], "nothing to convert"),
     (lambda a: a + ["--max-shard-size", "1GB"], "--max-shard-size applies to HF output"),
     (lambda a: [("mistral" if x == "llama2" else x) for x in a], "invalid choice: 'mistral'"),
+    (lambda a: [("hf" if x == "mg" else "mg" if x == "hf" else x) for x in a]
+     + ["--decoder-last-pipeline-num-layers", "1"], "leave out --decoder-first/last"),
 ])
 def test_bad_flag_combinations(cli, tmp_path, capsys, change, message):
     argv = change(GUIDE + ["--load-dir", str(tmp_path / "hf"), "--save-dir", str(tmp_path / "mg")])

@@ -118,6 +118,19 @@ def test_parallel_sizes_must_divide_the_model(work, tp, pp, match):
     _fails(match, out, load_dir=src / "qwen2", tp=tp, pp=pp)
 
 
+def test_an_uneven_pipeline_is_checked_and_recorded(work):
+    src, out = work
+    # 2 layers over 2 stages: a first stage of 2 leaves the last stage none
+    _fails("leave 0 for the 1 stages", out, load_dir=src / "qwen2", pp=2,
+           first_stage_layers=2)
+    _fails("needs pipeline_model_parallel_size >= 2", out, load_dir=src / "qwen2",
+           first_stage_layers=1)
+    plan = converter.plan_hf_to_mcore(src / "qwen2", out, pp=2, first_stage_layers=1,
+                                      last_stage_layers=1)
+    plan.weights.close()
+    assert (plan.pp, plan.first_stage_layers, plan.last_stage_layers) == (2, 1, 1)
+
+
 def test_tp_must_divide_query_groups_of_mqa(work):
     src, out = work
     _fails("num_query_groups", out, load_dir=src / "llama", tp=2)

@@ -83,6 +83,22 @@ def test_pp_must_divide_layers(cpu8):
     assert_names(err, "megatron_training.pipeline_model_parallel_size", "num_layers=2")
 
 
+def test_an_uneven_pipeline_must_fit_the_layers(cpu8):
+    # 3 layers over PP 2 split only unevenly; a first stage of 3 leaves the last none
+    base = ["model.num_layers=3", "megatron_training.pipeline_model_parallel_size=2",
+            "rl_config.actor_resource.num_cpus=2", "rl_config.reference_resource.num_cpus=2"]
+    assert_names(rejected(base, cpu8), "megatron_training.pipeline_model_parallel_size",
+                 "num_layers=3", "decoder_first/last_pipeline_num_layers")
+    err = rejected(base + ["+megatron_training.decoder_first_pipeline_num_layers=3"], cpu8)
+    assert_names(err, "megatron_training.decoder_first_pipeline_num_layers", "leave 0",
+                 "num_layers=3")
+    err = rejected(base + ["+actor_config.decoder_last_pipeline_num_layers=0"], cpu8)
+    assert_names(err, "actor_config.decoder_last_pipeline_num_layers", "at least 1")
+    run = load_recipe(TINY, base + ["+megatron_training.decoder_first_pipeline_num_layers=1"],
+                      cluster=cpu8)
+    assert run.actor_config.decoder_first_pipeline_num_layers == 1
+
+
 def test_infer_and_train_tp_must_divide_one_another(cpu8):
     # 12 heads / 6 groups allow TP 2 and TP 3, which do not divide one another
     err = rejected(["model.num_attention_heads=12", "model.num_query_groups=6",

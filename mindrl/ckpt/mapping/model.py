@@ -20,6 +20,7 @@ from mindrl.ckpt.mapping.layout import hf_to_mcore, shard
 from mindrl.ckpt.mapping.rule import TensorRule, expand_experts, hf_shapes
 from mindrl.ckpt.mapping.stacked import split, unstack_state_dict
 from mindrl.config.model_spec import ModelSpec, VisionSpec
+from mindrl.config.pipeline_stages import stage_layer_range
 
 
 def layer_rules(spec: ModelSpec, layer: Optional[int] = None) -> List[TensorRule]:
@@ -90,12 +91,15 @@ def expected_hf_shapes(rule: TensorRule, spec: ModelSpec) -> Tuple[Tuple[int, ..
 
 # ---------------------------------------------------------------- pipeline stages
 
-def stage_layers(num_layers: int, pp_rank: int, pp_size: int) -> range:
-    """Global layer numbers held by a pipeline stage (Megatron's even split)."""
-    if num_layers % pp_size:
-        raise ValueError(f"num_layers={num_layers} does not split into PP={pp_size}")
-    per_stage = num_layers // pp_size
-    return range(pp_rank * per_stage, (pp_rank + 1) * per_stage)
+def stage_layers(num_layers: int, pp_rank: int, pp_size: int, first: Optional[int] = None,
+                 last: Optional[int] = None) -> range:
+    """Global layer numbers held by a pipeline stage: Megatron's even split, or the first /
+    last stage's own count with the rest even (config/pipeline_stages.py)."""
+    try:
+        return stage_layer_range(num_layers, pp_rank, pp_size, first, last)
+    except ValueError as e:
+        raise ValueError(f"num_layers={num_layers} does not split into PP={pp_size}: {e}") \
+            from None
 
 
 _LAYER_RE = re.compile(r"^decoder\.layers\.(\d+)\.(.*)$")
@@ -124,14 +128,16 @@ def rule_for(mcore_name: str, spec: ModelSpec, vision: Optional[VisionSpec] = No
 
 def stage_state_dict(full: Dict[str, torch.Tensor], spec: ModelSpec, tp_rank: int,
                      tp_size: int, pp_rank: int, pp_size: int,
-                     vision: Optional[VisionSpec] = None) -> Dict[str, torch.Tensor]:
+                     vision: Optional[VisionSpec] = None, first_stage_layers: Optional[int] = None,
+                     last_stage_layers: Optional[int] = None) -> Dict[str, torch.Tensor]:
     """The local state dict of one (TP, PP) rank from a full Megatron state dict.
 
     Layers are renumbered from 0 within the stage, as Megatron's modules name them. With tied
     embeddings and PP > 1 the last stage holds its own copy of the embedding as output_layer.
     A VL model's vision tower is whole on every TP rank of the first stage.
     """
-    layers = stage_layers(spec.num_layers, pp_rank, pp_size)
+    layers = stage_layers(spec.num_layers, pp_rank, pp_size, first_stage_layers,
+                          last_stage_layers)
     first, last = pp_rank == 0, pp_rank == pp_size - 1
     out: Dict[str, torch.Tensor] = {}
     if first:
