@@ -20,6 +20,8 @@ MODEL=${MODEL:-}                   # a configs/model name to check the shape aga
 TP=${TP:-2}
 PP=${PP:-2}
 EP=${EP:-1}                        # MoE only: must divide the expert count
+FIRST=${FIRST:-}                   # uneven pipeline: the first / last stage's layer count
+LAST=${LAST:-}                     # (Qwen3-235B-A22B at PP=16: FIRST=5 LAST=5, 6 between)
 PARAMS_DTYPE=${PARAMS_DTYPE:-bf16}                     # fp32 | bf16 | fp16
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -36,6 +38,8 @@ OPTIONAL=()
 if [ -n "${TOKENIZER}" ]; then OPTIONAL+=(--tokenizer-model "${TOKENIZER}"); fi
 if [ -n "${MODEL}" ]; then OPTIONAL+=(--model "${MODEL}"); fi
 if [ "${EP}" != 1 ]; then OPTIONAL+=(--target-expert-parallel-size "${EP}"); fi
+if [ -n "${FIRST}" ]; then OPTIONAL+=(--decoder-first-pipeline-num-layers "${FIRST}"); fi
+if [ -n "${LAST}" ]; then OPTIONAL+=(--decoder-last-pipeline-num-layers "${LAST}"); fi
 
 # Qwen3 has q/k norms and no qkv bias: --model-type-hf qwen3 / qwen3-moe, no --add-qkv-bias.
 "${PYTHON}" "${ROOT}/cli/convert_ckpt.py" \

@@ -227,10 +227,21 @@ def _count(n: int) -> str:
     return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n:,}"
 
 
-def _ranges(devices: list[int]) -> str:
+def _ranges(devices: list[int], most: int = 6) -> str:
+    """Sorted device ids as runs ("0-1,8-9"); past `most` runs the first few, "...", the last
+    and the count (an expert's holders over 16 pipeline stages are 16 runs)."""
     if not devices:
         return "-"
-    return f"{devices[0]}" if len(devices) == 1 else f"{devices[0]}-{devices[-1]}"
+    runs: list[list[int]] = []
+    for d in sorted(devices):
+        if runs and d == runs[-1][1] + 1:
+            runs[-1][1] = d
+        else:
+            runs.append([d, d])
+    text = [f"{a}" if a == b else f"{a}-{b}" for a, b in runs]
+    if len(text) > most:
+        return ",".join(text[:most - 2] + ["...", text[-1]]) + f" ({len(devices)} devices)"
+    return ",".join(text)
 
 
 def _parameters(plan: dict[str, Any]) -> str:

@@ -2,7 +2,10 @@
 
 Every device count and every tensor-parallel size (training and inference) is divided by D,
 so pipeline stages, data-parallel replicas and the number of rollout engines stay as the
-recipe has them; the devices become logical CPU slots. A tensor-parallel size of 1 cannot be
+recipe has them; the devices become logical CPU slots. A pipeline deeper than the tiny model
+has layers (grpo_qwen3_235b_a22b's 16 stages) becomes the deepest the tiny layers split into
+evenly, on as many times fewer devices, so data and expert parallelism still stay; an
+uneven split's first / last stage counts (the recipe model's) are dropped. A tensor-parallel size of 1 cannot be
 divided and stays 1: those engines (or model replicas) then shrink in number, D-fold, with
 the devices (grpo_qwen3_8b's 16 engines of TP1 become 8 at D=2), while the ratios of the
 divided sizes stay. The model becomes the tiny one of the recipe model's family (TINY_MODELS:
@@ -41,6 +44,9 @@ TINY_MODELS = {"qwen2": TINY_MODEL, "llama": TINY_MODEL, "qwen3": "tiny-qwen3",
                "qwen3_moe": "tiny-qwen3-moe"}
 TINY_VL_MODEL = "tiny-qwen25vl"      # a recipe on a vision-language model keeps one
 ROLE_SECTIONS = ("megatron_training", "actor_config", "ref_config", "reward_config")
+ROLES = ("actor", "ref", "reward")       # ROLE_SECTIONS[1:]'s roles
+PP_KEY = "pipeline_model_parallel_size"
+SPLIT_KEYS = ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
 RESOURCES = ("actor_resource", "reference_resource", "reward_resource")
 DEVICE_KEYS = ("num_npus", "num_gpus", "num_cpus")
 
@@ -136,6 +142,7 @@ def scale_down(raw: Any) -> Any:
     for section in ("actor_config", "ref_config"):
         if (data.get(section) or {}).get("load"):
             data[section]["load"] = f"{WORK}/models/{tiny}-mcore"
+    _shorten_pipelines(data, data["model"]["num_layers"])
     longest = _longest(data)
     for (section, key), value in (VL_LENGTHS if vision else LENGTHS).items():
         data.setdefault(section, {})[key] = value
@@ -158,6 +165,45 @@ def scale_down(raw: Any) -> Any:
     if rl.get("filter_groups_train_batch_size") is not None:   # MindSpeed-RL's copy of it
         rl["filter_groups_train_batch_size"] = data["megatron_training"]["global_batch_size"]
     return OmegaConf.create(data)
+
+
+def _deepest(pp: int, layers: int) -> int:
+    """The most stages, at most pp and dividing it, that `layers` split into evenly."""
+    return max(d for d in range(1, min(pp, layers) + 1) if pp % d == 0 and layers % d == 0)
+
+
+def _shorten_pipelines(data: dict, tiny_layers: int) -> None:
+    """A pipeline deeper than the tiny model allows (Qwen3-235B-A22B's 16 stages, 2 layers)
+    becomes the deepest the tiny layers split into evenly, and the role's devices shrink by
+    the same factor, so its data parallelism (and expert parallelism inside it) stays. An
+    uneven split's first / last stage counts are the recipe model's: dropped. Both logged."""
+    shared = data.get("megatron_training") or {}
+    factors = {}
+    for role, section in zip(ROLES, ROLE_SECTIONS[1:]):
+        pp = (data.get(section) or {}).get(PP_KEY, shared.get(PP_KEY, 1))
+        if isinstance(pp, int) and pp >= 1 and _deepest(pp, tiny_layers) < pp:
+            factors[role] = pp // _deepest(pp, tiny_layers)
+            logger.warning("scale_down: the %s's pipeline of %d stages becomes %d (the tiny "
+                           "model has %d layers), on %d times fewer devices: its DP and EP "
+                           "stay", role, pp, _deepest(pp, tiny_layers), tiny_layers,
+                           factors[role])
+    for section in ROLE_SECTIONS:
+        values = data.get(section) or {}
+        dropped = [key for key in SPLIT_KEYS if values.pop(key, None) is not None]
+        if dropped:
+            logger.warning("scale_down: %s.%s dropped (the recipe model's uneven pipeline; "
+                           "the tiny model's layers split evenly)", section, "/".join(dropped))
+        pp = values.get(PP_KEY)
+        if isinstance(pp, int) and pp >= 1:
+            values[PP_KEY] = _deepest(pp, tiny_layers)
+    rl, problems = data.get("rl_config") or {}, []
+    for role, name in zip(ROLES, RESOURCES):
+        resource = rl.get(name)
+        if role in factors and resource and "num_cpus" in resource:
+            resource["num_cpus"] = _divide(resource["num_cpus"], factors[role],
+                                           f"rl_config.{name}.num_cpus", problems)
+    if problems:
+        raise ConfigError(problems)
 
 
 def _scale_overlong(rl: dict, recipe_max_tokens: Any, max_tokens: int) -> None:

@@ -17,10 +17,12 @@ RECIPE_CLUSTERS = {
     "grpo_qwen3_8b": ClusterResources("npu", 16, 1, device_memory_gib=64),    # one A3 node
     "dapo_qwen3_32b": ClusterResources("npu", 16, 1, device_memory_gib=64),
     "dapo_qwen3_30b_a3b": ClusterResources("npu", 16, 1, device_memory_gib=64),
+    "grpo_qwen3_235b_a22b": ClusterResources("npu", 128, 8, device_memory_gib=64),   # 8 A2
 }
 # Shipped recipes whose layout the plan refuses up front until an issue lands (their refusal
 # is tested where they are: tests/config/test_moe_recipe_keys.py).
-REFUSED_UNTIL = {"dapo_qwen3_30b_a3b": "vLLM expert parallelism (EP8) is not wired"}
+REFUSED_UNTIL = {"dapo_qwen3_30b_a3b": "vLLM expert parallelism (EP8) is not wired",
+                 "grpo_qwen3_235b_a22b": "vLLM expert parallelism (EP8) is not wired"}
 
 
 @pytest.fixture

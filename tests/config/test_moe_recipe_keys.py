@@ -170,8 +170,31 @@ def test_dapo_qwen3_30b_a3b_at_ep1_keeps_mindspeed_rls_values_and_plans():
     assert plan["fits_cluster"] and plan["devices_required"] == 16, plan["warnings"]
 
 
+def test_grpo_qwen3_235b_a22b_keeps_mindspeed_rls_layout_with_94_layers_on_16_stages():
+    name = "grpo_qwen3_235b_a22b"
+    err = refused(name, [], RECIPE_CLUSTERS[name])
+    assert [p.key for p in err.problems] == ["generate_config.infer_expert_parallel_size"]
+    cluster = RECIPE_CLUSTERS[name]
+    run = load_recipe(name, ["generate_config.infer_expert_parallel_size=1"], cluster=cluster,
+                      check_paths=False)
+    for role in ("actor", "ref"):
+        cfg = run.role(role)
+        assert (cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size,
+                cfg.expert_model_parallel_size, cfg.sequence_parallel) == (2, 16, 4, True)
+        assert (cfg.decoder_first_pipeline_num_layers,
+                cfg.decoder_last_pipeline_num_layers) == (5, 5)
+    assert run.models["actor"].num_layers == 94 and run.rl_config.router_replay == "r3"
+    assert (run.rl_config.kl_coef, run.rl_config.n_samples_per_prompt,
+            run.megatron_training.global_batch_size) == (0.001, 8, 256)
+    plan = make_plan(run, cluster, [])
+    assert plan["roles"]["actor"]["dp"] == 4 and plan["devices_required"] == 128
+    # MindSpeed-RL's stages (96 layers with no-op layers 5 and 95): the same real layers
+    assert plan["roles"]["actor"]["stage_layers"] == [5] + [6] * 14 + [5]
+    assert plan["rollout"]["instances"] == 32
+
+
 def test_the_plan_says_which_devices_hold_which_experts():
-    from mindrl.config.plan import expert_holders, format_plan
+    from mindrl.config.plan import _ranges, expert_holders, format_plan
 
     # Megatron's order: TP fastest, then EP inside DP (TP2 EP2 over 8 ranks: DP4).
     assert expert_holders(8, 2, 2, list(range(8))) == [
@@ -182,5 +205,8 @@ def test_the_plan_says_which_devices_hold_which_experts():
     plan = make_plan(run, CPU4, [])
     assert plan["roles"]["actor"]["ep"] == 2
     text = format_plan(plan)
-    assert "EP=2: experts 0-3 of every MoE layer on devices 0" in text
-    assert "EP=2: experts 4-7 of every MoE layer on devices 1" in text
+    assert "EP=2: experts 0-3 of every MoE layer on devices 0\n" in text
+    assert "EP=2: experts 4-7 of every MoE layer on devices 1\n" in text
+    # holders over pipeline stages are runs, not one span (TP2 x PP2 x DP2, EP2)
+    assert [_ranges(h["devices"]) for h in expert_holders(8, 2, 2, list(range(8)))] == \
+        ["0-1,4-5", "2-3,6-7"]

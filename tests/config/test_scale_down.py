@@ -52,6 +52,24 @@ def test_scale_down_divides_devices_and_tp_and_keeps_the_rest(recipe, divisor, s
     assert plan["rollout"]["instances"] == 4
 
 
+def test_a_pipeline_deeper_than_the_tiny_model_shortens_on_fewer_devices(cpu2, caplog):
+    # grpo_qwen3_235b_a22b: TP2 x PP16 (5 + 6 x 14 + 5 layers) x DP4 on 128 devices, EP4
+    mini = load_recipe("grpo_qwen3_235b_a22b", ["+scale_down=2"], cluster=cpu2)
+    for role in ("actor", "ref"):
+        cfg = mini.role(role)
+        assert (cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size,
+                cfg.expert_model_parallel_size) == (1, 2, 4)
+        assert (cfg.decoder_first_pipeline_num_layers,
+                cfg.decoder_last_pipeline_num_layers) == (None, None)
+    assert mini.resource("actor").count == 8              # 128 / 2 / (16 / 2): DP stays 4
+    assert mini.generate_config.infer_tensor_parallel_size == 2
+    assert "pipeline of 16 stages becomes 2" in caplog.text
+    assert "decoder_first_pipeline_num_layers" in caplog.text
+    # a pipeline the tiny layers already fill is the recipe's (grpo_qwen3_8b: PP2)
+    assert load_recipe("grpo_qwen3_8b", ["+scale_down=2"], cluster=cpu2) \
+        .actor_config.pipeline_model_parallel_size == 2
+
+
 def test_a_divisor_that_does_not_divide_is_refused_naming_the_key(cpu2):
     with pytest.raises(ConfigError) as e:
         load_recipe("r1_zero_qwen25_7b", ["+scale_down=3"], cluster=cpu2)

@@ -1,8 +1,8 @@
 """The MoE recipes run: grpo_tiny_moe_cpu (tiny Qwen3-MoE, 8 experts, top-2, EP 1) learns the
 embedded default's task on 2 cores, and dapo_qwen3_30b_a3b at its expert parallelism 2 (4 DP
 ranks, 4 of the tiny model's 8 experts a layer on each; vLLM at EP 1) runs two steps in
-miniature. Both log the routing load every step, and vLLM's log-probs stay those of
-the synced experts.
+miniature, as does grpo_qwen3_235b_a22b at EP 4 over a 2-stage pipeline. Each logs the routing
+load every step, and vLLM's log-probs stay those of the synced experts.
 
 One seed in the suite (time); the 3-seed figures measured by hand are in
 docs/guides/demo.md#the-moe-default. 160 steps as the dense learning test, whose bars
@@ -70,3 +70,34 @@ def test_dapo_qwen3_30b_a3b_at_ep2_runs_two_steps_in_miniature(work):
         # no old-log-prob pass runs here (one update a step), so no agreement is measured
         assert row["moe/route_replay_s"] > 0 and "moe/route_agreement" not in row
     _routing_and_sync_rows_ok(rows)
+
+
+def test_grpo_qwen3_235b_a22b_at_pp16_ep4_runs_two_steps_in_miniature(work):
+    # TP2 x PP16 x EP4 on 128 devices: TP -> 1 (scale_down=2), the 16 stages -> the tiny
+    # model's 2 on 8-fold fewer devices, so DP4 and EP4 stay (each rank 2 of the 8 experts a
+    # layer, the experts of a layer on both stages' ranks); vLLM TP4 -> 2 at EP 1, 4 engines.
+    # Top-p, top-k and min-p off in this run: vLLM's log-probs are then the full
+    # distribution's, equal to the actor's (fp32) when every synced expert is right.
+    run_dir = work / "runs" / "grpo_qwen3_235b_a22b"
+    overrides = ["+scale_down=2", "generate_config.sampling_config.top_p=1.0",
+                 "generate_config.sampling_config.top_k=-1",
+                 "generate_config.sampling_config.min_p=0.0"]
+    mini = load_recipe("grpo_qwen3_235b_a22b", overrides)
+    actor = mini.actor_config
+    assert mini.models["actor"].name == "tiny-qwen3-moe"
+    assert (actor.tensor_model_parallel_size, actor.pipeline_model_parallel_size,
+            actor.expert_model_parallel_size) == (1, 2, 4)
+    assert actor.decoder_first_pipeline_num_layers is None     # the tiny layers split evenly
+    assert mini.resource("actor").count == 8 and mini.rl_config.router_replay == "r3"
+    engines = make_plan(mini, with_cpu_slots(local_cluster(), mini), [])["rollout"]["instances"]
+    train(work, run_dir, "--config-name", "grpo_qwen3_235b_a22b", *overrides,
+          "megatron_training.train_iters=2", timeout=1200)
+    rows = [r for r in metrics(run_dir) if r["step"] > 0]
+    assert [r["step"] for r in rows] == [1, 2] and engines == 4
+    for row in rows:
+        for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "critic/score/mean"):
+            assert finite(row[key]), (key, row.get(key))
+        assert row["timing_s/reshard_verify"] > 0          # every expert of both stages
+        assert row["moe/route_replay_s"] > 0                # r3 at PP2 x EP4
+    _routing_and_sync_rows_ok(rows)                         # log-probs within 1e-4
+    assert (run_dir / "iter_0000002" / "metadata.json").is_file()
