@@ -167,13 +167,30 @@ def test_one_sync_reaches_every_engine_and_a_mismatch_names_the_engine(cluster):
                                 torch.float32) == []
 
 
+def _idle_cpu_seconds(engine_pid: int, window_s: float = 1.0) -> float:
+    """The most CPU any of the engine's TP worker processes used over the window, right after
+    a generate: vLLM's queue readers spin for 1 s after each message (a spinning worker takes
+    a fair share of the cores, >= 0.2 s here even among 10 busy processes), and sleep on the
+    writer's notification on CPU (platforms/cpu/vllm_start.idle_queue_readers_sleep)."""
+    import time
+
+    import psutil
+
+    workers = psutil.Process(engine_pid).children()
+    assert workers, "no TP worker processes"
+    before = [sum(w.cpu_times()[:2]) for w in workers]
+    time.sleep(window_s)
+    return max(sum(w.cpu_times()[:2]) - b for w, b in zip(workers, before))
+
+
 def test_an_infer_tp2_engine_samples_as_tp1_and_each_worker_holds_its_shards(cluster, tmp_path):
     """Inference TP2 (vLLM's mp executor, workers in processes of their own): the same tokens
     as TP1 and log-probs within 1e-4; on CPU the workers are forked from the engine process,
     not spawned (platforms/cpu/vllm_start.py: a spawned one imported vLLM again); the
     fingerprint, combined from each worker's shard digests, equals the checkpoint's before and
     after a sync of other weights; vLLM's shared-memory segments (where this machine's vLLM
-    build makes them: AVX-512 kernels) are its own, kept while mapped and gone after shutdown."""
+    build makes them: AVX-512 kernels) are its own, kept while mapped and gone after shutdown;
+    idle workers take no CPU."""
     import ray
     from safetensors.torch import load_file
 
@@ -199,6 +216,8 @@ def test_an_infer_tp2_engine_samples_as_tp1_and_each_worker_holds_its_shards(clu
         assert sweep_stale_segments(min_age_s=0, shm_dir=str(tmp_path)) == [str(stale)]
         assert sweep_stale_segments(min_age_s=0) == []   # live segments stay
         a, b = one.generate(_batch(3), seed=11), tp2.generate(_batch(3), seed=11)
+        if device.is_cpu():       # the TP workers sleep between messages, never spin
+            assert _idle_cpu_seconds(ray.get(tp2.engines[0].describe.remote())["pid"]) < 0.05
         assert b.response_lists() == a.response_lists()
         assert (a["rollout_log_probs"] - b["rollout_log_probs"]).abs().max() <= 1e-4
         fanout = EngineFanout(tp2.engines)

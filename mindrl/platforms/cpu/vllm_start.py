@@ -14,12 +14,13 @@ from mindrl.platforms.cpu.vllm_shm import sweep_stale_segments
 def prepare_vllm_process(threads: int) -> None:
     """Thread settings first (the CPU worker turns `torch.set_num_threads` into a no-op once
     it binds), then the shared-memory segments killed engines left behind, then how the
-    engine's tensor-parallel workers start."""
+    engine and its tensor-parallel workers wait for each other and how the workers start."""
     # vLLM's own binding ("auto") fails at TP > 1 here ("Not enough allowed NUMA nodes").
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(threads)
     sweep_stale_segments()
+    idle_queue_readers_sleep()
     if threads == 1:
         fork_tensor_parallel_workers()
     # The CPU worker replaces torch.set_num_threads with a warning, and vLLM's multimodal
@@ -58,3 +59,25 @@ def fork_tensor_parallel_workers() -> None:
     CpuPlatform.check_and_update_config = classmethod(check_keeping_fork)
     # `_maybe_force_spawn` asks this to decide; nothing else in vLLM reads system_utils' copy.
     system_utils.is_in_ray_actor = lambda: False
+
+
+def idle_queue_readers_sleep() -> None:
+    """vLLM's shared-memory queues between an engine and its TP workers keep a reader spinning
+    on sched_yield for 1 s after each message before it sleeps on the writer's notification.
+    On a CPU box those spins take cores the other workers, the trainer and the other engines
+    need: every TP worker spun for a second after each generate and each weight load. Here a
+    reader sleeps at once (zmq poll); the writer notifies on every write, so it wakes on the
+    next message. Forked TP workers inherit it (spawned ones, at cpu_threads > 1, keep vLLM's
+    spin). Idempotent."""
+    import inspect
+
+    from vllm.distributed.device_communicators.shm_broadcast import SpinCondition
+
+    init = SpinCondition.__init__
+    defaulted = [p.name for p in inspect.signature(init).parameters.values()
+                 if p.default is not inspect.Parameter.empty]
+    if defaulted != ["busy_loop_s"]:      # another vLLM: leave its queues as they are
+        logging.getLogger(__name__).warning("vLLM's SpinCondition takes %s: its queue readers "
+                                            "keep spinning", defaulted)
+        return
+    init.__defaults__ = (0.0,)
