@@ -15,6 +15,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from mindrl.config.errors import STRUCTURE, ConfigError, Problem
 from mindrl.config.names import ROLE_SECTIONS
+from mindrl.config.ported_layers import translate_noop_layers
 from mindrl.config.schema import (RUN_WIDE_KEYS, GenerateConfig, MegatronConfig,
                                   PrepareConfig, RLConfig, RunConfig)
 from mindrl.config.structure import build, check_partial, failed, field_types, suggest
@@ -131,7 +132,7 @@ def _apply_aliases(data: dict, problems: list[Problem]) -> dict:
 def parse(raw: Any, recipe: Optional[str] = None) -> RunConfig:
     """Typed RunConfig, or ConfigError listing every unknown, mistyped or missing key."""
     problems: list[Problem] = []
-    data = _apply_aliases(to_plain(raw), problems)
+    data = translate_noop_layers(_apply_aliases(to_plain(raw), problems), problems)
     known = set(SECTIONS) | set(TOP_LEVEL_SCALARS)
     for key, value in data.items():
         if key not in known:

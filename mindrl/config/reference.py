@@ -45,7 +45,10 @@ recipe lacks needs `+key=value`). Paths in the tiny recipes use `${mindrl.work_d
 A config ported from MindSpeed-RL: every key of its GRPO guide's parameter list
 (`tests/config/mindspeed_grpo_guide.yaml` carries them all) is accepted and honoured, or refused
 with the reason and the fix (`mindrl/config/ported.py`; the meanings below say which value
-is accepted). Megatron
+is accepted). MindSpeed-RL's padding of a model for its pipeline (`num_layers` with
+`noop_layers`, as in its Qwen3-235B-A22B recipe) is read as the uneven stages it makes
+(`decoder_first/last_pipeline_num_layers`; `mindrl/config/ported_layers.py`), or refused where
+empty layers sit between the first and last stage. Megatron
 feature flags outside that list (`use_fused_rmsnorm`, `use_flash_attn`, ...) are not MindRL keys
 and fail as unknown keys: delete them.
 """
