@@ -4,11 +4,11 @@ Every device count and every tensor-parallel size (training and inference) is di
 so pipeline stages, data-parallel replicas and the number of rollout engines stay as the
 recipe has them; the devices become logical CPU slots. A pipeline deeper than the tiny model
 has layers (grpo_qwen3_235b_a22b's 16 stages) becomes the deepest the tiny layers split into
-evenly, on as many times fewer devices, so data and expert parallelism still stay; an
-uneven split's first / last stage counts (the recipe model's) are dropped. A tensor-parallel size of 1 cannot be
-divided and stays 1: those engines (or model replicas) then shrink in number, D-fold, with
-the devices (grpo_qwen3_8b's 16 engines of TP1 become 8 at D=2), while the ratios of the
-divided sizes stay. The model becomes the tiny one of the recipe model's family (TINY_MODELS:
+evenly, on as many times fewer devices, so data and expert parallelism still stay; an uneven
+split's first / last stage counts (the recipe model's) are dropped. A tensor-parallel size of
+1 cannot be divided and stays 1: those engines (or model replicas) then shrink in number,
+D-fold, with the devices (grpo_qwen3_8b's 16 engines of TP1 become 8 at D=2), while the
+ratios of the divided sizes stay. The model becomes the tiny one of the recipe model's family (TINY_MODELS:
 tiny-qwen2 for Qwen2 and Llama, tiny-qwen3 for Qwen3, tiny-qwen3-moe for Qwen3-MoE) and the
 data the generated arithmetic task (made on first use, as the embedded default does), with
 lengths to match; a vision-language recipe's become tiny-qwen25vl and grpo_tiny_vl_cpu's
@@ -181,12 +181,12 @@ def _shorten_pipelines(data: dict, tiny_layers: int) -> None:
     factors = {}
     for role, section in zip(ROLES, ROLE_SECTIONS[1:]):
         pp = (data.get(section) or {}).get(PP_KEY, shared.get(PP_KEY, 1))
-        if isinstance(pp, int) and pp >= 1 and _deepest(pp, tiny_layers) < pp:
-            factors[role] = pp // _deepest(pp, tiny_layers)
+        depth = _deepest(pp, tiny_layers) if isinstance(pp, int) and pp >= 1 else pp
+        if depth != pp:
+            factors[role] = pp // depth
             logger.warning("scale_down: the %s's pipeline of %d stages becomes %d (the tiny "
                            "model has %d layers), on %d times fewer devices: its DP and EP "
-                           "stay", role, pp, _deepest(pp, tiny_layers), tiny_layers,
-                           factors[role])
+                           "stay", role, pp, depth, tiny_layers, factors[role])
     for section in ROLE_SECTIONS:
         values = data.get(section) or {}
         dropped = [key for key in SPLIT_KEYS if values.pop(key, None) is not None]
