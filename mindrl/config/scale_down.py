@@ -8,8 +8,8 @@ evenly, on as many times fewer devices, so data and expert parallelism still sta
 split's first / last stage counts (the recipe model's) are dropped. A tensor-parallel size of
 1 cannot be divided and stays 1: those engines (or model replicas) then shrink in number,
 D-fold, with the devices (grpo_qwen3_8b's 16 engines of TP1 become 8 at D=2), while the
-ratios of the divided sizes stay. The model becomes the tiny one of the recipe model's family (TINY_MODELS:
-tiny-qwen2 for Qwen2 and Llama, tiny-qwen3 for Qwen3, tiny-qwen3-moe for Qwen3-MoE) and the
+ratios of the divided sizes stay. The model becomes the tiny one of the recipe model's
+family (TINY_MODELS: tiny-qwen2 for Qwen2 and Llama, tiny-qwen3 for Qwen3, tiny-qwen3-moe for Qwen3-MoE) and the
 data the generated arithmetic task (made on first use, as the embedded default does), with
 lengths to match; a vision-language recipe's become tiny-qwen25vl and grpo_tiny_vl_cpu's
 image task (validated on its held-out images when the recipe validates). DAPO's overlong
