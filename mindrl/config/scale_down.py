@@ -1,27 +1,27 @@
 """A cluster recipe in miniature: `+scale_down=D` runs it on CPU slots with the tiny model.
 
-Every device count and every tensor-parallel size (training and inference) is divided by D,
-so pipeline stages, data-parallel replicas and the number of rollout engines stay as the
-recipe has them; the devices become logical CPU slots. A pipeline deeper than the tiny model
-has layers (grpo_qwen3_235b_a22b's 16 stages) becomes the deepest the tiny layers split into
+Every device count and every tensor-parallel size (training and inference) is divided by D, so
+pipeline stages, data-parallel replicas and the number of rollout engines stay as the recipe
+has them; the devices become logical CPU slots. A pipeline deeper than the tiny model has
+layers (grpo_qwen3_235b_a22b's 16 stages) becomes the deepest the tiny layers split into
 evenly, on as many times fewer devices, so data and expert parallelism still stay; an uneven
-split's first / last stage counts (the recipe model's) are dropped. A tensor-parallel size of
-1 cannot be divided and stays 1: those engines (or model replicas) then shrink in number,
-D-fold, with the devices (grpo_qwen3_8b's 16 engines of TP1 become 8 at D=2), while the
-ratios of the divided sizes stay. The model becomes the tiny one of the recipe model's
-family (TINY_MODELS: tiny-qwen2 for Qwen2 and Llama, tiny-qwen3 for Qwen3, tiny-qwen3-moe for Qwen3-MoE) and the
+split's first / last stage counts (the recipe model's) are dropped. A tensor-parallel size of 1
+cannot be divided and stays 1: those engines (or model replicas) then shrink in number, D-fold,
+with the devices (grpo_qwen3_8b's 16 engines of TP1 become 8 at D=2), while the ratios of the
+divided sizes stay. The model becomes the tiny one of the recipe model's family (TINY_MODELS:
+tiny-qwen2 for Qwen2 and Llama, tiny-qwen3 for Qwen3, tiny-qwen3-moe for Qwen3-MoE) and the
 data the generated arithmetic task (made on first use, as the embedded default does), with
-lengths to match; a vision-language recipe's become tiny-qwen25vl and grpo_tiny_vl_cpu's
-image task (validated on its held-out images when the recipe validates). DAPO's overlong
-buffer keeps its share of the response limit (at least one token). Every flag stays as
-the recipe sets it (sequence parallel, colocation, offload, KL loss, verifiers, micro batch
-sizes, samples per prompt, updates per step); a micro-batch token budget keeps its count of
-longest samples. The step takes the fewest prompts that still give every actor DP rank a full
-micro batch in each mini batch and pass the recipe's batch checks (every engine a prompt):
-a miniature proves the layout and the flags, and 512 prompts of a tiny model prove nothing
-more than 8 do. Precision becomes fp32, the CPU platform's. Training expert parallelism stays
-(the tiny MoE's 8 experts split as the recipe splits them); vLLM's expert parallelism becomes
-1 (it is not wired into MindRL's engines, and the CPU MoE kernel crashes with it), logged.
+lengths to match; a vision-language recipe's become tiny-qwen25vl and grpo_tiny_vl_cpu's image
+task (validated on its held-out images when the recipe validates). DAPO's overlong buffer keeps
+its share of the response limit (at least one token). Every flag stays as the recipe sets it
+(sequence parallel, colocation, offload, KL loss, verifiers, micro batch sizes, samples per
+prompt, updates per step); a micro-batch token budget keeps its count of longest samples. The
+step takes the fewest prompts that still give every actor DP rank a full micro batch in each
+mini batch and pass the recipe's batch checks (every engine a prompt): a miniature proves the
+layout and the flags, and 512 prompts of a tiny model prove nothing more than 8 do. Precision
+becomes fp32, the CPU platform's. Training expert parallelism stays (the tiny MoE's 8 experts
+split as the recipe splits them); vLLM's expert parallelism becomes 1 (it is not wired into
+MindRL's engines, and the CPU MoE kernel crashes with it), logged.
 
 This is how the shipped multi-device recipes are proven on a CPU box (tests/config and
 tests/trainer run them this way), and how a user tries a recipe's topology before renting it.
