@@ -1,8 +1,9 @@
 """The rollout engine: a real vLLM ``LLM`` started from an HF directory.
 
 Three jobs, kept apart below:
-- generate: token-id prompts in, responses and the sampled tokens' log-probs out, padded as
-  the Batch contract says (`RolloutOutput.to_batch`; docs/design.md#the-batch-contract).
+- generate: token-id prompts in, responses and the sampled tokens' log-probs out
+  (`rollout_output.RolloutOutput`); a generate given a `stop_id` ends after the engine step
+  where `stop_generating` names it (`vllm_stoppable`: a weight sync stops partial rollouts).
 - load weights in place, by the loader `vllm_weights.load_mode` picks (on CPU: into oneDNN's
   packed weights or plain parameters; elsewhere vLLM's ``reload_weights``) through
   ``collective_rpc`` (an iterator at infer TP 1, a shared file the TP workers map above),
@@ -24,60 +25,24 @@ routes, `vllm_routes`.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import torch
 
 from mindrl import device, shared_memory, startup
 from mindrl.ckpt.fingerprint import NamedTensors, compare_fingerprints
 from mindrl.config.schema import GenerateConfig
-from mindrl.data.batch import left_pad, right_pad
 from mindrl.engines import vllm_routes, vllm_weights
+from mindrl.engines.rollout_output import RolloutOutput
 from mindrl.engines.vllm_fingerprint import combine_views
 from mindrl.engines.vllm_fingerprint import vllm_view as _vllm_view
 from mindrl.engines.vllm_settings import (configure_environment, llm_kwargs, requests,
                                           reseeded, sampling_params, worker_start)
+from mindrl.engines.vllm_stoppable import generate_stoppable
 from mindrl.errors import WeightSyncError
 from mindrl.platforms import device_ipc
 from mindrl.platforms.cpu.vllm_shared_weights import SharedWeights, prefix_renames
 from mindrl.processes import this_node
-
-
-# ---------------------------------------------------------------------------- rollout data
-
-@dataclass
-class RolloutOutput:
-    """n samples per prompt, prompt-major: sample i belongs to prompt ``prompt_index[i]``."""
-
-    prompt_token_ids: List[List[int]]     # per sample (each prompt repeated n times)
-    response_token_ids: List[List[int]]   # generated ids, EOS included when it stopped there
-    log_probs: List[List[float]]          # log p(response_token_ids[i][t]) as sampled
-    finish_reasons: List[str]             # "stop" (EOS / stop id) or "length"
-    prompt_index: List[int] = field(default_factory=list)
-    # Per sample [prompt + response tokens, MoE layers, top-k] expert ids when asked for
-    # (engines/vllm_routes.py); -1 at the last token, which the engine never routes.
-    routes: Optional[List[torch.Tensor]] = None
-
-    def __len__(self) -> int:
-        return len(self.response_token_ids)
-
-    def prompt_tensors(self, pad_id: int,
-                       length: Optional[int] = None) -> Dict[str, torch.Tensor]:
-        ids, mask = left_pad(self.prompt_token_ids, pad_id, length)
-        return {"prompt_ids": ids, "prompt_mask": mask}
-
-    def response_tensors(self, pad_id: int,
-                         length: Optional[int] = None) -> Dict[str, torch.Tensor]:
-        """Right-padded responses; the mask is 1 up to and including EOS, 0 on padding."""
-        ids, mask = right_pad(self.response_token_ids, pad_id, length)
-        logp, _ = right_pad(self.log_probs, 0.0, ids.shape[1], dtype=torch.float32)
-        return {"response_ids": ids, "response_mask": mask, "rollout_log_probs": logp}
-
-    def to_batch(self, pad_id: int, prompt_length: Optional[int] = None,
-                 response_length: Optional[int] = None) -> Dict[str, torch.Tensor]:
-        return {**self.prompt_tensors(pad_id, prompt_length),
-                **self.response_tensors(pad_id, response_length)}
 
 
 # ---------------------------------------------------------------------------- the engine
@@ -144,6 +109,7 @@ class VLLMEngine:
                                  f"'reload' or {self.load_mode!r})")
             self.load_mode = load_mode
         self._failure: Optional[str] = None
+        self._stopped: Set[int] = set()   # stop ids named by stop_generating
         # Bumped by every weight change; `start_fingerprint`'s digest holds while unchanged.
         self._weights_epoch = 0
         self._early_digest: Optional[Tuple[int, Dict[str, torch.Tensor]]] = None
@@ -187,7 +153,7 @@ class VLLMEngine:
     def generate(self, prompt_token_ids: Sequence[Sequence[int]], n: int = 1,
                  images: Optional[Sequence[Sequence[bytes]]] = None,
                  mm_processor_kwargs: Optional[dict] = None, with_routes: bool = False,
-                 **sampling_overrides) -> RolloutOutput:
+                 stop_id: Optional[int] = None, **sampling_overrides) -> RolloutOutput:
         """n samples per prompt (prompt-major) with the sampled tokens' log-probs, and with
         `with_routes` each sample's MoE routes (engines/vllm_routes.py: captured in the generate).
 
@@ -196,6 +162,8 @@ class VLLMEngine:
         `images[i]`: prompt i's images (encoded bytes, one `<|image_pad|>` each in its ids),
         processed by vLLM with `mm_processor_kwargs` (the trainer's pixel bounds). The output's
         prompt ids are vLLM's own, image pads expanded: what the trainer's must equal.
+        With a `stop_id` it can be stopped (`stop_generating`): unfinished samples then answer
+        their tokens so far, finish reason None.
         """
         self._usable()
         params = sampling_params(self.config.sampling_config, n, **sampling_overrides)
@@ -204,21 +172,20 @@ class VLLMEngine:
             params = [reseeded(params, params.seed + i * n) for i in range(len(prompts))]
         if with_routes:
             results, routes = vllm_routes.generate_with_routes(self.llm, prompts, params)
+        elif stop_id is not None:
+            if not isinstance(params, list):
+                params = [params] * len(prompts)
+            results = generate_stoppable(self.llm, prompts, params,
+                                         lambda: stop_id in self._stopped)
         else:
             results = self.llm.generate(prompts, params, use_tqdm=False)
-        out = RolloutOutput([], [], [], [], [], routes=[] if with_routes else None)
-        for index, result in enumerate(results):
-            prompt = list(map(int, result.prompt_token_ids))
-            if with_routes:
-                out.routes.extend(routes[index])
-            for sample in sorted(result.outputs, key=lambda o: o.index):
-                ids = list(sample.token_ids)
-                out.prompt_token_ids.append(prompt)
-                out.response_token_ids.append(ids)
-                out.log_probs.append([sample.logprobs[t][tok].logprob for t, tok in enumerate(ids)])
-                out.finish_reasons.append(sample.finish_reason)
-                out.prompt_index.append(index)
-        return out
+        return RolloutOutput.from_results(results, routes if with_routes else None)
+
+    def stop_generating(self, stop_ids: Sequence[int]) -> None:
+        """Stop the generates given these stop ids after their current engine step, or at
+        their first if they have not started: called beside a running generate (a Ray engine's
+        "control" concurrency group, rollout/engine_group.py)."""
+        self._stopped.update(stop_ids)
 
     def score(self, prompt_token_ids: Sequence[Sequence[int]],
               response_token_ids: Sequence[Sequence[int]]) -> List[List[float]]:

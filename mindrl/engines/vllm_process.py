@@ -15,7 +15,8 @@ import torch
 
 from mindrl.ckpt.fingerprint import NamedTensors
 from mindrl.config.schema import GenerateConfig
-from mindrl.engines.vllm_engine import RolloutOutput, VLLMEngine
+from mindrl.engines.rollout_output import RolloutOutput
+from mindrl.engines.vllm_engine import VLLMEngine
 from mindrl.errors import WeightSyncError
 
 

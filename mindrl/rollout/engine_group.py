@@ -18,6 +18,7 @@ PhaseTimeout naming it (workers/deadline.py).
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
@@ -29,6 +30,8 @@ from mindrl.errors import EngineDied, PhaseTimeout
 from mindrl.rollout.merge import rollout_prompts, with_rollout
 from mindrl.workers.deadline import answers, bundle_nodes, member
 from mindrl.workers.placement import EngineSlot
+
+CONTROL = "control"   # the engines' concurrency group for calls that must not wait
 
 
 @dataclass(eq=False)
@@ -108,7 +111,8 @@ class RolloutGroup:
         from mindrl.engines.vllm_engine import VLLMEngine
 
         self.config, self.slots = generate_config, list(slots)
-        remote_cls = ray.remote(VLLMEngine)
+        # `stop_generating` runs beside a generate; every other call, one at a time.
+        remote_cls = ray.remote(concurrency_groups={CONTROL: 1})(VLLMEngine)
         self.engines = [
             remote_cls.options(
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
@@ -127,6 +131,17 @@ class RolloutGroup:
         # generated carries it as `policy_version`.
         self.policy_version = 0
         self._pending: List[RolloutHandle] = []   # submitted, not yet waited for
+        self._stop_ids = itertools.count(1)       # for generates a sync may stop
+
+    def next_stop_id(self) -> int:
+        """A new id for a stoppable generate (VLLMEngine.generate's `stop_id`)."""
+        return next(self._stop_ids)
+
+    def stop_generating(self, stop_ids: Sequence[int]) -> None:
+        """Ask every engine to stop the generates given these ids after their current step
+        (answered at once, beside the generate: the engines' control concurrency group)."""
+        for engine in self.engines:
+            engine.stop_generating.options(concurrency_group=CONTROL).remote(list(stop_ids))
 
     @property
     def in_flight(self) -> int:

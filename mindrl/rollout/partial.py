@@ -6,8 +6,10 @@ The first chunk asks the engine for the prompts' n samples with max_tokens = K; 
 finished after a chunk continues in the next from its own prefix (prompt + its tokens so far)
 as a one-sample request (n=1: each sample now has a prefix of its own) with max_tokens = what
 remains, at most K. Its new tokens and their sampled log-probs are appended, each token
-recording the weights version that sampled it. A finished sample (EOS / stop, its max_tokens
-reached, or a chunk cut short by the engine's context length) is never continued.
+recording the weights version that sampled it. A chunk a weight sync stopped mid-way
+(engines/vllm_stoppable.py) leaves its samples with fewer tokens and no finish reason: they
+continue the same way. A finished sample (EOS / stop, its max_tokens reached, or a chunk cut
+short by the engine's context length) is never continued.
 
 Prompts with images continue as they started: the one-pad-per-image prompt ids plus the tokens
 so far, with the same images (vLLM expands the pads again, and the generated tokens follow as
@@ -31,7 +33,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from mindrl.engines.vllm_engine import RolloutOutput
+from mindrl.engines.rollout_output import RolloutOutput
 
 
 @dataclass
@@ -131,8 +133,9 @@ class PartialRollout:
     def record(self, call: Chunk, output, version: int) -> None:
         """Append one call's answer (a RolloutOutput or alike: response_token_ids, log_probs,
         finish_reasons, one row per sample of `call`, in its order), sampled on weights
-        `version`. A sample continues only where the engine stopped it at this chunk's
-        max_tokens and its own max_tokens is not reached."""
+        `version`. A sample continues only where the engine cut it short (at this chunk's
+        max_tokens, or stopped by a sync: finish reason None) and its own max_tokens is not
+        reached."""
         if len(output.response_token_ids) != len(call.samples):
             raise ValueError(f"{len(output.response_token_ids)} rows answer a chunk of "
                              f"{len(call.samples)} samples")
@@ -152,9 +155,9 @@ class PartialRollout:
             sample.tokens.extend(map(int, ids))
             sample.log_probs.extend(map(float, logps))
             sample.versions.extend([version] * len(ids))
-            cut = reason == "length" and len(ids) == asked
+            cut = reason is None or (reason == "length" and len(ids) == asked)
             if not cut or len(sample.tokens) >= self.max_tokens:
-                sample.finish_reason = reason
+                sample.finish_reason = reason or "length"
 
     def end_chunk(self) -> None:
         """Every call of the chunk is recorded."""

@@ -2,8 +2,9 @@
 part of the batch goes through rollout/partial.PartialRollout, one chunk after another, driven
 by a thread of the driver, so that a weight sync waits for the current chunk only.
 
-`pause()` lets the chunk on the engines finish and holds the next one: the weights can then
-change (RolloutGroup.in_flight no longer counts the handle); `resume()` continues every
+`pause()` stops the chunk on the engines after their current decode step (each chunk's calls
+carry a stop id; the engines answer the tokens so far) and holds the next one: the weights can
+then change (RolloutGroup.in_flight no longer counts the handle); `resume()` continues every
 unfinished sample from its prefix on the engines' new weights. Each chunk reads the group's
 `policy_version` when it is submitted, so every token knows the version that sampled it
 (`token_policy_version`); the batch's `policy_version` stays the version it was submitted on,
@@ -48,6 +49,7 @@ class ChunkedHandle(RolloutHandle):
         self._cv = threading.Condition()
         self._hold = False        # a sync asked: no new chunk until resume()
         self._running = False     # a chunk is on the engines
+        self._stop_id = group.next_stop_id()    # the chunk's, for pause() to stop it
         self._error: Optional[BaseException] = None
         self._thread: Optional[threading.Thread] = None     # started by _watch
 
@@ -75,6 +77,7 @@ class ChunkedHandle(RolloutHandle):
                 with self._cv:
                     self._cv.wait_for(lambda: not self._hold)
                     self._running, version = True, self.group.policy_version
+                    self._stop_id = self.group.next_stop_id()
                 rounds = self._send()
         except BaseException as exc:    # raised again by wait() and pause()
             self._error = exc
@@ -93,7 +96,8 @@ class ChunkedHandle(RolloutHandle):
                 continue
             for r, call in enumerate(rollout.next_calls(self.seeds[index])):
                 ref = self.group.engines[index].generate.remote(
-                    call.prompts, call.n, **call.engine_kwargs(), **self.overrides)
+                    call.prompts, call.n, **call.engine_kwargs(), stop_id=self._stop_id,
+                    **self.overrides)
                 if r == len(rounds):
                     rounds.append({})
                 rounds[r][ref] = (index, call)
@@ -112,10 +116,12 @@ class ChunkedHandle(RolloutHandle):
     # ---------------------------------------------------------------- the caller's side
 
     def pause(self) -> None:
-        """Let the chunk on the engines finish and hold the next: returns once no request of
-        this handle is on the engines."""
+        """Stop the chunk on the engines after their current step and hold the next: returns
+        once no request of this handle is on the engines."""
         with self._cv:
             self._hold = True
+            if self._running:
+                self.group.stop_generating([self._stop_id])
             self._cv.wait_for(lambda: not self._running)
         self._raise()
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from mindrl.data.batch import Batch
-from mindrl.engines.vllm_engine import RolloutOutput
+from mindrl.engines.rollout_output import RolloutOutput
 from mindrl.rollout.merge import with_rollout
 
 PAD = 9

@@ -11,7 +11,7 @@ from mindrl.config import ClusterResources, load_recipe
 from mindrl.data.batch import (BY_NAME, FIELDS, LEFT, NONE, PAD_ID, RIGHT, ROLLOUT_ONLY, ZERO,
                                Batch)
 from mindrl.data.prompt_rows import per_prompt_fields
-from mindrl.engines.vllm_engine import RolloutOutput
+from mindrl.engines.rollout_output import RolloutOutput
 from mindrl.rollout.engine_group import RolloutHandle
 from mindrl.trainer.advantage_step import advantage_fields
 

@@ -12,7 +12,8 @@ from transformers import AutoTokenizer
 from mindrl.ckpt.fingerprint import (checkpoint_fingerprint, compare_fingerprints,
                                      fingerprint_tensors)
 from mindrl.config.schema import GenerateConfig, SamplingConfig
-from mindrl.engines.vllm_engine import RolloutOutput, VLLMEngine
+from mindrl.engines.rollout_output import RolloutOutput
+from mindrl.engines.vllm_engine import VLLMEngine
 from mindrl.engines.vllm_settings import llm_kwargs, sampling_params
 from mindrl.engines.vllm_process import VLLMEngineProcess
 from mindrl.errors import WeightSyncError

@@ -108,10 +108,10 @@ def test_two_submissions_in_flight_each_return_their_own_samples_in_prompt_order
 
 
 def test_a_partial_rollout_paused_for_a_sync_continues_to_the_whole_greedy_generation(cluster):
-    """rollout/partial_handle.py on real engines: chunks of 3 tokens, paused after the first
-    (nothing is then in flight: the sync may run), continued on "version 1" (the same
-    weights): greedy, the tokens and log-probs of one whole generate; the tokens sampled
-    after the pause carry version 1, the samples their start version 0."""
+    """rollout/partial_handle.py on real engines: chunks of 3 tokens, paused in the first
+    (which stops it; nothing is then in flight: the sync may run), continued on "version 1"
+    (the same weights): greedy, the tokens and log-probs of one whole generate; the tokens
+    sampled after the pause carry version 1, the samples their start version 0."""
     from mindrl.rollout.partial_handle import submit_in_chunks
 
     _, _, two, _ = cluster
@@ -134,9 +134,32 @@ def test_a_partial_rollout_paused_for_a_sync_continues_to_the_whole_greedy_gener
     versions = got["token_policy_version"] * got["response_mask"]
     lengths = got["response_mask"].sum(1)
     assert lengths.max() > 3                        # some continued past the pause
-    assert versions[:, :3].tolist() == [[0, 0, 0]] * 5
-    assert [row[3:n].tolist() for row, n in zip(versions, lengths)] == [
-        [1] * max(0, n - 3) for n in lengths.tolist()]
+    # The pause stopped chunk 1 after 1-3 tokens (as far as it got): version 0 up to there,
+    # 1 after it, in every sample.
+    for row, n in zip(versions.tolist(), lengths.tolist()):
+        first = row[:n].count(0)
+        assert 1 <= first <= 3 and row[:n] == [0] * first + [1] * (n - first)
+
+
+def test_a_stop_reaches_a_running_generate(cluster):
+    """`stop_generating` runs beside a generate (the engines' control concurrency group): a
+    generate of 50 forced tokens a sample, stopped once sent, answers fewer, with no finish
+    reason; the engine then generates whole again."""
+    import ray
+
+    _, _, two, _ = cluster
+    prompts = [[5 + i, 6, 7] for i in range(16)]
+    stop_id = two.next_stop_id()
+    ref = two.engines[0].generate.remote(prompts, 4, max_tokens=50, min_tokens=50,
+                                         stop_id=stop_id)
+    two.stop_generating([stop_id])
+    out = ray.get(ref, timeout=120)
+    assert max(map(len, out.response_token_ids)) < 50
+    assert set(out.finish_reasons) == {None}
+    again = ray.get(two.engines[0].generate.remote(prompts[:2], 1, max_tokens=50, min_tokens=50,
+                                                   stop_id=two.next_stop_id()), timeout=120)
+    assert [len(ids) for ids in again.response_token_ids] == [50, 50]
+    assert again.finish_reasons == ["length", "length"]
 
 
 def test_one_sync_reaches_every_engine_and_a_mismatch_names_the_engine(cluster):

@@ -1,7 +1,7 @@
 import pytest
 
 from mindrl.data.batch import Batch
-from mindrl.engines.vllm_engine import RolloutOutput
+from mindrl.engines.rollout_output import RolloutOutput
 from mindrl.rollout.merge import PromptMismatch, rollout_prompts, with_rollout
 
 PAD = 9

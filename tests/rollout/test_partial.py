@@ -4,7 +4,7 @@ samples continue, from which prefix, and the tokens, log-probs and versions appe
 import pytest
 import torch
 
-from mindrl.engines.vllm_engine import RolloutOutput
+from mindrl.engines.rollout_output import RolloutOutput
 from mindrl.rollout.partial import (PartialRollout, crossed_update_frac, generate_in_chunks,
                                     whole_generation_versions)
 from support.counting_engine import count_up

@@ -1,7 +1,9 @@
 """A partial rollout's handle (rollout/partial_handle.py) over engines that answer by hand: a
-pause lets the chunk on the engines finish and holds the next, so a weight sync can run; the
-batch then continues on the new version, each token keeping the version that sampled it."""
+pause stops the chunk on the engines (they answer the tokens so far) and holds the next, so a
+weight sync can run; the batch then continues on the new version, each token keeping the
+version that sampled it."""
 
+import itertools
 import threading
 import time
 from types import SimpleNamespace
@@ -17,52 +19,73 @@ from support.counting_engine import EOS, count_up
 
 
 class _Ref:
-    """What a Ray remote call returns: a hashable reference to the answer."""
+    """What a Ray remote call returns: a hashable reference to the answer, made when the
+    group's gate opens (a stop asked before then cuts it)."""
 
     def __init__(self, answer):
         self.answer = answer
 
 
 class _Engine:
-    """A Ray engine actor answering with support/counting_engine.count_up."""
+    """A Ray engine actor answering with support/counting_engine.count_up; a generate whose
+    stop id the group stopped answers one token per sample, finish reason None (what
+    VLLMEngine answers when a sync stops it after a step)."""
 
-    def __init__(self, calls):
+    def __init__(self, group):
         self.generate = SimpleNamespace(remote=self._remote)
-        self.calls = calls
+        self.group = group
 
-    def _remote(self, prompts, n, max_tokens, min_tokens, seed=None):
-        self.calls.append((len(prompts), n, max_tokens, seed))
-        return _Ref(count_up(prompts, n, max_tokens, min_tokens))
+    def _remote(self, prompts, n, max_tokens, min_tokens, seed=None, stop_id=None):
+        self.group.calls.append((len(prompts), n, max_tokens, seed))
+
+        def answer():
+            if stop_id not in self.group.stopped:
+                return count_up(prompts, n, max_tokens, min_tokens)
+            out = count_up(prompts, n, 1, min(min_tokens, 1))
+            out.finish_reasons = [None if r == "length" else r for r in out.finish_reasons]
+            return out
+
+        return _Ref(answer)
 
 
 class _Group:
-    """Engines that answer when `gate` is open; `policy_version` as RolloutGroup's."""
+    """Engines that answer when `gate` is open; `policy_version` and the stop ids as
+    RolloutGroup's."""
 
     phase_timeout_s = None
     in_flight = RolloutGroup.in_flight
 
     def __init__(self, engines: int):
-        self.calls = []
-        self.engines = [_Engine(self.calls) for _ in range(engines)]
+        self.calls, self.stopped, self._ids = [], set(), itertools.count(1)
+        self.engines = [_Engine(self) for _ in range(engines)]
         self.config = GenerateConfig(sampling_config=SamplingConfig(max_tokens=20, seed=0))
         self.policy_version, self.gate, self._pending = 0, threading.Event(), []
 
+    def next_stop_id(self):
+        return next(self._ids)
+
+    def stop_generating(self, stop_ids):
+        self.stopped.update(stop_ids)
+
     def _wait(self, refs, what, timeout_s=None):
         assert self.gate.wait(10), "the test never opened the gate"
-        return {index: ref.answer for ref, index in refs.items()}
+        return {index: ref.answer() for ref, index in refs.items()}
 
 
 def _submit(group, prompts, n, chunk=3, seed=100):
     return submit_in_chunks(group, Batch.from_prompts(prompts, n, pad_id=0), chunk, seed=seed)
 
 
-def test_a_sync_between_chunks_continues_the_batch_on_the_new_version():
+def test_a_sync_stops_the_chunk_and_continues_the_batch_on_the_new_version():
+    """The pause stops chunk 1 on the engines (1 token each instead of 3), the sync runs, and
+    every sample continues from its prefix on version 1 in chunks of 3."""
     group = _Group(engines=2)
     handle = _submit(group, [[7], [1]], n=2)
     pausing = threading.Thread(target=handle.pause)
     pausing.start()
     time.sleep(0.2)
     assert pausing.is_alive() and group.in_flight == 1     # chunk 1 is on the engines
+    assert group.stopped == {handle._stop_id}              # the pause stopped it
     group.gate.set()
     pausing.join(5)
     assert not pausing.is_alive() and group.in_flight == 0 and not handle.done()
@@ -71,16 +94,19 @@ def test_a_sync_between_chunks_continues_the_batch_on_the_new_version():
     batch = handle.wait()
     assert batch["response_ids"].tolist() == [[8, 9, EOS, 0, 0, 0, 0, 0, 0]] * 2 + [
         [2, 3, 4, 5, 6, 7, 8, 9, EOS]] * 2
-    assert batch["token_policy_version"].tolist() == [[0, 0, 0] + [0] * 6] * 2 + [
-        [0, 0, 0, 1, 1, 1, 1, 1, 1]] * 2
+    assert batch["token_policy_version"].tolist() == [[0, 1, 1] + [0] * 6] * 2 + [
+        [0, 1, 1, 1, 1, 1, 1, 1, 1]] * 2
     assert batch["policy_version"].tolist() == [0, 0, 0, 0]   # the start version
     assert batch["rollout_log_probs"][2].tolist() == [-0.25] * 9
     assert batch["finish_reason"] == ["stop"] * 4
-    assert crossed_update_frac(batch["token_policy_version"], batch["response_mask"]) == 0.5
-    # engine 1 (prompt [1], group 1, seed 100 + 1*2): chunk 1 with n=2, then one request each
+    assert crossed_update_frac(batch["token_policy_version"], batch["response_mask"]) == 1.0
+    # engine 1 (prompt [1], group 1, seed 100 + 1*2): chunk 1 with n=2, then one request
+    # per sample, 3 tokens a chunk: 2 + 3 + 3 + 2 tokens
     assert group.calls[1] == (1, 2, 3, 102)
-    assert sorted(group.calls[2:]) == [(2, 1, 3, 104), (2, 1, 3, 106)]
+    assert sorted(group.calls[2:]) == [(2, 1, 3, 102), (2, 1, 3, 104), (2, 1, 3, 106),
+                                       (2, 1, 3, 108)]
     assert group.in_flight == 0 and handle.done()
+    assert group.stopped == {handle._stop_id - 3}           # later chunks ran to their end
 
 
 def test_an_engine_failure_reaches_the_caller():

@@ -2,7 +2,7 @@
 sample counts up from its prefix's last id and ends with EOS after 9 ("stop"); cut at
 max_tokens otherwise ("length"). Every log-prob is -0.25."""
 
-from mindrl.engines.vllm_engine import RolloutOutput
+from mindrl.engines.rollout_output import RolloutOutput
 
 EOS = 2
 

@@ -4,7 +4,7 @@ vLLM engine tests compare."""
 import torch
 from transformers import AutoModelForCausalLM
 
-from mindrl.engines.vllm_engine import RolloutOutput
+from mindrl.engines.rollout_output import RolloutOutput
 
 
 def transformers_log_probs(model_dir, out: RolloutOutput, temperature=1.0):

@@ -11,7 +11,7 @@ import torch
 
 from mindrl.config import ClusterResources, load_recipe
 from mindrl.data.batch import Batch
-from mindrl.engines.vllm_engine import RolloutOutput
+from mindrl.engines.rollout_output import RolloutOutput
 from mindrl.errors import EngineDied, WeightSyncError
 from mindrl.rollout.engine_group import RolloutHandle
 from mindrl.trainer import lifecycle as lifecycle_module

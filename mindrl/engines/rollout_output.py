@@ -1,0 +1,65 @@
+"""What a rollout engine answers: n samples per prompt with their sampled log-probs, padded as
+the Batch contract says (`RolloutOutput.to_batch`; docs/design.md#the-batch-contract)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+import torch
+
+from mindrl.data.batch import left_pad, right_pad
+
+
+@dataclass
+class RolloutOutput:
+    """n samples per prompt, prompt-major: sample i belongs to prompt ``prompt_index[i]``."""
+
+    prompt_token_ids: List[List[int]]     # per sample (each prompt repeated n times)
+    response_token_ids: List[List[int]]   # generated ids, EOS included when it stopped there
+    log_probs: List[List[float]]          # log p(response_token_ids[i][t]) as sampled
+    # "stop" (EOS / stop id), "length", or None: stopped by a weight sync (partial rollouts)
+    finish_reasons: List[Optional[str]]
+    prompt_index: List[int] = field(default_factory=list)
+    # Per sample [prompt + response tokens, MoE layers, top-k] expert ids when asked for
+    # (engines/vllm_routes.py); -1 at the last token, which the engine never routes.
+    routes: Optional[List[torch.Tensor]] = None
+
+    @classmethod
+    def from_results(cls, results: Sequence,
+                     routes: Optional[Sequence[List[torch.Tensor]]] = None) -> "RolloutOutput":
+        """From vLLM's RequestOutputs (or engines/vllm_stoppable's alike), one per prompt, and
+        per prompt its samples' routes where asked for."""
+        out = cls([], [], [], [], [], routes=None if routes is None else [])
+        for index, result in enumerate(results):
+            prompt = list(map(int, result.prompt_token_ids))
+            if routes is not None:
+                out.routes.extend(routes[index])
+            for sample in sorted(result.outputs, key=lambda o: o.index):
+                ids = list(sample.token_ids)
+                out.prompt_token_ids.append(prompt)
+                out.response_token_ids.append(ids)
+                out.log_probs.append([sample.logprobs[t][tok].logprob for t, tok in enumerate(ids)])
+                out.finish_reasons.append(sample.finish_reason)
+                out.prompt_index.append(index)
+        return out
+
+    def __len__(self) -> int:
+        return len(self.response_token_ids)
+
+    def prompt_tensors(self, pad_id: int,
+                       length: Optional[int] = None) -> Dict[str, torch.Tensor]:
+        ids, mask = left_pad(self.prompt_token_ids, pad_id, length)
+        return {"prompt_ids": ids, "prompt_mask": mask}
+
+    def response_tensors(self, pad_id: int,
+                         length: Optional[int] = None) -> Dict[str, torch.Tensor]:
+        """Right-padded responses; the mask is 1 up to and including EOS, 0 on padding."""
+        ids, mask = right_pad(self.response_token_ids, pad_id, length)
+        logp, _ = right_pad(self.log_probs, 0.0, ids.shape[1], dtype=torch.float32)
+        return {"response_ids": ids, "response_mask": mask, "rollout_log_probs": logp}
+
+    def to_batch(self, pad_id: int, prompt_length: Optional[int] = None,
+                 response_length: Optional[int] = None) -> Dict[str, torch.Tensor]:
+        return {**self.prompt_tensors(pad_id, prompt_length),
+                **self.response_tensors(pad_id, response_length)}
