@@ -149,7 +149,8 @@ KEY_DOCS: dict[str, str] = {
     "rl_config.max_staleness": "policy versions a trained sample may lag the actor (bounded; "
         "one_step means 1); generation is paced, never discarded",
     "rl_config.partial_rollout_tokens": "async only: generate in chunks of at most K new "
-        "tokens per sample, continued from their prefix after a weight sync; each token "
+        "tokens per sample; a weight sync stops the chunk on the engines after their current "
+        "step and the samples continue from their prefix on the new weights; each token "
         "keeps its version (token_policy_version); null = whole generations",
     "rl_config.logprob_drift_threshold": "warn when rollout/logprob_diff_mean stays above "
                                          "this; null = off",
