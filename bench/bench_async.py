@@ -12,7 +12,9 @@ back to back in one invocation, on one layout: the vLLM engine on a CPU slot of 
 other, each process with --threads torch threads (default 1: one core each on 2 cores). The
 loops (MODES): `sync` (rl_config.async_mode: off, the synchronous trainer on the same layout),
 `one_step` (async_mode one_step, a bound of 1) and `bounded2` (async_mode bounded,
-max_staleness 2). The first step is warm-up; at least 5 steps after it are timed (a run with
+max_staleness 2); `bounded2_partial` (asked by --modes) is bounded2 with partial rollouts in one
+chunk of the whole length, so that each weight sync stops the batches in flight after the
+engine's current decode step instead of waiting for them. The first step is warm-up; at least 5 steps after it are timed (a run with
 fewer says so, as bench_e2e does). Every loop runs TAIL (2) steps more. The ratio
 `async_speedup_natural` is over whole runs: every loop generates and trains the same batches
 (the same prompts and seeds, steps + TAIL of them), and its completion tokens/s is all of them
@@ -65,13 +67,18 @@ MODES: Dict[str, List[str]] = {
     "sync": ["++rl_config.async_mode=off"],
     "one_step": ["++rl_config.async_mode=one_step", "++rl_config.max_staleness=1"],
     "bounded2": ["++rl_config.async_mode=bounded", "++rl_config.max_staleness=2"],
+    # bounded2 whose syncs stop the batches in flight after the engine's current decode step
+    # (partial rollouts in one chunk of the whole length: `partial_overrides`)
+    "bounded2_partial": ["++rl_config.async_mode=bounded", "++rl_config.max_staleness=2"],
 }
+DEFAULT_MODES = ("sync", "one_step", "bounded2")
+PARTIAL = ("bounded2_partial",)
 LAYOUT = ["++generate_config.rollout_devices=1"]
 # Each loop's staleness bound (config/async_checks.staleness_bound): its last BOUND steps only
 # train. Every loop runs TAIL steps more than asked, so that all train the same batches.
-BOUND = {"sync": 0, "one_step": 1, "bounded2": 2}
+BOUND = {"sync": 0, "one_step": 1, "bounded2": 2, "bounded2_partial": 2}
 TAIL = max(BOUND.values())
-ASYNC_MODES = ("one_step", "bounded2")        # the loops compared with sync
+ASYNC_MODES = ("one_step", "bounded2", "bounded2_partial")   # the loops compared with sync
 
 
 def mode_shape(shape: Shape, mode: str, threads: int) -> Shape:
@@ -93,8 +100,11 @@ def whole_run(steps: List[dict]) -> dict:
             "run_completion_tokens_per_s": tokens / seconds}
 
 
-def overrides(mode: str) -> List[str]:
-    return [*LAYOUT, *MODES[mode]]
+def overrides(mode: str, shape: Shape) -> List[str]:
+    """The loop's overrides; a partial loop's one chunk is the shape's whole length, so only
+    a sync cuts a generation."""
+    chunk = [f"++rl_config.partial_rollout_tokens={shape.max_tokens}"] if mode in PARTIAL else []
+    return [*LAYOUT, *MODES[mode], *chunk]
 
 
 def async_step(row: dict, completions: int) -> dict:
@@ -158,7 +168,7 @@ def print_table(results: Dict[str, dict]) -> None:
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--modes", default=",".join(MODES), help=f"of {', '.join(MODES)}")
+    ap.add_argument("--modes", default=",".join(DEFAULT_MODES), help=f"of {', '.join(MODES)}")
     ap.add_argument("--steps", type=int, default=None, help="steps per loop (default 6: 1 "
                                                             "warm-up + 5 timed)")
     ap.add_argument("--prompts", type=int, default=None, help="override prompts per step")
@@ -188,7 +198,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         run = mode_shape(shape, mode, args.threads)
         print(f"[{mode}] {run.steps} steps ...", flush=True)
         steps = [async_step(row, run.completions)
-                 for row in mindrl_metrics(run, work, overrides(mode))]
+                 for row in mindrl_metrics(run, work, overrides(mode, run))]
         results[mode] = {**async_summary(steady_steps(steps, mode)), **whole_run(steps),
                          "train_only_tail_steps": BOUND[mode]}
         print({mode: {k: v for k, v in results[mode].items() if k != "completion_length"}},

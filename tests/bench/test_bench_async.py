@@ -91,7 +91,7 @@ def test_every_loop_runs_the_same_layout_with_its_own_bound(tmp_path):
         assert (shape.max_tokens, shape.exact_length, shape.model) == \
             (1024, False, "bench-qwen2-75m")
         run = load_recipe(bench_e2e.RECIPE, [*bench_e2e.mindrl_overrides(shape, tmp_path),
-                                             *bench_async.overrides(mode)],
+                                             *bench_async.overrides(mode, shape)],
                           cluster=ClusterResources("cpu", 2))
         gen = run.generate_config
         assert gen.rollout_devices == 1 and gen.sampling_config.max_tokens == 1024
@@ -99,9 +99,11 @@ def test_every_loop_runs_the_same_layout_with_its_own_bound(tmp_path):
         # 1 warm-up + 5 timed + the largest bound's tail: every loop trains the same batches
         assert run.megatron_training.train_iters == 6 + 2
         assert str(run.run_dir).endswith(f"mindrl-async-{mode}")
-        seen[mode] = (run.rl_config.async_mode, staleness_bound(run.rl_config))
-    assert seen == {"sync": ("off", 0), "one_step": ("one_step", 1), "bounded2": ("bounded", 2)}
-    assert {mode: bound for mode, (_, bound) in seen.items()} == bench_async.BOUND
+        seen[mode] = (run.rl_config.async_mode, staleness_bound(run.rl_config),
+                      run.rl_config.partial_rollout_tokens)
+    assert seen == {"sync": ("off", 0, None), "one_step": ("one_step", 1, None),
+                    "bounded2": ("bounded", 2, None), "bounded2_partial": ("bounded", 2, 1024)}
+    assert {mode: bound for mode, (_, bound, _) in seen.items()} == bench_async.BOUND
 
 
 def test_a_loop_at_bound_k_leaves_its_last_k_steps_out_of_the_steady_steps():
