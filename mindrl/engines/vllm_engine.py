@@ -36,8 +36,9 @@ from mindrl.engines import vllm_routes, vllm_weights
 from mindrl.engines.rollout_output import RolloutOutput
 from mindrl.engines.vllm_fingerprint import combine_views
 from mindrl.engines.vllm_fingerprint import vllm_view as _vllm_view
-from mindrl.engines.vllm_settings import (configure_environment, llm_kwargs, requests,
-                                          reseeded, sampling_params, worker_start)
+from mindrl.engines.vllm_settings import (PER_PROMPT, configure_environment, llm_kwargs,
+                                          per_prompt_params, requests, sampling_params,
+                                          worker_start)
 from mindrl.engines.vllm_stoppable import generate_stoppable
 from mindrl.errors import WeightSyncError
 from mindrl.platforms import device_ipc
@@ -159,6 +160,7 @@ class VLLMEngine:
 
         With a sampling seed, prompt i's samples use seeds seed + i*n ... seed + i*n + n-1, so no
         two samples share a random stream; vary the seed per step (override ``seed=``).
+        `max_tokens` / `min_tokens` may be lists, a value per prompt.
         `images[i]`: prompt i's images (encoded bytes, one `<|image_pad|>` each in its ids),
         processed by vLLM with `mm_processor_kwargs` (the trainer's pixel bounds). The output's
         prompt ids are vLLM's own, image pads expanded: what the trainer's must equal.
@@ -166,10 +168,12 @@ class VLLMEngine:
         their tokens so far, finish reason None.
         """
         self._usable()
+        limits = {k: sampling_overrides.pop(k) for k in PER_PROMPT
+                  if isinstance(sampling_overrides.get(k), (list, tuple))}
         params = sampling_params(self.config.sampling_config, n, **sampling_overrides)
         prompts = requests(prompt_token_ids, images, mm_processor_kwargs)
-        if params.seed is not None:   # vLLM seeds sample i with seed + i: same for every prompt
-            params = [reseeded(params, params.seed + i * n) for i in range(len(prompts))]
+        if params.seed is not None or limits:
+            params = per_prompt_params(params, len(prompts), n, limits)
         if with_routes:
             results, routes = vllm_routes.generate_with_routes(self.llm, prompts, params)
         elif stop_id is not None:

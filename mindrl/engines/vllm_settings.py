@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from mindrl import device
 from mindrl.config.cpu_notice import cpu_vllm
@@ -72,11 +72,27 @@ def sampling_params(cfg: SamplingConfig, n: int, **overrides):
                           min_tokens=cfg.min_tokens, ignore_eos=cfg.ignore_eos)
 
 
-def reseeded(params, seed: int):
-    """A copy of vLLM SamplingParams `params` with another seed."""
-    params = params.clone()
-    params.seed = seed
-    return params
+PER_PROMPT = ("max_tokens", "min_tokens")   # overrides that may be one value per prompt
+
+
+def per_prompt_params(params, prompts: int, n: int, limits: Dict[str, Sequence[int]]):
+    """One SamplingParams per prompt: with a seed, prompt i's samples seed from seed + i*n
+    (vLLM seeds sample j with seed + j, the same for every prompt); `limits` gives a value per
+    prompt for any of PER_PROMPT (a partial rollout's continuations each have their own
+    remaining budget, and one call batches them all)."""
+    for name, values in limits.items():
+        if name not in PER_PROMPT or len(values) != prompts:
+            raise ValueError(f"{name}: {len(values)} values for {prompts} prompts (per-prompt "
+                             f"values: {PER_PROMPT})")
+    out = []
+    for i in range(prompts):
+        one = params.clone()
+        if params.seed is not None:
+            one.seed = params.seed + i * n
+        for name, values in limits.items():
+            setattr(one, name, int(values[i]))
+        out.append(one)
+    return out
 
 
 def requests(prompt_token_ids: Sequence[Sequence[int]],

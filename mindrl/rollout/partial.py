@@ -58,8 +58,9 @@ class PartialSample:
 @dataclass
 class Chunk:
     """One engine call of a chunk: the samples it continues (indices into the rollout), the
-    prompt ids to send, samples per prompt, the sampling overrides (max_tokens, min_tokens
-    and a seed offset for that call) and each prompt's images (None: text prompts)."""
+    prompt ids to send, samples per prompt, the sampling overrides (max_tokens and min_tokens,
+    one value or a list of one per prompt, and a seed for that call) and each prompt's images
+    (None: text prompts)."""
 
     samples: List[int]
     prompts: List[List[int]]
@@ -101,24 +102,23 @@ class PartialRollout:
 
     def next_calls(self, seed: Optional[int] = None) -> List[Chunk]:
         """The engine calls of the next chunk: the first is the prompts with n samples each;
-        later ones continue each pending sample alone from its prefix, one call per distinct
-        (max_tokens, min_tokens) so every call has one set of sampling parameters. With a base
-        `seed`, chunk c's calls seed from seed + c * samples on, one seed per sample sent."""
+        later, one call continues every pending sample alone from its prefix (n=1), each with
+        its own max_tokens and min_tokens (lists, a value per prompt: after a sync stopped a
+        chunk mid-way the samples hold different counts, and one call keeps them in one
+        batch). With a base `seed`, chunk c's calls seed from seed + c * samples on, one seed
+        per sample sent."""
         if self.chunks_done == 0:
             calls = [Chunk(list(range(len(self.samples))), [list(p) for p in self.prompts],
                            self.n, self._limits(0), self.images)]
+        elif not self.pending():
+            calls = []
         else:
-            by_limits: Dict[Tuple[int, int], Chunk] = {}
-            for i in self.pending():
-                limits = self._limits(len(self.samples[i].tokens))
-                key = (limits["max_tokens"], limits["min_tokens"])
-                call = by_limits.setdefault(key, Chunk([], [], 1, limits,
-                                                       None if self.images is None else []))
-                call.samples.append(i)
-                call.prompts.append(self.samples[i].prefix)
-                if self.images is not None:
-                    call.images.append(self.images[self.samples[i].prompt_index])
-            calls = list(by_limits.values())
+            pending = self.pending()
+            limits = [self._limits(len(self.samples[i].tokens)) for i in pending]
+            calls = [Chunk(pending, [self.samples[i].prefix for i in pending], 1,
+                           {name: [one[name] for one in limits] for name in limits[0]},
+                           None if self.images is None else
+                           [self.images[self.samples[i].prompt_index] for i in pending])]
         if seed is not None:
             first = seed + self.chunks_done * len(self.samples)
             for call in calls:
@@ -140,10 +140,12 @@ class PartialRollout:
             raise ValueError(f"{len(output.response_token_ids)} rows answer a chunk of "
                              f"{len(call.samples)} samples")
         asked = call.overrides["max_tokens"]
+        if not isinstance(asked, list):          # the first chunk: one budget for all
+            asked = [asked] * len(call.samples)
         ran = getattr(output, "prompt_token_ids", None) or [None] * len(call.samples)
-        for index, ids, logps, reason, prompt in zip(call.samples, output.response_token_ids,
-                                                     output.log_probs, output.finish_reasons,
-                                                     ran):
+        for index, ids, logps, reason, prompt, budget in zip(
+                call.samples, output.response_token_ids, output.log_probs,
+                output.finish_reasons, ran, asked):
             sample = self.samples[index]
             if self.chunks_done == 0 and prompt is not None:
                 sample.ran_prompt = list(map(int, prompt))
@@ -155,7 +157,7 @@ class PartialRollout:
             sample.tokens.extend(map(int, ids))
             sample.log_probs.extend(map(float, logps))
             sample.versions.extend([version] * len(ids))
-            cut = reason is None or (reason == "length" and len(ids) == asked)
+            cut = reason is None or (reason == "length" and len(ids) == budget)
             if not cut or len(sample.tokens) >= self.max_tokens:
                 sample.finish_reason = reason or "length"
 

@@ -28,12 +28,12 @@ def test_a_sample_finishing_in_chunk_1_and_one_spanning_3_chunks_across_a_versio
     assert r.pending() == [1] and not r.done
     [second] = r.next_calls()
     assert (second.samples, second.prompts, second.n) == ([1], [[7, 20, 21, 22]], 1)
-    assert second.overrides == {"max_tokens": 3, "min_tokens": 0}
+    assert second.overrides == {"max_tokens": [3], "min_tokens": [0]}   # one per prompt
     r.record(second, answer([[23, 24, 25]], [[-4., -5., -6.]], ["length"]), version=5)
     r.end_chunk()
     [third] = r.next_calls()
     assert third.prompts == [[7, 20, 21, 22, 23, 24, 25]]
-    assert third.overrides["max_tokens"] == 1        # 7 - 6 remain
+    assert third.overrides["max_tokens"] == [1]      # 7 - 6 remain
     r.record(third, answer([[26]], [[-7.]], ["length"]), version=5)
     r.end_chunk()
     assert r.done and r.next_calls() == []
@@ -87,7 +87,7 @@ def test_a_chunk_the_engine_cut_short_ends_the_sample_and_min_tokens_count_over_
     r.record(first, answer([[3, 4, 5, 6]], [[-1.] * 4], ["length"]), 0)
     r.end_chunk()
     [second] = r.next_calls()
-    assert second.overrides == {"max_tokens": 4, "min_tokens": 2}
+    assert second.overrides == {"max_tokens": [4], "min_tokens": [2]}
     # "length" with fewer tokens than asked: the context is full, not the chunk.
     r.record(second, answer([[7]], [[-1.]], ["length"]), 0)
     r.end_chunk()
@@ -114,7 +114,27 @@ def test_generate_in_chunks_drives_an_engine_and_reads_the_version_per_chunk():
     assert per_token[0] == [0, 0, 0] and per_token[2] == [0, 0, 0, 1, 1, 1, 1, 1, 1]
     assert synced == [1, 2]
     # Chunk 0: 2 prompts x n=2 from seed 100; chunk c: one request per sample from 100 + c*4.
-    assert calls == [(2, 2, 3, 100), (2, 1, 3, 104), (2, 1, 3, 108)]
+    assert calls == [(2, 2, 3, 100), (2, 1, [3, 3], 104), (2, 1, [3, 3], 108)]
+
+
+def test_samples_a_sync_stopped_at_different_counts_continue_in_one_call():
+    """A stopped chunk (finish reason None) leaves 1, 3 and 0 tokens: the next chunk is one
+    engine call with each sample's own budget, and min_tokens counts what each has."""
+    r = PartialRollout([[1], [2], [3]], n=1, max_tokens=8, chunk=8, min_tokens=2)
+    [first] = r.next_calls(seed=10)
+    r.record(first, answer([[4], [5, 6, 7], []], [[-1.], [-1.] * 3, []], [None] * 3), 0)
+    r.end_chunk()
+    assert r.pending() == [0, 1, 2]
+    [call] = r.next_calls(seed=10)
+    assert call.samples == [0, 1, 2] and call.n == 1
+    assert call.prompts == [[1, 4], [2, 5, 6, 7], [3]]
+    assert call.overrides == {"max_tokens": [7, 5, 8], "min_tokens": [1, 0, 2], "seed": 13}
+    r.record(call, answer([[EOS], [8, 9, 10, 11, 12], [EOS]], [[-1.], [-1.] * 5, [-1.]],
+                          ["stop", "length", "stop"]), 1)
+    r.end_chunk()
+    assert r.done and r.output().response_token_ids == [[4, EOS], [5, 6, 7, 8, 9, 10, 11, 12],
+                                                        [EOS]]
+    assert r.versions() == [[0, 1], [0, 0, 0, 1, 1, 1, 1, 1], [1]]
 
 
 def test_crossed_update_frac_counts_samples_spanning_versions_under_the_mask():

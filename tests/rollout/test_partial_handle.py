@@ -41,7 +41,7 @@ class _Engine:
         def answer():
             if stop_id not in self.group.stopped:
                 return count_up(prompts, n, max_tokens, min_tokens)
-            out = count_up(prompts, n, 1, min(min_tokens, 1))
+            out = count_up(prompts, n, 1)
             out.finish_reasons = [None if r == "length" else r for r in out.finish_reasons]
             return out
 
@@ -103,8 +103,8 @@ def test_a_sync_stops_the_chunk_and_continues_the_batch_on_the_new_version():
     # engine 1 (prompt [1], group 1, seed 100 + 1*2): chunk 1 with n=2, then one request
     # per sample, 3 tokens a chunk: 2 + 3 + 3 + 2 tokens
     assert group.calls[1] == (1, 2, 3, 102)
-    assert sorted(group.calls[2:]) == [(2, 1, 3, 102), (2, 1, 3, 104), (2, 1, 3, 106),
-                                       (2, 1, 3, 108)]
+    assert sorted(group.calls[2:]) == [(2, 1, [3, 3], 102), (2, 1, [3, 3], 104),
+                                       (2, 1, [3, 3], 106), (2, 1, [3, 3], 108)]
     assert group.in_flight == 0 and handle.done()
     assert group.stopped == {handle._stop_id - 3}           # later chunks ran to their end
 

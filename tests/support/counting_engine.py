@@ -8,8 +8,10 @@ EOS = 2
 
 
 def count_up(prompts, n, max_tokens, min_tokens=0, seed=None) -> RolloutOutput:
+    """`max_tokens` may be a list, a value per prompt (as VLLMEngine.generate takes it)."""
+    budgets = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(prompts)
     ids, reasons = [], []
-    for p in prompts:
+    for p, max_tokens in zip(prompts, budgets):
         for _ in range(n):
             out = []
             while len(out) < max_tokens and (out or p)[-1] < 9:
