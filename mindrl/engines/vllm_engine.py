@@ -181,6 +181,7 @@ class VLLMEngine:
                 params = [params] * len(prompts)
             results = generate_stoppable(self.llm, prompts, params,
                                          lambda: stop_id in self._stopped)
+            self._stopped.discard(stop_id)    # ids are never reused
         else:
             results = self.llm.generate(prompts, params, use_tqdm=False)
         return RolloutOutput.from_results(results, routes if with_routes else None)

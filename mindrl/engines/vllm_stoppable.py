@@ -8,7 +8,7 @@ The requests stream their tokens (RequestOutputKind.DELTA, where LLM.generate as
 final output), so a stopped request's tokens and sampled log-probs are known without reading
 the engine's internals; the answers are RequestOutput-like, in the prompts' order, each with
 all n samples in index order. Without a stop the tokens, log-probs and finish reasons are
-LLM.generate's (tests/engines/test_vllm_stoppable.py).
+LLM.generate's (tests/engines/test_partial_rollout.py).
 """
 
 from __future__ import annotations
