@@ -221,6 +221,7 @@ def test_an_infer_tp2_engine_samples_as_tp1_and_each_worker_holds_its_shards(clu
     from mindrl.ckpt.fingerprint import checkpoint_fingerprint
     from mindrl.platforms.cpu.vllm_shm import (SEGMENTS, mapped_files, sweep_stale_segments,
                                                tp_collectives_use_segments)
+    from mindrl.platforms.cpu.vllm_start import QUEUE_RECHECK_MS, queue_recheck_ms
     from mindrl.weight_sync.engine_fanout import EngineFanout
 
     dirs, one, _, make_tp2 = cluster
@@ -241,6 +242,11 @@ def test_an_infer_tp2_engine_samples_as_tp1_and_each_worker_holds_its_shards(clu
         a, b = one.generate(_batch(3), seed=11), tp2.generate(_batch(3), seed=11)
         if device.is_cpu():       # the TP workers sleep between messages, never spin
             assert _idle_cpu_seconds(ray.get(tp2.engines[0].describe.remote())["pid"]) < 0.05
+            # ... and look again every 10 ms, not vLLM's 5 s: a dropped notification stalled
+            # a TP 2 engine 5 s (platforms/cpu/vllm_start.idle_queue_readers_sleep)
+            rechecks = ray.get(tp2.engines[0].__ray_call__.remote(
+                lambda engine: [queue_recheck_ms()] + engine.llm.collective_rpc(queue_recheck_ms)))
+            assert rechecks == [QUEUE_RECHECK_MS] * 3, rechecks
         assert b.response_lists() == a.response_lists()
         assert (a["rollout_log_probs"] - b["rollout_log_probs"]).abs().max() <= 1e-4
         fanout = EngineFanout(tp2.engines)

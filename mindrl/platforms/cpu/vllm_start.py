@@ -69,17 +69,37 @@ def fork_tensor_parallel_workers() -> None:
     system_utils.is_in_ray_actor = lambda: False
 
 
+# How long a sleeping queue reader waits before it looks at the queue again when no
+# notification came (vLLM's SHM_READER_RECHECK_INTERVAL_MS, 5,000 there).
+QUEUE_RECHECK_MS = 10
+
+
 def idle_queue_readers_sleep() -> None:
     """vLLM's shared-memory queues between an engine and its TP workers keep a reader spinning
     on sched_yield for 1 s after each message before it sleeps on the writer's notification.
     On a CPU box those spins take cores the other workers, the trainer and the other engines
     need: every TP worker spun for a second after each generate and each weight load. Here a
-    reader sleeps at once (zmq poll); the writer notifies on every write, so it wakes on the
-    next message. Forked TP workers inherit it (spawned ones, at cpu_threads > 1, keep vLLM's
-    spin). Idempotent."""
+    reader sleeps at once (zmq poll) and looks at the queue again every QUEUE_RECHECK_MS.
+
+    The notification is best effort: the writer's PUB socket keeps one message per reader and
+    drops the next while one is queued (a reader that found its message without polling leaves
+    that one there), so a sleeping reader can miss the message it waits for. vLLM then finds it
+    at its 5 s recheck: with readers that always sleep, TP 2 engines stalled 5 s on many
+    collective calls (a sync's bucket loads: the VL sync test, tests/weight_sync/test_vl_sync.py,
+    took 648 s with about 100 such stalls, 81 s with this; 2026-11-28, Xeon). A 10 ms recheck
+    is 100 polls a second per idle worker (microseconds each). Forked TP workers inherit both settings (spawned ones, at cpu_threads > 1, keep
+    vLLM's spin). Idempotent."""
     import inspect
 
+    from vllm.distributed.device_communicators import shm_broadcast
     from vllm.distributed.device_communicators.shm_broadcast import SpinCondition
+
+    if hasattr(shm_broadcast, "SHM_READER_RECHECK_INTERVAL_MS"):
+        shm_broadcast.SHM_READER_RECHECK_INTERVAL_MS = QUEUE_RECHECK_MS
+    else:       # another vLLM: a sleeping reader could wait for a dropped notification
+        logging.getLogger(__name__).warning("vLLM's shm_broadcast has no recheck interval: its "
+                                            "queue readers keep spinning")
+        return
 
     init = SpinCondition.__init__
     defaulted = [p.name for p in inspect.signature(init).parameters.values()
@@ -89,3 +109,11 @@ def idle_queue_readers_sleep() -> None:
                                             "keep spinning", defaulted)
         return
     init.__defaults__ = (0.0,)
+
+
+def queue_recheck_ms(_worker=None) -> int:
+    """The recheck interval this process's vLLM queue readers use (callable by an engine's
+    `collective_rpc`: each TP worker answers its own)."""
+    from vllm.distributed.device_communicators import shm_broadcast
+
+    return shm_broadcast.SHM_READER_RECHECK_INTERVAL_MS
