@@ -77,6 +77,11 @@ def check_partial_rollouts(rl) -> list[Problem]:
                         "engine captured in one generate; a partial rollout's chunks are "
                         "several", "set partial_rollout_tokens: null, or router_replay: r2",
                         tokens)]
+    if rl.log_route_agreement:
+        return [Problem("rl_config.partial_rollout_tokens", "the route agreement compares the "
+                        "routes the engine captured in one generate; a partial rollout's "
+                        "chunks are several", "set partial_rollout_tokens: null, or "
+                        "log_route_agreement: false", tokens)]
     return []
 
 

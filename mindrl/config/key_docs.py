@@ -127,6 +127,10 @@ KEY_DOCS: dict[str, str] = {
                                "(the update replays the routes its old-log-prob pass recorded; "
                                "r2 turns that pass on); r3 (old log-probs, reference and update "
                                "replay the rollout engine's routes)",
+    "rl_config.log_route_agreement": "MoE: log moe/route_agreement (the engine's routes vs the "
+                                     "trainer's old-log-prob pass) without replaying them; "
+                                     "the engines return routes and that pass runs every step "
+                                     "(actor pipeline parallel size 1)",
     "rl_config.clip_ratio": "PPO clip range of the importance ratio",
     "rl_config.clip_ratio_low": "lower clip; null = clip_ratio",
     "rl_config.clip_ratio_high": "upper clip; null = clip_ratio",

@@ -3,8 +3,9 @@ engine. Part of validate.py's checks: each refusal comes before any worker start
 key and the fix (docs/guides/routing-replay.md).
 
 Replay needs routers (a MoE actor). Recording routes (r2's old-log-prob pass, the agreement
-metric) reads every layer's router on one rank, so r2 needs the actor at pipeline parallel
-size 1; r3 replays at any layout. r3 needs the rollout engine to return its routes.
+metric) reads every layer's router on one rank, so r2 and rl_config.log_route_agreement need
+the actor at pipeline parallel size 1; r3 replays at any layout. r3 and the agreement need the
+rollout engine to return its routes.
 """
 
 from __future__ import annotations
@@ -19,6 +20,11 @@ ENGINE_RETURNS_ROUTES = True
 
 
 def check_replay(run: RunConfig) -> list[Problem]:
+    out = _check_mode(run)
+    return out or check_route_agreement(run)
+
+
+def _check_mode(run: RunConfig) -> list[Problem]:
     mode = run.rl_config.router_replay
     if mode == "off":
         return []
@@ -38,3 +44,24 @@ def check_replay(run: RunConfig) -> list[Problem]:
         out.append(Problem(key, "r3 replays the rollout engine's routes, and this engine "
                            "build returns none", "use r2 or off", mode))
     return out
+
+
+def check_route_agreement(run: RunConfig) -> list[Problem]:
+    """rl_config.log_route_agreement: the trainer's routes are recorded on one rank, so it
+    needs a MoE actor at pipeline parallel size 1."""
+    if not run.rl_config.log_route_agreement:
+        return []
+    key, spec = "rl_config.log_route_agreement", run.models["actor"]
+    if not spec.is_moe:
+        return [Problem(key, f"compares a MoE model's routes, and {spec.name} (the actor's "
+                        f"model, {spec.architecture}) has no experts",
+                        "set rl_config.log_route_agreement: false", True)]
+    if run.role("actor").pipeline_model_parallel_size > 1:
+        return [Problem(key, "the old-log-prob pass records the trainer's routes on one rank "
+                        "(actor pipeline parallel size 1)",
+                        "set rl_config.log_route_agreement: false, or "
+                        "pipeline_model_parallel_size: 1", True)]
+    if not ENGINE_RETURNS_ROUTES:
+        return [Problem(key, "compares the rollout engine's routes, and this engine build "
+                        "returns none", "set rl_config.log_route_agreement: false", True)]
+    return []

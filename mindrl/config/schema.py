@@ -159,6 +159,10 @@ class RLConfig:
     # MoE routing replay (docs/guides/routing-replay.md): r2 = the update replays the routes
     # of the old-log-prob pass; r3 = every Megatron pass replays the rollout engine's.
     router_replay: Literal["off", "r2", "r3"] = "off"
+    # The engine's routes against the trainer's old-log-prob pass without replaying them (how
+    # far apart they are before one turns r2 / r3 on): the engines return their routes and the
+    # pass runs every step.
+    log_route_agreement: bool = False
 
     # --- sampling and batching
     n_samples_per_prompt: int = 8

@@ -32,8 +32,9 @@ from mindrl.trainer.log_prob_passes import LogProbPass, run_passes, timed
 from mindrl.trainer.metrics import (batch_metrics, perf_metrics, policy_version_metrics,
                                     reward_model_metrics)
 from mindrl.trainer.prompt_batches import image_metrics
-from mindrl.trainer.route_replay_step import (OLD_ROUTES, engine_route_kwargs, pass_replay,
-                                              records_routes, replay_metrics, update_replay)
+from mindrl.trainer.route_replay_step import (OLD_ROUTES, engine_route_kwargs,
+                                              needs_route_pass, pass_replay, records_routes,
+                                              replay_metrics, update_replay)
 
 
 class GRPOTrainer:
@@ -140,8 +141,8 @@ class GRPOTrainer:
 
     def _needs_old_log_probs(self) -> bool:
         """An old-logprob pass is redundant when each batch feeds exactly one update (unless
-        routing replay r2 replays its routes)."""
-        return self.rl.router_replay == "r2" or not (
+        routing replay r2 replays its routes or the route agreement compares them)."""
+        return needs_route_pass(self.rl) or not (
             self.rl.mini_batch_size == self.run.megatron_training.global_batch_size
             and self.rl.epochs == 1)
 

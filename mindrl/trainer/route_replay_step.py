@@ -2,7 +2,8 @@
 step's Megatron passes, and what it reports.
 
 - off: no pass replays; the old-log-prob pass (when the step runs one) records the trainer's
-  routes, so where the engine returned its routes the agreement is logged all the same.
+  routes, so where the engine returned its routes the agreement is logged all the same;
+  rl_config.log_route_agreement asks the engines for their routes and runs that pass.
 - r2: the update replays `old_routes`, the routes the old-log-prob pass recorded; r2 turns
   that pass on (a step whose one update would otherwise skip it replays what a forward of the
   same weights picked).
@@ -25,8 +26,16 @@ OLD_ROUTES, ROLLOUT_ROUTES = "old_routes", "rollout_routes"
 
 
 def engine_route_kwargs(rl) -> Dict[str, bool]:
-    """What the rollout engines are asked for: their routes under r3 (engines/vllm_routes.py)."""
-    return {"with_routes": True} if rl.router_replay == "r3" else {}
+    """What the rollout engines are asked for: their routes (engines/vllm_routes.py) under r3
+    and when the agreement is asked for (rl_config.log_route_agreement)."""
+    wanted = rl.router_replay == "r3" or rl.log_route_agreement
+    return {"with_routes": True} if wanted else {}
+
+
+def needs_route_pass(rl) -> bool:
+    """Whether the old-log-prob pass must run for routing's sake, even where each batch feeds
+    one update: r2 replays what it records; the agreement compares what it records."""
+    return rl.router_replay == "r2" or rl.log_route_agreement
 
 
 def pass_replay(rl) -> Optional[str]:

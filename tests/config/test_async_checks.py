@@ -85,6 +85,13 @@ def test_partial_rollouts_in_async_mode_are_accepted_and_off_by_default():
     assert run.rl_config.partial_rollout_tokens == 8
 
 
+def test_partial_rollouts_with_the_route_agreement_are_refused():
+    err = rejected(["+rl_config.async_mode=one_step", "+rl_config.partial_rollout_tokens=8",
+                    "+rl_config.log_route_agreement=true", *OWN_ENGINES])
+    assert "rl_config.partial_rollout_tokens" in err.keys
+    assert "log_route_agreement: false" in str(err)
+
+
 def test_partial_rollouts_with_r3_routing_replay_are_refused():
     err = rejected(["+rl_config.async_mode=one_step", "+rl_config.partial_rollout_tokens=8",
                     "+rl_config.router_replay=r3", *OWN_ENGINES])

@@ -55,3 +55,42 @@ def test_r3_is_accepted_with_the_asynchronous_loop():
                                             "rl_config.colocate_actor_ref=true"],
                       cluster=CPU2, check_paths=False)
     assert (run.rl_config.router_replay, run.rl_config.async_mode) == ("r3", "one_step")
+
+
+AGREEMENT = "rl_config.log_route_agreement"
+
+
+def _agreement_problems(recipe, overrides):
+    with pytest.raises(ConfigError) as info:
+        load_recipe(recipe, overrides, cluster=CPU2, check_paths=False)
+    return [p for p in info.value.problems if p.key == AGREEMENT]
+
+
+def test_the_route_agreement_is_refused_on_a_dense_actor_and_at_pipeline_size_2():
+    [p] = _agreement_problems("grpo_tiny_cpu", ["+rl_config.log_route_agreement=true"])
+    assert "no experts" in p.message and p.fix == "set rl_config.log_route_agreement: false"
+    [p] = _agreement_problems("grpo_tiny_moe_cpu", [
+        "+rl_config.log_route_agreement=true", "megatron_training.pipeline_model_parallel_size=2"])
+    assert "pipeline parallel size 1" in p.message
+
+
+def test_the_route_agreement_is_refused_while_the_engine_returns_no_routes(monkeypatch):
+    monkeypatch.setattr(replay_checks, "ENGINE_RETURNS_ROUTES", False)
+    [p] = _agreement_problems("grpo_tiny_moe_cpu", ["+rl_config.log_route_agreement=true"])
+    assert "returns none" in p.message
+
+
+def test_the_route_agreement_asks_the_engines_for_routes_and_runs_the_old_pass():
+    """Replay off, one update per batch (the MoE default): without the agreement the step
+    skips the old-log-prob pass and the engines return no routes; with it, both."""
+    from mindrl.trainer.grpo_trainer import GRPOTrainer
+    from mindrl.trainer.route_replay_step import engine_route_kwargs, update_replay
+
+    plain = load_recipe("grpo_tiny_moe_cpu", [], cluster=CPU2, check_paths=False)
+    on = load_recipe("grpo_tiny_moe_cpu", ["+rl_config.log_route_agreement=true"],
+                     cluster=CPU2, check_paths=False)
+    assert not GRPOTrainer(plain)._needs_old_log_probs()
+    assert engine_route_kwargs(plain.rl_config) == {}
+    assert GRPOTrainer(on)._needs_old_log_probs()
+    assert engine_route_kwargs(on.rl_config) == {"with_routes": True}
+    assert update_replay(on.rl_config) is None           # measured, never replayed
