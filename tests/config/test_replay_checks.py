@@ -1,6 +1,6 @@
 """rl_config.router_replay (config/replay_checks.py): refused on a dense actor, r2 at actor
 PP > 1 and r3 while the engine returns no routes, each naming the key and the fix; accepted
-on the MoE default."""
+on the MoE default. rl_config.log_route_agreement likewise, and what it turns on."""
 
 import pytest
 
@@ -11,10 +11,10 @@ CPU2 = ClusterResources("cpu", 2)
 KEY = "rl_config.router_replay"
 
 
-def _problems(recipe, overrides):
+def _problems(recipe, overrides, key=KEY):
     with pytest.raises(ConfigError) as info:
         load_recipe(recipe, overrides, cluster=CPU2, check_paths=False)
-    return [p for p in info.value.problems if p.key == KEY]
+    return [p for p in info.value.problems if p.key == key]
 
 
 @pytest.mark.parametrize("mode", ["r2", "r3"])
@@ -61,9 +61,7 @@ AGREEMENT = "rl_config.log_route_agreement"
 
 
 def _agreement_problems(recipe, overrides):
-    with pytest.raises(ConfigError) as info:
-        load_recipe(recipe, overrides, cluster=CPU2, check_paths=False)
-    return [p for p in info.value.problems if p.key == AGREEMENT]
+    return _problems(recipe, overrides, AGREEMENT)
 
 
 def test_the_route_agreement_is_refused_on_a_dense_actor_and_at_pipeline_size_2():
