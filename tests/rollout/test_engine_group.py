@@ -163,10 +163,8 @@ def test_a_stop_reaches_a_running_generate(cluster):
 
 
 def test_one_sync_reaches_every_engine_and_a_mismatch_names_the_engine(cluster):
-    import ray
     from safetensors.torch import load_file
 
-    from mindrl import device
     from mindrl.ckpt.fingerprint import checkpoint_fingerprint, compare_fingerprints
     from mindrl.weight_sync.engine_fanout import EngineFanout
     from mindrl.weight_sync.target import WeightTarget
