@@ -20,8 +20,7 @@ ENGINE_RETURNS_ROUTES = True
 
 
 def check_replay(run: RunConfig) -> list[Problem]:
-    out = _check_mode(run)
-    return out or check_route_agreement(run)
+    return _check_mode(run) or check_route_agreement(run)
 
 
 def _check_mode(run: RunConfig) -> list[Problem]:

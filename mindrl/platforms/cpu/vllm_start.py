@@ -87,8 +87,9 @@ def idle_queue_readers_sleep() -> None:
     at its 5 s recheck: with readers that always sleep, TP 2 engines stalled 5 s on many
     collective calls (a sync's bucket loads: the VL sync test, tests/weight_sync/test_vl_sync.py,
     took 648 s with about 100 such stalls, 81 s with this; 2026-11-28, Xeon). A 10 ms recheck
-    is 100 polls a second per idle worker (microseconds each). Forked TP workers inherit both settings (spawned ones, at cpu_threads > 1, keep
-    vLLM's spin). Idempotent."""
+    is 100 polls a second per idle worker (microseconds each). Forked TP workers inherit both
+    settings (spawned ones, at cpu_threads > 1, keep vLLM's spin and recheck). Without the
+    recheck setting (another vLLM) readers keep spinning. Idempotent."""
     import inspect
 
     from vllm.distributed.device_communicators import shm_broadcast
