@@ -27,6 +27,7 @@ import torch
 
 from mindrl.data.batch import Batch
 from mindrl.errors import EngineDied, PhaseTimeout
+from mindrl.platforms import preload
 from mindrl.rollout.merge import rollout_prompts, with_rollout
 from mindrl.workers.deadline import answers, bundle_nodes, member
 from mindrl.workers.placement import EngineSlot
@@ -117,7 +118,7 @@ class RolloutGroup:
             remote_cls.options(
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     slot.placement_group, placement_group_bundle_index=slot.bundle),
-                runtime_env={"env_vars": env}, max_concurrency=1, max_restarts=0,
+                runtime_env=preload.runtime_env("vllm", env), max_concurrency=1, max_restarts=0,
                 **slot.resources,
             ).remote(str(model_path), generate_config, seed, **(engine_kwargs or {}))
             for slot in self.slots]

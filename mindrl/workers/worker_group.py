@@ -22,6 +22,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from mindrl.config.roles import RoleSetup
 from mindrl.data.batch import Batch
 from mindrl.errors import WorkerDied, ray_result
+from mindrl.platforms import preload
 from mindrl.workers.deadline import answers, bundle_nodes, member
 from mindrl.workers.megatron_worker import MegatronWorker
 
@@ -59,7 +60,8 @@ class RoleGroup:
             remote_cls.options(
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     placement_group, placement_group_bundle_index=first_bundle + rank),
-                runtime_env={"env_vars": env}, max_concurrency=1, **resources_per_rank,
+                runtime_env=preload.runtime_env("megatron", env), max_concurrency=1,
+                **resources_per_rank,
             ).remote(role, rank, world_size)
             for rank in range(world_size)]
 

@@ -1,0 +1,300 @@
+"""Ray workers forked from a process that has already imported what they import.
+
+Every rollout engine and Megatron rank is a fresh Python process that imports torch, vLLM or
+Megatron before it does any work: about 15 CPU-s for an engine and 5-6 for a rank on a 2-core
+box, more than the steps of a short run. A preload server imports one kind's libraries once
+(`PRELOADS`), then forks a worker for every request of `preload_client.py`, the
+`py_executable` that a worker's Ray runtime_env names (`runtime_env`); the fork runs Ray's own
+worker script with the requesting process's arguments, environment, directory and streams.
+The worker is a real Ray worker; only its imports were done before it was born.
+
+Forking is safe for the same reasons as the engines' forked TP workers
+(platforms/cpu/vllm_start.py): the server runs one thread and never a parallel region, and it
+never initialises a device or Ray. Imports that read the environment read the server's, so
+the server refuses (and the client starts plainly) a request whose environment differs from
+its own in any variable those libraries read at import (`IMPORT_TIME_ENV`).
+
+Used where MINDRL_PRELOAD_DIR names a directory with a server's socket per kind (`serve`
+writes `<kind>.sock`); the test suite starts one per kind for its whole session.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import json
+import os
+import random
+import runpy
+import selectors
+import socket
+import struct
+import sys
+import threading
+from pathlib import Path
+from typing import Dict, Optional
+
+PRELOAD_DIR_ENV = "MINDRL_PRELOAD_DIR"
+CLIENT = Path(__file__).with_name("preload_client.py")
+# What each kind of worker imports before its first call (module names, in order).
+PRELOADS = {
+    "vllm": ("torch", "transformers", "vllm.entrypoints.llm", "vllm.v1.engine.core",
+             "vllm.v1.worker.cpu_worker", "vllm.model_executor.models.qwen2",
+             "vllm.model_executor.models.qwen3"),
+    "megatron": ("torch", "transformers", "mindrl.rank_imports"),
+}
+# Environment variables (by prefix) that these libraries may read while they import: a
+# request must carry the server's values for every one of them.
+IMPORT_TIME_ENV = ("VLLM_", "TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_", "CUDA", "HF_",
+                   "TRANSFORMERS", "TOKENIZERS", "PYTHON", "LD_", "NVTE_", "TRITON", "MEGATRON",
+                   "NCCL", "GLOO", "MINDRL_DEVICE")
+# ... except these, read when used (torch's inductor reads its cache directory per compile;
+# vLLM's import sets it in the driver, and a Megatron server never imports vLLM).
+USE_TIME_ENV = ("TORCHINDUCTOR_CACHE_DIR",)
+
+
+def socket_path(kind: str, directory: Optional[str] = None) -> Optional[Path]:
+    """This kind's server socket under MINDRL_PRELOAD_DIR (or `directory`), if one listens."""
+    directory = directory or os.environ.get(PRELOAD_DIR_ENV)
+    if not directory:
+        return None
+    path = Path(directory) / f"{kind}.sock"
+    return path if path.exists() else None
+
+
+def runtime_env(kind: str, env_vars: Dict[str, str]) -> dict:
+    """A Ray actor's runtime_env: its environment, and the preloaded start where a server for
+    `kind` listens."""
+    result = {"env_vars": env_vars}
+    path = socket_path(kind)
+    if path is not None:
+        result["py_executable"] = f"{sys.executable} {CLIENT} {path}"
+    return result
+
+
+def _import_env(env: Dict[str, str]) -> Dict[str, str]:
+    return {k: v for k, v in env.items()
+            if k.startswith(IMPORT_TIME_ENV) and k not in USE_TIME_ENV}
+
+
+def _differences(before: Dict[str, str], after: Dict[str, str],
+                 theirs: Dict[str, str]) -> list:
+    """Variables whose value in a request is not what this server's imports saw: the value
+    before the imports, or for one the imports set themselves, the value they set (a worker
+    started with it set imports as this server did)."""
+    return sorted(k for k in set(before) | set(after) | set(theirs)
+                  if theirs.get(k) != before.get(k)
+                  and not (before.get(k) != after.get(k) and theirs.get(k) == after.get(k)))
+
+
+def _send(conn: socket.socket, message: dict) -> None:
+    body = json.dumps(message).encode()
+    conn.sendall(struct.pack("!I", len(body)) + body)
+
+
+def _receive_request(conn: socket.socket):
+    """The client's request: its JSON and the four descriptors (stdin, stdout, stderr, lifeline)."""
+    conn.settimeout(10.0)
+    data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 4)
+    (size,) = struct.unpack("!I", data[:4])
+    body = data[4:]
+    while len(body) < size:
+        part = conn.recv(size - len(body))
+        if not part:
+            raise EOFError("client closed the connection")
+        body += part
+    conn.settimeout(None)
+    return json.loads(body), fds
+
+
+class _BecomeWorker(Exception):
+    """Raised in a fresh fork to leave the server's loop (and every frame of it) before the
+    worker's script runs, so the worker exits as a plain interpreter does."""
+
+    def __init__(self, request: dict, fds: list):
+        super().__init__("become a worker")
+        self.request, self.fds = request, fds
+
+
+class Server:
+    """Accepts requests on a Unix socket, forks a worker per request, reports each exit."""
+
+    def __init__(self, path: Path, env_before: Dict[str, str]):
+        self.path = path
+        self.env_before = _import_env(env_before)
+        self.env_after = _import_env(dict(os.environ))
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        if path.exists():
+            path.unlink()
+        self.listener.bind(str(path))
+        self.listener.listen(64)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.listener, selectors.EVENT_READ, None)
+        self.owner = os.pidfd_open(os.getppid())   # the server ends with whoever started it
+        self.selector.register(self.owner, selectors.EVENT_READ, "owner")
+        self.workers: Dict[int, tuple] = {}         # pidfd -> (pid, client connection)
+
+    def loop(self) -> None:
+        while True:
+            for key, _ in self.selector.select():
+                if key.data is None:
+                    self._accept()
+                elif key.data == "owner":
+                    self.path.unlink(missing_ok=True)
+                    return
+                else:
+                    self._reap(key.fd)
+
+    def _accept(self) -> None:
+        conn, _ = self.listener.accept()
+        try:
+            request, fds = _receive_request(conn)
+        except (OSError, EOFError, ValueError):
+            conn.close()
+            return
+        differs = _differences(self.env_before, self.env_after, _import_env(request["env"]))
+        threads = threading.active_count()
+        if differs or threads != 1:
+            why = (f"environment differs in {', '.join(differs)}: " + "; ".join(f"{k} {self.env_before.get(k)!r} vs {request['env'].get(k)!r}" for k in differs) if differs
+                   else f"the server runs {threads} threads")
+            for fd in fds:
+                os.close(fd)
+            _send(conn, {"why": why})
+            conn.close()
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            self.selector.close()
+            self.listener.close()
+            os.close(self.owner)
+            for pidfd, (_, client) in self.workers.items():
+                os.close(pidfd)
+                client.close()
+            conn.close()
+            raise _BecomeWorker(request, fds)
+        for fd in fds:
+            os.close(fd)
+        _send(conn, {"pid": pid})
+        pidfd = os.pidfd_open(pid)
+        self.workers[pidfd] = (pid, conn)
+        self.selector.register(pidfd, selectors.EVENT_READ, "worker")
+
+    def _reap(self, pidfd: int) -> None:
+        pid, conn = self.workers.pop(pidfd)
+        self.selector.unregister(pidfd)
+        os.close(pidfd)
+        _, status = os.waitpid(pid, 0)
+        message = ({"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status)
+                   else {"exit": os.waitstatus_to_exitcode(status)})
+        try:
+            _send(conn, message)
+        except OSError:
+            pass
+        conn.close()
+
+
+def _watch_lifeline(fd: int) -> None:
+    """The client holds the only write end: when it dies, so does this worker."""
+    def watch():
+        while True:
+            try:
+                if not os.read(fd, 1):
+                    break
+            except InterruptedError:
+                continue
+            except OSError:
+                break
+        os.kill(os.getpid(), 9)
+
+    threading.Thread(target=watch, name="preload-lifeline", daemon=True).start()
+
+
+def _run_worker(request: dict, fds: list) -> None:
+    """In the fork: take the client's streams, environment, directory and arguments, reseed
+    what was seeded in the server, and run the script as `python SCRIPT ARGS` would."""
+    os.setsid()
+    for target, fd in zip((0, 1, 2), fds[:3]):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.set_inheritable(fds[3], False)
+    _watch_lifeline(fds[3])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    script = request["argv"][0]
+    sys.argv = list(request["argv"])
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    random.seed()
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
+    runpy.run_path(script, run_name="__main__")
+
+
+def start_server(kind: str, directory: Path, env: Dict[str, str]) -> "subprocess.Popen":
+    """A preload server for `kind` at DIRECTORY/<kind>.sock, ready once the socket exists
+    (workers asked for before then start plainly); it exits when this process does."""
+    import subprocess
+
+    return subprocess.Popen([sys.executable, "-m", "mindrl.platforms.preload", kind,
+                             str(directory)], env=env, stdin=subprocess.DEVNULL)
+
+
+class _NoRay:
+    """A meta-path finder that refuses `ray` and remembers who asked.
+
+    Ray's C++ core reads its settings, the worker's job id among them, from the environment
+    once, when `ray._raylet` loads: loaded here, every worker would carry the server's (none)
+    and abort at start. vLLM imports Ray optionally (`try: import ray`); the modules that
+    tried are forgotten after the preload, so a worker imports them afresh, with Ray."""
+
+    def __init__(self):
+        self.askers = set()
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "ray" and not name.startswith("ray."):
+            return None
+        frame = sys._getframe(1)
+        while frame is not None:
+            asker = frame.f_globals.get("__name__", "")
+            if not asker.startswith(("importlib", "_frozen_importlib")):
+                self.askers.add(asker)
+                break
+            frame = frame.f_back
+        raise ModuleNotFoundError(f"{name} is imported by each worker, never by the preload "
+                                  "server", name=name)
+
+
+def _import_without_ray(modules) -> None:
+    blocker = _NoRay()
+    sys.meta_path.insert(0, blocker)
+    try:
+        for name in modules:
+            importlib.import_module(name)
+    finally:
+        sys.meta_path.remove(blocker)
+    for asker in blocker.askers:
+        sys.modules.pop(asker, None)
+
+
+def serve(kind: str, directory: str) -> None:
+    """Import `kind`'s libraries, then serve at DIRECTORY/<kind>.sock until our parent exits."""
+    path = Path(directory) / f"{kind}.sock"
+    building = path.with_suffix(".building")
+    building.touch()
+    env = dict(os.environ)      # what the imports see (some of them add to it)
+    _import_without_ray(PRELOADS[kind])
+    gc.freeze()     # every worker forks with this heap: its collections pass over none of it
+    try:
+        server = Server(building, env)
+        building.rename(path)       # the socket appears only once the imports are done
+        server.path = path
+        server.loop()
+    except _BecomeWorker as become:
+        _run_worker(become.request, become.fds)
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1], sys.argv[2])

@@ -1,0 +1,104 @@
+"""The Python a preloaded Ray worker starts with (Ray's runtime_env `py_executable`):
+`python preload_client.py SOCKET SCRIPT ARGS...`, run by path, standard library only.
+
+It asks the preload server at SOCKET (mindrl/platforms/preload.py) to fork a worker that runs
+SCRIPT with this process's arguments, environment, working directory and standard streams,
+then stands in for it: Ray's raylet started this process and watches it, so it forwards the
+signals it gets, exits as the worker exits, and if it is killed the worker dies too (it holds
+the only write end of the worker's lifeline pipe). Without a server, or when the server says
+its imports would not be this process's, it becomes the plain `python SCRIPT ARGS...`.
+"""
+
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+             signal.SIGUSR2)
+
+
+def _plain(argv, why: str = "") -> None:
+    if why and os.environ.get("MINDRL_PRELOAD_VERBOSE"):
+        print(f"preload: started plainly ({why})", file=sys.stderr, flush=True)
+    os.execv(sys.executable, [sys.executable, *argv])
+
+
+def _read_message(conn: socket.socket) -> dict:
+    head = b""
+    while len(head) < 4:
+        part = conn.recv(4 - len(head))
+        if not part:
+            raise EOFError("the preload server closed the connection")
+        head += part
+    (size,) = struct.unpack("!I", head)
+    body = b""
+    while len(body) < size:
+        part = conn.recv(size - len(body))
+        if not part:
+            raise EOFError("the preload server closed the connection")
+        body += part
+    return json.loads(body)
+
+
+def _exit_as(status: dict) -> None:
+    if status.get("signal"):
+        sig = status["signal"]
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    os._exit(int(status.get("exit", 1)))
+
+
+def main(argv) -> None:
+    socket_path, script_argv = argv[0], argv[1:]
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(socket_path)
+    except OSError as exc:
+        _plain(script_argv, f"no server at {socket_path}: {exc}")
+    lifeline_read, lifeline_write = os.pipe()
+    request = json.dumps({"argv": script_argv, "env": dict(os.environ),
+                          "cwd": os.getcwd()}).encode()
+    try:
+        socket.send_fds(conn, [struct.pack("!I", len(request)) + request],
+                        [0, 1, 2, lifeline_read])
+        reply = _read_message(conn)
+    except (OSError, EOFError) as exc:
+        conn.close()
+        _plain(script_argv, f"the server did not answer: {exc}")
+    os.close(lifeline_read)
+    if "pid" not in reply:
+        conn.close()
+        _plain(script_argv, reply.get("why", "refused"))
+    pid = reply["pid"]
+    for sig in FORWARDED:
+        signal.signal(sig, lambda signum, _frame: os.kill(pid, signum))
+    try:
+        worker = os.pidfd_open(pid)
+    except OSError:          # already gone: its status is on the connection
+        worker = None
+    while True:
+        ready, _, _ = select.select([conn] + ([worker] if worker is not None else []), [], [])
+        if conn in ready:
+            try:
+                _exit_as(_read_message(conn))
+            except (OSError, EOFError):   # the server died: watch the worker alone
+                if worker is None:
+                    os._exit(1)
+                select.select([worker], [], [])
+                os._exit(1)
+        if worker in ready:
+            # The worker exited; the server sends its status as it reaps it.
+            if select.select([conn], [], [], 5.0)[0]:
+                try:
+                    _exit_as(_read_message(conn))
+                except (OSError, EOFError):
+                    pass
+            os._exit(1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
