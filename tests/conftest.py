@@ -54,18 +54,17 @@ import pytest  # noqa: E402
 @pytest.fixture(scope="session", autouse=True)
 def preloaded_ray_workers(request, tmp_path_factory):
     """The Ray workers of every run a test starts fork from preload servers that imported
-    vLLM or Megatron once (mindrl/platforms/preload.py): about 14 CPU-s less per engine and 4
-    per rank. Left out where the session runs no slow test, or with MINDRL_PRELOAD=0."""
+    vLLM or Megatron once (mindrl/platforms/preload.py, docs/platforms.md#process-start-up).
+    Left out where the session runs no slow test, or with MINDRL_PRELOAD=0."""
     from mindrl.platforms import preload
-    from mindrl.workers.worker_group import WORKER_ENV
+    from mindrl.workers import preload_servers
 
     marks = request.config.getoption("-m") or ""
     if os.environ.get("MINDRL_PRELOAD") == "0" or "not slow" in marks:
         yield
         return
     directory = tmp_path_factory.mktemp("preload")
-    env = {**os.environ, **WORKER_ENV}
-    servers = [preload.start_server(kind, directory, env) for kind in preload.PRELOADS]
+    servers = preload_servers.start(directory)
     os.environ[preload.PRELOAD_DIR_ENV] = str(directory)
     yield
     os.environ.pop(preload.PRELOAD_DIR_ENV, None)

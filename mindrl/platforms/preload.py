@@ -87,22 +87,34 @@ def _differences(before: Dict[str, str], after: Dict[str, str],
                   and not (before.get(k) != after.get(k) and theirs.get(k) == after.get(k)))
 
 
-def _send(conn: socket.socket, message: dict) -> None:
+def send_message(conn: socket.socket, message: dict) -> None:
+    """One message: its JSON's length (4 bytes, network order), then the JSON."""
     body = json.dumps(message).encode()
     conn.sendall(struct.pack("!I", len(body)) + body)
+
+
+def _read_exactly(conn: socket.socket, size: int, start: bytes = b"") -> bytes:
+    data = start
+    while len(data) < size:
+        part = conn.recv(size - len(data))
+        if not part:
+            raise EOFError("the other side closed the connection")
+        data += part
+    return data
+
+
+def read_message(conn: socket.socket) -> dict:
+    (size,) = struct.unpack("!I", _read_exactly(conn, 4))
+    return json.loads(_read_exactly(conn, size))
 
 
 def _receive_request(conn: socket.socket):
     """The client's request: its JSON and the four descriptors (stdin, stdout, stderr, lifeline)."""
     conn.settimeout(10.0)
     data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 4)
-    (size,) = struct.unpack("!I", data[:4])
-    body = data[4:]
-    while len(body) < size:
-        part = conn.recv(size - len(body))
-        if not part:
-            raise EOFError("client closed the connection")
-        body += part
+    head = _read_exactly(conn, 4, data[:4])
+    (size,) = struct.unpack("!I", head)
+    body = _read_exactly(conn, size, data[4:])
     conn.settimeout(None)
     return json.loads(body), fds
 
@@ -159,7 +171,7 @@ class Server:
                    else f"the server runs {threads} threads")
             for fd in fds:
                 os.close(fd)
-            _send(conn, {"why": why})
+            send_message(conn, {"why": why})
             conn.close()
             return
         sys.stdout.flush()
@@ -176,7 +188,7 @@ class Server:
             raise _BecomeWorker(request, fds)
         for fd in fds:
             os.close(fd)
-        _send(conn, {"pid": pid})
+        send_message(conn, {"pid": pid})
         pidfd = os.pidfd_open(pid)
         self.workers[pidfd] = (pid, conn)
         self.selector.register(pidfd, selectors.EVENT_READ, "worker")
@@ -189,7 +201,7 @@ class Server:
         message = ({"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status)
                    else {"exit": os.waitstatus_to_exitcode(status)})
         try:
-            _send(conn, message)
+            send_message(conn, message)
         except OSError:
             pass
         conn.close()
@@ -233,13 +245,14 @@ def _run_worker(request: dict, fds: list) -> None:
     runpy.run_path(script, run_name="__main__")
 
 
-def start_server(kind: str, directory: Path, env: Dict[str, str]) -> "subprocess.Popen":
+def start_server(kind: str, directory: Path, env: Dict[str, str],
+                 modules=()):
     """A preload server for `kind` at DIRECTORY/<kind>.sock, ready once the socket exists
     (workers asked for before then start plainly); it exits when this process does."""
     import subprocess
 
     return subprocess.Popen([sys.executable, "-m", "mindrl.platforms.preload", kind,
-                             str(directory)], env=env, stdin=subprocess.DEVNULL)
+                             str(directory), *modules], env=env, stdin=subprocess.DEVNULL)
 
 
 class _NoRay:
@@ -279,22 +292,20 @@ def _import_without_ray(modules) -> None:
         sys.modules.pop(asker, None)
 
 
-def serve(kind: str, directory: str) -> None:
-    """Import `kind`'s libraries, then serve at DIRECTORY/<kind>.sock until our parent exits."""
+def serve(kind: str, directory: str, modules=None) -> None:
+    """Import `kind`'s libraries (or `modules`), then serve at DIRECTORY/<kind>.sock until our
+    parent exits. The socket appears under its name only once the imports are done."""
     path = Path(directory) / f"{kind}.sock"
-    building = path.with_suffix(".building")
-    building.touch()
     env = dict(os.environ)      # what the imports see (some of them add to it)
-    _import_without_ray(PRELOADS[kind])
+    _import_without_ray(modules or PRELOADS[kind])
     gc.freeze()     # every worker forks with this heap: its collections pass over none of it
     try:
-        server = Server(building, env)
-        building.rename(path)       # the socket appears only once the imports are done
-        server.path = path
+        server = Server(path.with_suffix(".binding"), env)
+        server.path = server.path.rename(path)
         server.loop()
     except _BecomeWorker as become:
         _run_worker(become.request, become.fds)
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1], sys.argv[2])
+    serve(sys.argv[1], sys.argv[2], sys.argv[3:])

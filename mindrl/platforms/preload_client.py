@@ -1,5 +1,6 @@
 """The Python a preloaded Ray worker starts with (Ray's runtime_env `py_executable`):
-`python preload_client.py SOCKET SCRIPT ARGS...`, run by path, standard library only.
+`python preload_client.py SOCKET SCRIPT ARGS...`, run by path (it imports the standard library
+and the message framing of preload.py, nothing heavier).
 
 It asks the preload server at SOCKET (mindrl/platforms/preload.py) to fork a worker that runs
 SCRIPT with this process's arguments, environment, working directory and standard streams,
@@ -17,6 +18,8 @@ import socket
 import struct
 import sys
 
+from mindrl.platforms.preload import read_message
+
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
              signal.SIGUSR2)
 
@@ -25,23 +28,6 @@ def _plain(argv, why: str = "") -> None:
     if why and os.environ.get("MINDRL_PRELOAD_VERBOSE"):
         print(f"preload: started plainly ({why})", file=sys.stderr, flush=True)
     os.execv(sys.executable, [sys.executable, *argv])
-
-
-def _read_message(conn: socket.socket) -> dict:
-    head = b""
-    while len(head) < 4:
-        part = conn.recv(4 - len(head))
-        if not part:
-            raise EOFError("the preload server closed the connection")
-        head += part
-    (size,) = struct.unpack("!I", head)
-    body = b""
-    while len(body) < size:
-        part = conn.recv(size - len(body))
-        if not part:
-            raise EOFError("the preload server closed the connection")
-        body += part
-    return json.loads(body)
 
 
 def _exit_as(status: dict) -> None:
@@ -65,7 +51,7 @@ def main(argv) -> None:
     try:
         socket.send_fds(conn, [struct.pack("!I", len(request)) + request],
                         [0, 1, 2, lifeline_read])
-        reply = _read_message(conn)
+        reply = read_message(conn)
     except (OSError, EOFError) as exc:
         conn.close()
         _plain(script_argv, f"the server did not answer: {exc}")
@@ -84,7 +70,7 @@ def main(argv) -> None:
         ready, _, _ = select.select([conn] + ([worker] if worker is not None else []), [], [])
         if conn in ready:
             try:
-                _exit_as(_read_message(conn))
+                _exit_as(read_message(conn))
             except (OSError, EOFError):   # the server died: watch the worker alone
                 if worker is None:
                     os._exit(1)
@@ -94,7 +80,7 @@ def main(argv) -> None:
             # The worker exited; the server sends its status as it reaps it.
             if select.select([conn], [], [], 5.0)[0]:
                 try:
-                    _exit_as(_read_message(conn))
+                    _exit_as(read_message(conn))
                 except (OSError, EOFError):
                     pass
             os._exit(1)

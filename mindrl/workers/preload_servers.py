@@ -1,0 +1,43 @@
+"""Preload servers for the runs of one machine (mindrl/platforms/preload.py), one per kind,
+started with the environment the runs' Ray workers get (worker_group.WORKER_ENV), so that
+their imports are the workers' own.
+
+    .venv/bin/python -m mindrl.workers.preload_servers /tmp/mindrl-preload &
+    export MINDRL_PRELOAD_DIR=/tmp/mindrl-preload
+
+Runs started afterwards from that shell fork their engines and ranks from the servers; the
+servers stop with this command. The test suite starts them for its session (tests/conftest.py).
+"""
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import List
+
+from mindrl.platforms import preload
+from mindrl.workers.worker_group import WORKER_ENV
+
+
+def start(directory: Path) -> List:
+    """One server per kind under `directory`, children of this process (they end with it)."""
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **WORKER_ENV}
+    return [preload.start_server(kind, Path(directory), env) for kind in preload.PRELOADS]
+
+
+def main(directory: str) -> None:
+    servers = start(Path(directory))
+    print(f"preload servers for {', '.join(preload.PRELOADS)} starting under {directory}; "
+          f"export {preload.PRELOAD_DIR_ENV}={directory}", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        for server in servers:
+            server.wait()
+    finally:
+        for server in servers:
+            server.terminate()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

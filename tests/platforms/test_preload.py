@@ -1,0 +1,156 @@
+"""Preload servers (mindrl/platforms/preload.py): a worker forked from one runs its script with
+the requesting process's arguments, environment and streams, exits as the script does, dies
+with the process that asked for it, and a Ray actor started through one is a working Ray
+worker whose parent is the server."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mindrl.platforms import preload
+
+
+def _wait_for(path: Path, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"no {path} after {timeout} s"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def server(tmp_path):
+    """A server that preloads only `csv` (the machinery, not the libraries)."""
+    proc = preload.start_server("tiny", tmp_path, dict(os.environ), modules=["csv"])
+    _wait_for(tmp_path / "tiny.sock")
+    yield proc, tmp_path / "tiny.sock"
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def _client(socket_path, script: Path, *args, env=None):
+    return subprocess.Popen([sys.executable, str(preload.CLIENT), str(socket_path), str(script),
+                             *args], stdout=subprocess.PIPE, text=True, cwd=str(script.parent),
+                            env=env or dict(os.environ, WORKER_MARK="42"))
+
+
+SCRIPT = """import json, os, sys, time
+print(json.dumps({"pid": os.getpid(), "ppid": os.getppid(), "argv": sys.argv[1:],
+                  "mark": os.environ.get("WORKER_MARK"), "cwd": os.getcwd(),
+                  "preloaded": "csv" in sys.modules}), flush=True)
+if sys.argv[1] == "sleep":
+    time.sleep(60)
+sys.exit(int(sys.argv[2]))
+"""
+
+
+def test_a_forked_worker_runs_the_script_as_python_would_and_exits_with_its_code(server,
+                                                                                  tmp_path):
+    proc, sock = server
+    script = tmp_path / "work" / "script.py"
+    script.parent.mkdir()
+    script.write_text(SCRIPT)
+    client = _client(sock, script, "exit", "7")
+    import json
+    seen = json.loads(client.stdout.readline())
+    assert client.wait(timeout=30) == 7
+    assert seen["ppid"] == proc.pid and seen["pid"] != client.pid      # forked by the server
+    assert seen["argv"] == ["exit", "7"] and seen["mark"] == "42"
+    assert seen["cwd"] == str(script.parent) and seen["preloaded"]
+
+
+def test_the_worker_dies_with_its_client_and_gets_its_signals(server, tmp_path):
+    proc, sock = server
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    import json
+    killed = _client(sock, script, "sleep", "0")
+    worker = json.loads(killed.stdout.readline())["pid"]
+    killed.kill()                               # SIGKILL: nothing can be forwarded
+    killed.wait()
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{worker}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{worker}"), "the worker outlived its client"
+    termed = _client(sock, script, "sleep", "0")
+    json.loads(termed.stdout.readline())
+    termed.send_signal(signal.SIGTERM)          # forwarded; the client dies as the worker did
+    assert termed.wait(timeout=10) == -signal.SIGTERM
+
+
+def test_a_request_whose_import_time_environment_differs_starts_plainly(server, tmp_path):
+    proc, sock = server
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    import json
+    client = _client(sock, script, "exit", "0",
+                     env=dict(os.environ, VLLM_LOGGING_LEVEL="DEBUG", WORKER_MARK="1"))
+    seen = json.loads(client.stdout.readline())
+    assert client.wait(timeout=30) == 0
+    assert seen["pid"] == client.pid and not seen["preloaded"]   # exec'd, not forked
+    assert seen["mark"] == "1"
+
+
+def test_differences_count_what_the_imports_saw():
+    before = {"VLLM_X": "1"}
+    after = {"VLLM_X": "1", "TORCHINDUCTOR_Y": "/c"}       # set by an import
+    assert preload._differences(before, after, {"VLLM_X": "1"}) == []
+    assert preload._differences(before, after, {"VLLM_X": "1", "TORCHINDUCTOR_Y": "/c"}) == []
+    assert preload._differences(before, after, {"VLLM_X": "2"}) == ["VLLM_X"]
+    assert preload._differences(before, after, {}) == ["VLLM_X"]
+    assert preload._differences(before, after, {"VLLM_X": "1", "TORCHINDUCTOR_Y": "/d"}) == \
+        ["TORCHINDUCTOR_Y"]
+    assert preload._import_env({"VLLM_A": "1", "HOME": "/r", "TORCHINDUCTOR_CACHE_DIR": "x"}) \
+        == {"VLLM_A": "1"}
+
+
+def test_the_server_never_imports_ray_and_forgets_who_tried(tmp_path):
+    # As vLLM's executor does: Ray optional. The server must not load it (Ray's core reads
+    # the worker's job id from the environment once, at load), and forgets the module that
+    # tried, so that a worker imports it afresh, with Ray.
+    (tmp_path / "optional_ray.py").write_text(
+        "try:\n    import ray\nexcept ImportError:\n    ray = None\n")
+    script = ("import sys; from mindrl.platforms import preload\n"
+              "preload._import_without_ray(['optional_ray'])\n"
+              "print(any(m == 'ray' or m.startswith('ray.') for m in sys.modules),"
+              " 'optional_ray' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+    assert out.stdout.split()[-2:] == ["False", "False"], out.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_a_ray_actor_through_the_server_is_a_forked_ray_worker(tmp_path, monkeypatch):
+    import ray
+
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+    proc = preload.start_server("tiny", tmp_path, env, modules=["csv"])
+    _wait_for(tmp_path / "tiny.sock")
+    monkeypatch.setenv(preload.PRELOAD_DIR_ENV, str(tmp_path))
+    try:
+        ray.init(address="local", num_cpus=1, include_dashboard=False,
+                 object_store_memory=128 * 2**20, log_to_driver=False)
+
+        @ray.remote
+        class Probe:
+            def where(self):
+                return os.getpid(), os.getppid(), os.environ.get("PROBE")
+
+        runtime_env = preload.runtime_env("tiny", {"PROBE": "yes"})
+        assert runtime_env["py_executable"].endswith(f"{tmp_path / 'tiny.sock'}")
+        actor = Probe.options(runtime_env=runtime_env).remote()
+        pid, ppid, probe = ray.get(actor.where.remote(), timeout=120)
+        assert ppid == proc.pid and probe == "yes"
+        ray.kill(actor)
+        deadline = time.monotonic() + 20
+        while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not os.path.exists(f"/proc/{pid}")
+    finally:
+        ray.shutdown()
+        proc.terminate()
+        proc.wait(timeout=10)
