@@ -6,7 +6,9 @@ box, more than the steps of a short run. A preload server imports one kind's lib
 (`PRELOADS`), then forks a worker for every request of `preload_client.py`, the
 `py_executable` that a worker's Ray runtime_env names (`runtime_env`); the fork runs Ray's own
 worker script with the requesting process's arguments, environment, directory and streams.
-The worker is a real Ray worker; only its imports were done before it was born.
+The worker is a real Ray worker; only its imports were done before it was born. A script run
+as `python preload_client.py SOCKET SCRIPT ARGS` (the tests' training drivers) is the same
+script with the same arguments, born the same way.
 
 Forking is safe for the same reasons as the engines' forked TP workers
 (platforms/cpu/vllm_start.py): the server runs one thread and never a parallel region, and it
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Dict, Optional
 
 PRELOAD_DIR_ENV = "MINDRL_PRELOAD_DIR"
+PLAIN_STARTS = "plain_starts.log"     # beside the sockets: each start that fell back, and why
 CLIENT = Path(__file__).with_name("preload_client.py")
 # What each kind of worker imports before its first call (module names, in order).
 PRELOADS = {
@@ -42,15 +45,26 @@ PRELOADS = {
              "vllm.v1.worker.cpu_worker", "vllm.model_executor.models.qwen2",
              "vllm.model_executor.models.qwen3"),
     "megatron": ("torch", "transformers", "mindrl.rank_imports"),
+    # a run's driver (cli/train_grpo.py), where a test or script starts many: no pyplot (the
+    # driver picks its backend first)
+    "driver": ("torch", "transformers", "transformers.models.auto.tokenization_auto", "hydra",
+               "hydra.utils", "omegaconf", "math_verify", "torch.utils.tensorboard",
+               "matplotlib", "matplotlib.figure"),
 }
 # Environment variables (by prefix) that these libraries may read while they import: a
 # request must carry the server's values for every one of them.
 IMPORT_TIME_ENV = ("VLLM_", "TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_", "CUDA", "HF_",
                    "TRANSFORMERS", "TOKENIZERS", "PYTHON", "LD_", "NVTE_", "TRITON", "MEGATRON",
                    "NCCL", "GLOO", "MINDRL_DEVICE")
-# ... except these, read when used (torch's inductor reads its cache directory per compile;
-# vLLM's import sets it in the driver, and a Megatron server never imports vLLM).
-USE_TIME_ENV = ("TORCHINDUCTOR_CACHE_DIR",)
+# ... except these, which vLLM's import sets in whatever process imports it (a driver, a test
+# process) and that process's children inherit: torch reads the inductor ones when it compiles
+# (a CPU worker never does) and NVML's check when it looks for CUDA; Triton and TileLang are
+# absent on CPU; the loader reads LD_LIBRARY_PATH when a process starts (vLLM adds OpenCV's
+# bundled libraries to it), which a fork never does. Ray's driver sets PYTHONBREAKPOINT, read
+# at each breakpoint().
+USE_TIME_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TORCHINDUCTOR_COMPILE_THREADS",
+                "PYTORCH_NVML_BASED_CUDA_CHECK", "TRITON_CACHE_AUTOTUNING",
+                "TILELANG_CLEANUP_TEMP_FILES", "LD_LIBRARY_PATH", "PYTHONBREAKPOINT")
 
 
 def socket_path(kind: str, directory: Optional[str] = None) -> Optional[Path]:

@@ -18,15 +18,20 @@ import socket
 import struct
 import sys
 
-from mindrl.platforms.preload import read_message
+from mindrl.platforms.preload import PLAIN_STARTS, read_message
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
              signal.SIGUSR2)
 
 
-def _plain(argv, why: str = "") -> None:
-    if why and os.environ.get("MINDRL_PRELOAD_VERBOSE"):
-        print(f"preload: started plainly ({why})", file=sys.stderr, flush=True)
+def _plain(socket_path: str, argv, why: str) -> None:
+    """Become `python SCRIPT ARGS`, noting why beside the socket (plain_starts.log): a plain
+    start is correct, only slower, so nothing else would tell."""
+    try:
+        with open(os.path.join(os.path.dirname(socket_path), PLAIN_STARTS), "a") as log:
+            log.write(f"{os.path.basename(argv[0])}: {why}\n")
+    except OSError:
+        pass
     os.execv(sys.executable, [sys.executable, *argv])
 
 
@@ -44,7 +49,7 @@ def main(argv) -> None:
     try:
         conn.connect(socket_path)
     except OSError as exc:
-        _plain(script_argv, f"no server at {socket_path}: {exc}")
+        _plain(socket_path, script_argv, f"no server at {socket_path}: {exc}")
     lifeline_read, lifeline_write = os.pipe()
     request = json.dumps({"argv": script_argv, "env": dict(os.environ),
                           "cwd": os.getcwd()}).encode()
@@ -54,11 +59,11 @@ def main(argv) -> None:
         reply = read_message(conn)
     except (OSError, EOFError) as exc:
         conn.close()
-        _plain(script_argv, f"the server did not answer: {exc}")
+        _plain(socket_path, script_argv, f"the server did not answer: {exc}")
     os.close(lifeline_read)
     if "pid" not in reply:
         conn.close()
-        _plain(script_argv, reply.get("why", "refused"))
+        _plain(socket_path, script_argv, reply.get("why", "refused"))
     pid = reply["pid"]
     for sig in FORWARDED:
         signal.signal(sig, lambda signum, _frame: os.kill(pid, signum))

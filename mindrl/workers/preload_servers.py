@@ -1,6 +1,7 @@
-"""Preload servers for the runs of one machine (mindrl/platforms/preload.py), one per kind,
-started with the environment the runs' Ray workers get (worker_group.WORKER_ENV), so that
-their imports are the workers' own.
+"""Preload servers for the runs of one machine (mindrl/platforms/preload.py), one per kind:
+the engines' and ranks' started with the environment the runs' Ray workers get
+(worker_group.WORKER_ENV), the drivers' with this process's, so that their imports are the
+ones a plain start would make.
 
     .venv/bin/python -m mindrl.workers.preload_servers /tmp/mindrl-preload &
     export MINDRL_PRELOAD_DIR=/tmp/mindrl-preload
@@ -19,11 +20,16 @@ from mindrl.platforms import preload
 from mindrl.workers.worker_group import WORKER_ENV
 
 
+DRIVER = "driver"        # the kind whose processes are not Ray workers
+
+
 def start(directory: Path) -> List:
     """One server per kind under `directory`, children of this process (they end with it)."""
     Path(directory).mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **WORKER_ENV}
-    return [preload.start_server(kind, Path(directory), env) for kind in preload.PRELOADS]
+    return [preload.start_server(kind, Path(directory),
+                                 dict(os.environ) if kind == DRIVER else
+                                 {**os.environ, **WORKER_ENV})
+            for kind in preload.PRELOADS]
 
 
 def main(directory: str) -> None:

@@ -93,6 +93,8 @@ def test_a_request_whose_import_time_environment_differs_starts_plainly(server, 
     assert client.wait(timeout=30) == 0
     assert seen["pid"] == client.pid and not seen["preloaded"]   # exec'd, not forked
     assert seen["mark"] == "1"
+    noted = (sock.parent / preload.PLAIN_STARTS).read_text()
+    assert noted.startswith("script.py: environment differs in VLLM_LOGGING_LEVEL"), noted
 
 
 def test_differences_count_what_the_imports_saw():

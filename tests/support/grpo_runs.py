@@ -40,9 +40,19 @@ def _command(work: Path, run_dir: Path, overrides, ray_address: str = None):
         overrides = overrides[2:]
     if "--config-name" not in options:      # no recipe named: the smoke recipe, not the default
         options = ["--config-name", SMOKE_RECIPE, *options]
-    cmd = [sys.executable, str(REPO / "cli" / "train_grpo.py"), *options, f"run_dir={run_dir}",
+    cmd = [*_python(), str(REPO / "cli" / "train_grpo.py"), *options, f"run_dir={run_dir}",
            *overrides]
     return cmd, env
+
+
+def _python():
+    """`python`, or where the session's driver preload server listens (tests/conftest.py),
+    `python preload_client.py SOCKET`: the same script and arguments, in a process forked with
+    torch, transformers and Hydra already imported (mindrl/platforms/preload.py)."""
+    from mindrl.platforms import preload
+
+    sock = preload.socket_path("driver")
+    return [sys.executable] + ([str(preload.CLIENT), str(sock)] if sock else [])
 
 
 def train(work: Path, run_dir: Path, *overrides: str, timeout: int = 900,

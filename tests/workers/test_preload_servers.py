@@ -4,6 +4,7 @@ runtime_env) is forked by the server of its kind. A fallback to a plain start wo
 (correct, only slower), so this test is what notices the environments drifting apart."""
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -11,19 +12,24 @@ import psutil
 import pytest
 
 from mindrl.platforms import preload
+from support.grpo_runs import REPO
 from mindrl.workers.worker_group import worker_env
 
 pytestmark = pytest.mark.slow
+
+
+def _wait_for_servers(directory: str) -> None:
+    deadline = time.monotonic() + 300
+    while not all((Path(directory) / f"{kind}.sock").exists() for kind in preload.PRELOADS):
+        assert time.monotonic() < deadline, "the session's preload servers never got ready"
+        time.sleep(0.5)
 
 
 def test_engines_and_ranks_fork_from_the_server_of_their_kind(tmp_path):
     directory = os.environ.get(preload.PRELOAD_DIR_ENV)
     if not directory:
         pytest.skip("this session runs without preload servers (MINDRL_PRELOAD=0)")
-    deadline = time.monotonic() + 300
-    while not all((Path(directory) / f"{kind}.sock").exists() for kind in preload.PRELOADS):
-        assert time.monotonic() < deadline, "the session's preload servers never got ready"
-        time.sleep(0.5)
+    _wait_for_servers(directory)
     import ray
 
     ray.init(address="local", num_cpus=2, include_dashboard=False,
@@ -34,7 +40,7 @@ def test_engines_and_ranks_fork_from_the_server_of_their_kind(tmp_path):
             def parent(self):
                 return psutil.Process(os.getppid()).cmdline()
 
-        for kind in preload.PRELOADS:
+        for kind in ("vllm", "megatron"):
             actor = Probe.options(runtime_env=preload.runtime_env(kind, worker_env())).remote()
             parent = ray.get(actor.parent.remote(), timeout=120)
             assert parent[-3:-1] == ["mindrl.platforms.preload", kind], \
@@ -42,3 +48,22 @@ def test_engines_and_ranks_fork_from_the_server_of_their_kind(tmp_path):
             ray.kill(actor)
     finally:
         ray.shutdown()
+
+
+def test_a_training_driver_forks_from_the_driver_server(tmp_path):
+    """As support/grpo_runs starts cli/train_grpo.py: its environment, the client in front,
+    from a test process that has imported vLLM (which sets variables its children inherit)."""
+    directory = os.environ.get(preload.PRELOAD_DIR_ENV)
+    if not directory:
+        pytest.skip("this session runs without preload servers (MINDRL_PRELOAD=0)")
+    _wait_for_servers(directory)
+    import vllm.env_override  # noqa: F401
+    from support.grpo_runs import _command
+
+    script = tmp_path / "parent.py"
+    script.write_text("import os, psutil\nprint(psutil.Process(os.getppid()).cmdline())\n")
+    cmd, env = _command(tmp_path, tmp_path / "run", [])
+    at = cmd.index(str(REPO / "cli" / "train_grpo.py"))
+    out = subprocess.run(cmd[:at] + [str(script)], env=env, capture_output=True, text=True,
+                         timeout=120, cwd=str(tmp_path))
+    assert "'mindrl.platforms.preload', 'driver'" in out.stdout, out.stdout + out.stderr[-2000:]
