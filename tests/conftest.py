@@ -26,6 +26,8 @@ from pathlib import Path  # noqa: E402
 # sys.path).
 sys.path.insert(0, str(Path(__file__).parent))
 
+import support.run_env  # noqa: E402,F401  (the environment before any test: runs start from it)
+
 
 def pytest_configure(config):
     # `make test-fast` leaves these out (-m "not slow"); `make test` and .ci/run run everything.

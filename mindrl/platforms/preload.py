@@ -61,10 +61,12 @@ IMPORT_TIME_ENV = ("VLLM_", "TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_", "CUDA", 
 # (a CPU worker never does) and NVML's check when it looks for CUDA; Triton and TileLang are
 # absent on CPU; the loader reads LD_LIBRARY_PATH when a process starts (vLLM adds OpenCV's
 # bundled libraries to it), which a fork never does. Ray's driver sets PYTHONBREAKPOINT, read
-# at each breakpoint().
+# at each breakpoint(); the collective backends read their interface when a group is made; no
+# interpreter reads a variable named PYTHON (scripts name an interpreter with it).
 USE_TIME_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TORCHINDUCTOR_COMPILE_THREADS",
                 "PYTORCH_NVML_BASED_CUDA_CHECK", "TRITON_CACHE_AUTOTUNING",
-                "TILELANG_CLEANUP_TEMP_FILES", "LD_LIBRARY_PATH", "PYTHONBREAKPOINT")
+                "TILELANG_CLEANUP_TEMP_FILES", "LD_LIBRARY_PATH", "PYTHONBREAKPOINT",
+                "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "PYTHON")
 
 
 def socket_path(kind: str, directory: Optional[str] = None) -> Optional[Path]:

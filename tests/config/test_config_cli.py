@@ -70,9 +70,12 @@ def test_invalid_recipe_exits_1_naming_the_key(tmp_path):
 def test_test_runs_that_name_no_recipe_run_the_smoke_recipe(tmp_path):
     """tests/support/grpo_runs: a CLI run that names no recipe is the a+b= smoke run, not the
     (longer) embedded default; a named recipe is kept, once, before the overrides."""
+    # (python, or python and the preload client with its socket, comes before the script)
     cmd, _ = _command(tmp_path, tmp_path / "run", ["megatron_training.train_iters=1"])
-    assert cmd[1:4] == [CLI, "--config-name", SMOKE_RECIPE]
-    assert cmd[4:] == [f"run_dir={tmp_path / 'run'}", "megatron_training.train_iters=1"]
+    cmd = cmd[cmd.index(CLI):]
+    assert cmd[:3] == [CLI, "--config-name", SMOKE_RECIPE]
+    assert cmd[3:] == [f"run_dir={tmp_path / 'run'}", "megatron_training.train_iters=1"]
     cmd, _ = _command(tmp_path, tmp_path / "run", ["--config-name", "grpo_tiny_max_cpu", "a=1"])
-    assert cmd[1:4] == [CLI, "--config-name", "grpo_tiny_max_cpu"]
+    cmd = cmd[cmd.index(CLI):]
+    assert cmd[:3] == [CLI, "--config-name", "grpo_tiny_max_cpu"]
     assert cmd.count("--config-name") == 1 and cmd[-1] == "a=1"

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from mindrl.config.compose import SMOKE_RECIPE
+from support import run_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,7 +30,7 @@ def _command(work: Path, run_dir: Path, overrides, ray_address: str = None):
     """The CLI command and its environment: a private Ray cluster (or the one `ray_address`
     names), paths under `work`; SMOKE_RECIPE (a+b=) unless the overrides start with
     `--config-name NAME`."""
-    env = {**os.environ, "MINDRL_WORK_DIR": str(work)}
+    env = {**run_env.for_a_run(), "MINDRL_WORK_DIR": str(work)}
     env.pop("RAY_ADDRESS", None)
     if ray_address:
         env["RAY_ADDRESS"] = ray_address

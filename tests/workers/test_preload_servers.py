@@ -12,6 +12,7 @@ import psutil
 import pytest
 
 from mindrl.platforms import preload
+from support import run_env
 from support.grpo_runs import REPO
 from mindrl.workers.worker_group import worker_env
 
@@ -25,11 +26,15 @@ def _wait_for_servers(directory: str) -> None:
         time.sleep(0.5)
 
 
-def test_engines_and_ranks_fork_from_the_server_of_their_kind(tmp_path):
+def test_engines_and_ranks_fork_from_the_server_of_their_kind(tmp_path, monkeypatch):
     directory = os.environ.get(preload.PRELOAD_DIR_ENV)
     if not directory:
         pytest.skip("this session runs without preload servers (MINDRL_PRELOAD=0)")
     _wait_for_servers(directory)
+    # As an in-process engine of an earlier test leaves it, then as a run's driver starts:
+    # without that.
+    monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "fork")
+    run_env.restore(monkeypatch)
     import ray
 
     ray.init(address="local", num_cpus=2, include_dashboard=False,
@@ -50,15 +55,18 @@ def test_engines_and_ranks_fork_from_the_server_of_their_kind(tmp_path):
         ray.shutdown()
 
 
-def test_a_training_driver_forks_from_the_driver_server(tmp_path):
+def test_a_training_driver_forks_from_the_driver_server(tmp_path, monkeypatch):
     """As support/grpo_runs starts cli/train_grpo.py: its environment, the client in front,
-    from a test process that has imported vLLM (which sets variables its children inherit)."""
+    from a test process that has imported vLLM (which sets variables its children inherit) and
+    built an engine (which leaves its own: support/run_env.py)."""
     directory = os.environ.get(preload.PRELOAD_DIR_ENV)
     if not directory:
         pytest.skip("this session runs without preload servers (MINDRL_PRELOAD=0)")
     _wait_for_servers(directory)
     import vllm.env_override  # noqa: F401
     from support.grpo_runs import _command
+
+    monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "fork")
 
     script = tmp_path / "parent.py"
     script.write_text("import os, psutil\nprint(psutil.Process(os.getppid()).cmdline())\n")
