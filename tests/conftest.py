@@ -57,12 +57,13 @@ import pytest  # noqa: E402
 def preloaded_ray_workers(request, tmp_path_factory):
     """The Ray workers of every run a test starts fork from preload servers that imported
     vLLM or Megatron once (mindrl/platforms/preload.py, docs/platforms.md#process-start-up).
-    Left out where the session runs no slow test, or with MINDRL_PRELOAD=0."""
+    Left out where the session runs no slow test (those start runs), or with
+    MINDRL_PRELOAD=0."""
     from mindrl.platforms import preload
     from mindrl.workers import preload_servers
 
-    marks = request.config.getoption("-m") or ""
-    if os.environ.get("MINDRL_PRELOAD") == "0" or "not slow" in marks:
+    slow = any(item.get_closest_marker("slow") for item in request.session.items)
+    if os.environ.get("MINDRL_PRELOAD") == "0" or not slow:
         yield
         return
     directory = tmp_path_factory.mktemp("preload")

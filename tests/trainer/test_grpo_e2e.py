@@ -292,7 +292,12 @@ def test_overlapped_passes_and_a_hosted_reference_give_the_same_run(work):
     assert runs["true"] == runs["false"]
     steps = {b: [r for r in raw[b] if r["step"] > 0] for b in raw}
     assert len(steps["false"]) == 2
-    assert all(r["timing_s/log_prob_overlap"] > 0 for r in steps["false"])
+    # The two passes of a tiny model take tens of milliseconds; on a loaded 2-core box one of
+    # them can start late enough to miss the other (one suite run in eight saw it in one step).
+    # Passes that never overlap (run one after the other) show 0 in both steps.
+    assert any(r["timing_s/log_prob_overlap"] > 0 for r in steps["false"]), \
+        [r["timing_s/log_prob_overlap"] for r in steps["false"]]
+    assert all(r["timing_s/log_prob_overlap"] >= 0 for r in steps["false"])
     assert all("timing_s/log_prob_overlap" not in r for r in steps["true"])
     # Two updates per step: the second mini batch is off-policy, so the ratio moves.
     assert all(r["actor/ppo_kl"] != 0 and 0 <= r["actor/pg_clipfrac"] <= 1 for r in runs["false"])
