@@ -293,7 +293,7 @@ def test_overlapped_passes_and_a_hosted_reference_give_the_same_run(work):
     steps = {b: [r for r in raw[b] if r["step"] > 0] for b in raw}
     assert len(steps["false"]) == 2
     # The two passes of a tiny model take tens of milliseconds; on a loaded 2-core box one of
-    # them can start late enough to miss the other (one suite run in eight saw it in one step).
+    # them can start late enough to miss the other (seen in a suite run, 2026-11-28).
     # Passes that never overlap (run one after the other) show 0 in both steps.
     assert any(r["timing_s/log_prob_overlap"] > 0 for r in steps["false"]), \
         [r["timing_s/log_prob_overlap"] for r in steps["false"]]
