@@ -29,6 +29,7 @@ import os
 import random
 import runpy
 import selectors
+import signal
 import socket
 import struct
 import sys
@@ -69,12 +70,16 @@ USE_TIME_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TORCHINDUCTOR_COMPILE_THREADS",
                 "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "PYTHON")
 
 
+def _socket_file(directory, kind: str) -> Path:
+    return Path(directory) / f"{kind}.sock"
+
+
 def socket_path(kind: str, directory: Optional[str] = None) -> Optional[Path]:
     """This kind's server socket under MINDRL_PRELOAD_DIR (or `directory`), if one listens."""
     directory = directory or os.environ.get(PRELOAD_DIR_ENV)
     if not directory:
         return None
-    path = Path(directory) / f"{kind}.sock"
+    path = _socket_file(directory, kind)
     return path if path.exists() else None
 
 
@@ -103,10 +108,14 @@ def _differences(before: Dict[str, str], after: Dict[str, str],
                   and not (before.get(k) != after.get(k) and theirs.get(k) == after.get(k)))
 
 
-def send_message(conn: socket.socket, message: dict) -> None:
+def framed(message: dict) -> bytes:
     """One message: its JSON's length (4 bytes, network order), then the JSON."""
     body = json.dumps(message).encode()
-    conn.sendall(struct.pack("!I", len(body)) + body)
+    return struct.pack("!I", len(body)) + body
+
+
+def send_message(conn: socket.socket, message: dict) -> None:
+    conn.sendall(framed(message))
 
 
 def _read_exactly(conn: socket.socket, size: int, start: bytes = b"") -> bytes:
@@ -236,7 +245,7 @@ def _watch_lifeline(fd: int) -> None:
                 continue
             except OSError:
                 break
-        os.kill(os.getpid(), 9)
+        os.kill(os.getpid(), signal.SIGKILL)
 
     threading.Thread(target=watch, name="preload-lifeline", daemon=True).start()
 
@@ -263,8 +272,7 @@ def _run_worker(request: dict, fds: list) -> None:
     runpy.run_path(script, run_name="__main__")
 
 
-def start_server(kind: str, directory: Path, env: Dict[str, str],
-                 modules=()):
+def start_server(kind: str, directory: Path, env: Dict[str, str], modules=()):
     """A preload server for `kind` at DIRECTORY/<kind>.sock, ready once the socket exists
     (workers asked for before then start plainly); it exits when this process does."""
     import subprocess
@@ -313,7 +321,7 @@ def _import_without_ray(modules) -> None:
 def serve(kind: str, directory: str, modules=None) -> None:
     """Import `kind`'s libraries (or `modules`), then serve at DIRECTORY/<kind>.sock until our
     parent exits. The socket appears under its name only once the imports are done."""
-    path = Path(directory) / f"{kind}.sock"
+    path = _socket_file(directory, kind)
     env = dict(os.environ)      # what the imports see (some of them add to it)
     _import_without_ray(modules or PRELOADS[kind])
     gc.freeze()     # every worker forks with this heap: its collections pass over none of it

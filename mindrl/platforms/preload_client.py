@@ -10,15 +10,13 @@ the only write end of the worker's lifeline pipe). Without a server, or when the
 its imports would not be this process's, it becomes the plain `python SCRIPT ARGS...`.
 """
 
-import json
 import os
 import select
 import signal
 import socket
-import struct
 import sys
 
-from mindrl.platforms.preload import PLAIN_STARTS, read_message
+from mindrl.platforms.preload import PLAIN_STARTS, framed, read_message
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
              signal.SIGUSR2)
@@ -50,12 +48,10 @@ def main(argv) -> None:
         conn.connect(socket_path)
     except OSError as exc:
         _plain(socket_path, script_argv, f"no server at {socket_path}: {exc}")
-    lifeline_read, lifeline_write = os.pipe()
-    request = json.dumps({"argv": script_argv, "env": dict(os.environ),
-                          "cwd": os.getcwd()}).encode()
+    lifeline_read, _lifeline_write = os.pipe()    # the write end stays open while we live
+    request = framed({"argv": script_argv, "env": dict(os.environ), "cwd": os.getcwd()})
     try:
-        socket.send_fds(conn, [struct.pack("!I", len(request)) + request],
-                        [0, 1, 2, lifeline_read])
+        socket.send_fds(conn, [request], [0, 1, 2, lifeline_read])
         reply = read_message(conn)
     except (OSError, EOFError) as exc:
         conn.close()
