@@ -14,7 +14,10 @@ Forking is safe for the same reasons as the engines' forked TP workers
 (platforms/cpu/vllm_start.py): the server runs one thread and never a parallel region, and it
 never initialises a device or Ray. Imports that read the environment read the server's, so
 the server refuses (and the client starts plainly) a request whose environment differs from
-its own in any variable those libraries read at import (`IMPORT_TIME_ENV`).
+its own in any variable those libraries read at import (`IMPORT_TIME_ENV`). A PYTHONPATH that
+only puts directories in front of the server's is taken when nothing the server imported could
+have come from them (`shadowed`): the worker gets them on its path and, as an interpreter
+starting with them would, imports the `sitecustomize` they hold (a test's hook).
 
 Used where MINDRL_PRELOAD_DIR names a directory with a server's socket per kind (`serve`
 writes `<kind>.sock`); the test suite starts one per kind for its whole session.
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import importlib.util
 import json
 import os
 import random
@@ -108,6 +112,36 @@ def _differences(before: Dict[str, str], after: Dict[str, str],
                   and not (before.get(k) != after.get(k) and theirs.get(k) == after.get(k)))
 
 
+PATH_ENV = "PYTHONPATH"
+
+
+def added_path(mine: Optional[str], theirs: Optional[str]) -> Optional[list]:
+    """The directories a request's PYTHONPATH puts in front of this server's, or None when it
+    is not this server's with directories added in front."""
+    mine_dirs = [d for d in (mine or "").split(os.pathsep) if d]
+    their_dirs = [d for d in (theirs or "").split(os.pathsep) if d]
+    kept = len(their_dirs) - len(mine_dirs)
+    if kept < 0 or their_dirs[kept:] != mine_dirs:
+        return None
+    return their_dirs[:kept]
+
+
+def shadowed(directories, imported) -> list:
+    """Entries of `directories` named like a top-level module in `imported` (or a
+    `usercustomize`, which this helper never imports): what a fresh interpreter would have
+    imported from there instead of what the server did."""
+    names = set(imported) | {"usercustomize"}
+    found = set()
+    for directory in directories:
+        try:
+            entries = os.listdir(directory)
+        except OSError:
+            continue
+        found.update(f"{directory}/{entry}" for entry in entries
+                     if entry.split(".")[0] in names)
+    return sorted(found)
+
+
 def framed(message: dict) -> bytes:
     """One message: its JSON's length (4 bytes, network order), then the JSON."""
     body = json.dumps(message).encode()
@@ -148,9 +182,9 @@ class _BecomeWorker(Exception):
     """Raised in a fresh fork to leave the server's loop (and every frame of it) before the
     worker's script runs, so the worker exits as a plain interpreter does."""
 
-    def __init__(self, request: dict, fds: list):
+    def __init__(self, request: dict, fds: list, added_path: list):
         super().__init__("become a worker")
-        self.request, self.fds = request, fds
+        self.request, self.fds, self.added_path = request, fds, added_path
 
 
 class Server:
@@ -189,13 +223,8 @@ class Server:
         except (OSError, EOFError, ValueError):
             conn.close()
             return
-        differs = _differences(self.env_before, self.env_after, _import_env(request["env"]))
-        threads = len(os.listdir("/proc/self/task"))     # native ones too (a thread pool)
-        if differs or threads != 1:
-            values = "; ".join(f"{k} {self.env_before.get(k)!r} vs {request['env'].get(k)!r}"
-                               for k in differs)
-            why = (f"environment differs in {', '.join(differs)}: {values}" if differs
-                   else f"the server runs {threads} threads")
+        why, added = self._refusal(request["env"])
+        if why:
             for fd in fds:
                 os.close(fd)
             send_message(conn, {"why": why})
@@ -212,13 +241,31 @@ class Server:
                 os.close(pidfd)
                 client.close()
             conn.close()
-            raise _BecomeWorker(request, fds)
+            raise _BecomeWorker(request, fds, added)
         for fd in fds:
             os.close(fd)
         send_message(conn, {"pid": pid})
         pidfd = os.pidfd_open(pid)
         self.workers[pidfd] = (pid, conn)
         self.selector.register(pidfd, selectors.EVENT_READ, "worker")
+
+    def _refusal(self, env: Dict[str, str]):
+        """(why this request must start plainly or None, the directories its PYTHONPATH adds)."""
+        added = added_path(self.env_before.get(PATH_ENV), env.get(PATH_ENV))
+        differs = [k for k in _differences(self.env_before, self.env_after, _import_env(env))
+                   if not (k == PATH_ENV and added is not None)]
+        if differs:
+            values = "; ".join(f"{k} {self.env_before.get(k)!r} vs {env.get(k)!r}"
+                               for k in differs)
+            return f"environment differs in {', '.join(differs)}: {values}", None
+        hidden = shadowed(added, {name.split(".")[0] for name in sys.modules})
+        if hidden:
+            return (f"{PATH_ENV} adds what this server imported from elsewhere: "
+                    f"{', '.join(hidden)}", None)
+        threads = len(os.listdir("/proc/self/task"))     # native ones too (a thread pool)
+        if threads != 1:
+            return f"the server runs {threads} threads", None
+        return None, added
 
     def _reap(self, pidfd: int) -> None:
         pid, conn = self.workers.pop(pidfd)
@@ -250,9 +297,10 @@ def _watch_lifeline(fd: int) -> None:
     threading.Thread(target=watch, name="preload-lifeline", daemon=True).start()
 
 
-def _run_worker(request: dict, fds: list) -> None:
-    """In the fork: take the client's streams, environment, directory and arguments, reseed
-    what was seeded in the server, and run the script as `python SCRIPT ARGS` would."""
+def _run_worker(request: dict, fds: list, added: list) -> None:
+    """In the fork: take the client's streams, environment, directory, arguments and the
+    directories its PYTHONPATH adds (with their sitecustomize), reseed what was seeded in the
+    server, and run the script as `python SCRIPT ARGS` would."""
     os.setsid()
     for target, fd in zip((0, 1, 2), fds[:3]):
         os.dup2(fd, target)
@@ -265,6 +313,10 @@ def _run_worker(request: dict, fds: list) -> None:
     script = request["argv"][0]
     sys.argv = list(request["argv"])
     sys.path[0] = os.path.dirname(os.path.abspath(script))
+    sys.path[1:1] = added
+    if added and "sitecustomize" not in sys.modules and \
+            importlib.util.find_spec("sitecustomize") is not None:
+        importlib.import_module("sitecustomize")
     random.seed()
     numpy = sys.modules.get("numpy")
     if numpy is not None:
@@ -330,7 +382,7 @@ def serve(kind: str, directory: str, modules=None) -> None:
         server.path = server.path.rename(path)
         server.loop()
     except _BecomeWorker as become:
-        _run_worker(become.request, become.fds)
+        _run_worker(become.request, become.fds, become.added_path)
 
 
 if __name__ == "__main__":

@@ -97,6 +97,62 @@ def test_a_request_whose_import_time_environment_differs_starts_plainly(server, 
     assert noted.startswith("script.py: environment differs in VLLM_LOGGING_LEVEL"), noted
 
 
+HOOK = """import os, sys
+if sys.argv[1:2] == ["exit"]:
+    os.environ["WORKER_MARK"] = "hooked"
+"""
+
+
+def test_a_pythonpath_that_adds_a_hook_is_forked_and_runs_the_hook(server, tmp_path):
+    # A test hook on PYTHONPATH (a sitecustomize, as tests/support/hang_in_update): the
+    # worker still forks, and the hook runs before the script, as at an interpreter's start.
+    proc, sock = server
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(HOOK)
+    path = os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")]))
+    import json
+    client = _client(sock, script, "exit", "0", env=dict(os.environ, PYTHONPATH=path))
+    seen = json.loads(client.stdout.readline())
+    assert client.wait(timeout=30) == 0
+    assert seen["ppid"] == proc.pid and seen["preloaded"]        # forked
+    assert seen["mark"] == "hooked"                              # the hook ran first
+    assert not (sock.parent / preload.PLAIN_STARTS).exists()
+
+
+def test_a_pythonpath_that_would_shadow_an_import_starts_plainly(server, tmp_path):
+    proc, sock = server
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "csv.py").write_text("")          # the server imported the real csv
+    path = os.pathsep.join(filter(None, [str(shadow), os.environ.get("PYTHONPATH")]))
+    import json
+    client = _client(sock, script, "exit", "0", env=dict(os.environ, PYTHONPATH=path))
+    seen = json.loads(client.stdout.readline())
+    assert client.wait(timeout=30) == 0
+    assert seen["pid"] == client.pid and not seen["preloaded"]   # exec'd
+    noted = (sock.parent / preload.PLAIN_STARTS).read_text()
+    assert f"PYTHONPATH adds what this server imported from elsewhere: {shadow}/csv.py" \
+        in noted, noted
+
+
+def test_added_path_is_what_a_request_puts_in_front_of_the_server_s(tmp_path):
+    assert preload.added_path(None, "/h") == ["/h"]
+    assert preload.added_path("/s", "/h:/g:/s") == ["/h", "/g"]
+    assert preload.added_path("/s", "/s") == []
+    assert preload.added_path("/s", "/h") is None               # the server's own dropped
+    assert preload.added_path("/s:/t", "/h:/t:/s") is None      # reordered
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "sitecustomize.py").write_text("")
+    (tmp_path / "usercustomize.py").write_text("")
+    assert preload.shadowed([str(tmp_path), "/nonexistent"], {"torch", "csv"}) == \
+        [f"{tmp_path}/torch", f"{tmp_path}/usercustomize.py"]
+
+
 def test_differences_count_what_the_imports_saw():
     before = {"VLLM_X": "1"}
     after = {"VLLM_X": "1", "TORCHINDUCTOR_Y": "/c"}       # set by an import
