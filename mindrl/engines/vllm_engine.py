@@ -404,15 +404,18 @@ class VLLMEngine:
             self._weights_epoch += 1
             self.llm.wake_up(list(tags) if tags is not None else None)
 
-    def close(self) -> None:
+    def close(self, process_ends: bool = False) -> None:
         """Remove the shared weights' file and stop vLLM's workers (at infer TP > 1,
-        processes that hold shared memory)."""
+        processes that hold shared memory). `process_ends`: the caller ends this process next
+        (a Ray engine at the end of a run), so a vLLM that runs in it alone is left to the
+        exit: its teardown collects the whole heap, about 1 CPU-s for nothing."""
         if self.shared_weights is not None and self.llm is not None:
             self.llm.collective_rpc(vllm_weights.unshare_weights)
             self.shared_weights = None
         core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
         if core is not None:
-            core.shutdown()
+            if not (process_ends and self.worker_start == "in-process"):
+                core.shutdown()
             self.build.release_segments(self._segments)
         self.llm = None
 

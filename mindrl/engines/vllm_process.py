@@ -31,7 +31,7 @@ def _serve(conn, model_path, generate_config, seed, kwargs) -> None:
     while True:
         message = conn.recv()
         if message is None:
-            engine.close()          # its shared-memory files go with it, explicitly
+            engine.close(process_ends=True)   # its shared-memory files go, explicitly
             break
         method, args, kwargs = message
         try:

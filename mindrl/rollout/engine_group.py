@@ -260,7 +260,7 @@ class RolloutGroup:
 
         if graceful:
             try:
-                ray.wait([e.close.remote() for e in self.engines],
+                ray.wait([e.close.remote(process_ends=True) for e in self.engines],
                          num_returns=len(self.engines), timeout=timeout_s)
             except Exception:
                 pass

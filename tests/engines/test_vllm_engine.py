@@ -17,6 +17,7 @@ from mindrl.engines.vllm_engine import VLLMEngine
 from mindrl.engines.vllm_settings import llm_kwargs, sampling_params
 from mindrl.engines.vllm_process import VLLMEngineProcess
 from mindrl.errors import WeightSyncError
+from mindrl.shared_memory import SHM_DIR, creator_pid
 from mindrl.models.tiny import make_tiny_model
 from mindrl.platforms.cpu.vllm_build import CPUVLLMBuild
 from mindrl.platforms.vllm_build import VLLMBuild
@@ -129,6 +130,9 @@ def reload_engine(model_dirs):
     eng = VLLMEngineProcess(model_dirs[0], CONFIG, seed=0, load_mode="reload")
     yield eng
     eng.close()
+    # The child leaves vLLM to its exit (close(process_ends=True)) but no shared memory.
+    assert eng.process.exitcode == 0
+    assert [name for name in os.listdir(SHM_DIR) if creator_pid(name) == eng.process.pid] == []
 
 
 @pytest.fixture(scope="module")
