@@ -56,6 +56,10 @@ PRELOADS = {
                "hydra.utils", "omegaconf", "math_verify", "torch.utils.tensorboard",
                "matplotlib", "matplotlib.figure"),
 }
+# What each kind then calls once, so that no worker repeats it: torch inductor's list of the
+# vector instruction sets this machine builds and runs (4 probe processes, about 1.2 CPU-s),
+# which an engine asks for when it compiles vLLM's sampler helper at its first sample.
+WARM_UPS = {"vllm": ("torch._inductor.cpu_vec_isa:valid_vec_isa_list",)}
 # Environment variables (by prefix) that these libraries may read while they import: a
 # request must carry the server's values for every one of them.
 IMPORT_TIME_ENV = ("VLLM_", "TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_", "CUDA", "HF_",
@@ -376,6 +380,9 @@ def serve(kind: str, directory: str, modules=None) -> None:
     path = _socket_file(directory, kind)
     env = dict(os.environ)      # what the imports see (some of them add to it)
     _import_without_ray(modules or PRELOADS[kind])
+    for call in () if modules else WARM_UPS.get(kind, ()):
+        module, function = call.split(":")
+        getattr(importlib.import_module(module), function)()
     gc.freeze()     # every worker forks with this heap: its collections pass over none of it
     try:
         server = Server(path.with_suffix(".binding"), env)

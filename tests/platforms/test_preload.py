@@ -153,6 +153,16 @@ def test_added_path_is_what_a_request_puts_in_front_of_the_server_s(tmp_path):
         [f"{tmp_path}/torch", f"{tmp_path}/usercustomize.py"]
 
 
+def test_every_warm_up_names_a_function_that_exists():
+    import importlib
+
+    for kind, calls in preload.WARM_UPS.items():
+        assert kind in preload.PRELOADS
+        for call in calls:
+            module, function = call.split(":")
+            assert callable(getattr(importlib.import_module(module), function)), call
+
+
 def test_differences_count_what_the_imports_saw():
     before = {"VLLM_X": "1"}
     after = {"VLLM_X": "1", "TORCHINDUCTOR_Y": "/c"}       # set by an import
