@@ -71,11 +71,12 @@ IMPORT_TIME_ENV = ("VLLM_", "TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_", "CUDA", 
 # absent on CPU; the loader reads LD_LIBRARY_PATH when a process starts (vLLM adds OpenCV's
 # bundled libraries to it), which a fork never does. Ray's driver sets PYTHONBREAKPOINT, read
 # at each breakpoint(); the collective backends read their interface when a group is made; no
-# interpreter reads a variable named PYTHON (scripts name an interpreter with it).
+# interpreter reads a variable named PYTHON (scripts name an interpreter with it), and no
+# Hugging Face library reads HF_DIR or HF_OUT_DIR (examples/ckpt's scripts' own folders).
 USE_TIME_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TORCHINDUCTOR_COMPILE_THREADS",
                 "PYTORCH_NVML_BASED_CUDA_CHECK", "TRITON_CACHE_AUTOTUNING",
                 "TILELANG_CLEANUP_TEMP_FILES", "LD_LIBRARY_PATH", "PYTHONBREAKPOINT",
-                "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "PYTHON")
+                "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "PYTHON", "HF_DIR", "HF_OUT_DIR")
 
 
 def _socket_file(directory, kind: str) -> Path:
@@ -89,6 +90,29 @@ def socket_path(kind: str, directory: Optional[str] = None) -> Optional[Path]:
         return None
     path = _socket_file(directory, kind)
     return path if path.exists() else None
+
+
+PYTHON_WRAPPER = "python"     # beside the sockets: `python SCRIPT ARGS` through a server
+
+
+def write_python_wrapper(directory, kind: str) -> Path:
+    """DIRECTORY/python, an executable that runs `python SCRIPT ARGS` as a fork of `kind`'s
+    server (its client falls back to the plain interpreter, noting why): for whatever takes an
+    interpreter by path, as the example scripts' PYTHON does."""
+    path = Path(directory) / PYTHON_WRAPPER
+    partial = path.with_suffix(".partial")
+    partial.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{CLIENT}" '
+                       f'"{_socket_file(directory, kind)}" "$@"\n')
+    partial.chmod(0o755)
+    partial.rename(path)
+    return path
+
+
+def python_wrapper(directory: Optional[str] = None) -> Optional[Path]:
+    """The wrapper `write_python_wrapper` left under MINDRL_PRELOAD_DIR (or `directory`)."""
+    directory = directory or os.environ.get(PRELOAD_DIR_ENV)
+    path = Path(directory) / PYTHON_WRAPPER if directory else None
+    return path if path is not None and path.exists() else None
 
 
 def runtime_env(kind: str, env_vars: Dict[str, str]) -> dict:

@@ -1,6 +1,7 @@
 """The Python a preloaded Ray worker starts with (Ray's runtime_env `py_executable`):
 `python preload_client.py SOCKET SCRIPT ARGS...`, run by path (it imports the standard library
-and the message framing of preload.py, nothing heavier).
+and the message framing of preload.py, nothing heavier). Interpreter options (`-c`, `-m`) start
+the plain interpreter.
 
 It asks the preload server at SOCKET (mindrl/platforms/preload.py) to fork a worker that runs
 SCRIPT with this process's arguments, environment, working directory and standard streams,
@@ -27,7 +28,7 @@ def _plain(socket_path: str, argv, why: str) -> None:
     start is correct, only slower, so nothing else would tell."""
     try:
         with open(os.path.join(os.path.dirname(socket_path), PLAIN_STARTS), "a") as log:
-            log.write(f"{os.path.basename(argv[0])}: {why}\n")
+            log.write(f"{os.path.basename(argv[0]) if argv else 'python'}: {why}\n")
     except OSError:
         pass
     os.execv(sys.executable, [sys.executable, *argv])
@@ -43,6 +44,8 @@ def _exit_as(status: dict) -> None:
 
 def main(argv) -> None:
     socket_path, script_argv = argv[0], argv[1:]
+    if not script_argv or script_argv[0].startswith("-"):
+        _plain(socket_path, script_argv, "interpreter options (-c, -m, ...): only a script forks")
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(socket_path)

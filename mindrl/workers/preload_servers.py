@@ -6,7 +6,8 @@ ones a plain start would make.
     .venv/bin/python -m mindrl.workers.preload_servers /tmp/mindrl-preload &
     export MINDRL_PRELOAD_DIR=/tmp/mindrl-preload
 
-Runs started afterwards from that shell fork their engines and ranks from the servers; the
+Runs started afterwards from that shell fork their engines and ranks from the servers, and
+`/tmp/mindrl-preload/python SCRIPT ARGS` is `python SCRIPT ARGS` forked from the driver's; the
 servers stop with this command. The test suite starts them for its session (tests/conftest.py).
 """
 
@@ -24,8 +25,10 @@ DRIVER = "driver"        # the kind whose processes are not Ray workers
 
 
 def start(directory: Path) -> List:
-    """One server per kind under `directory`, children of this process (they end with it)."""
+    """One server per kind under `directory`, children of this process (they end with it),
+    and `directory`/python, a scripts' interpreter forked from the driver's."""
     Path(directory).mkdir(parents=True, exist_ok=True)
+    preload.write_python_wrapper(directory, DRIVER)
     return [preload.start_server(kind, Path(directory),
                                  dict(os.environ) if kind == DRIVER else
                                  {**os.environ, **WORKER_ENV})

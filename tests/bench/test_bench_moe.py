@@ -4,12 +4,12 @@ and one run of the script on the tiny shapes gives its JSON line."""
 import importlib.util
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from mindrl.config.model_spec import load_model_spec
+from support import run_env
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "bench_moe.py"
@@ -36,7 +36,7 @@ def test_the_dense_twin_has_the_active_parameters_less_the_router(bench_moe, nam
 
 @pytest.mark.slow   # the bench in a process of its own, timing Megatron updates (conftest.py)
 def test_bench_runs_on_the_tiny_shapes(tmp_path):
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--samples", "4", "--prompt", "8",
+    proc = subprocess.run([run_env.python(), str(SCRIPT), "--samples", "4", "--prompt", "8",
                            "--response", "16", "--repeats", "1"], cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -4,10 +4,10 @@ end to end on the tiny model (vLLM through MindRL's engine, the profiler, the JS
 import importlib.util
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support import run_env
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "profile_generate.py"
@@ -44,7 +44,7 @@ def test_ops_fall_into_gemm_attention_and_the_rest(profile_generate):
 def test_the_script_profiles_the_tiny_model(tmp_path):
     out = tmp_path / "profile.json"
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--model", "tiny-qwen2", "--threads", "1", "--prompts",
+        [run_env.python(), str(SCRIPT), "--model", "tiny-qwen2", "--threads", "1", "--prompts",
          "2", "--n", "2", "--prompt-len", "5", "--max-tokens", "6", "--profile-tokens", "3",
          "--json-out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

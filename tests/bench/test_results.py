@@ -5,13 +5,13 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from bench.common import results
+from support import run_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -103,7 +103,7 @@ def test_a_broken_line_names_its_file_and_line(tmp_path):
 def test_a_bench_run_appends_its_figures(tmp_path):
     """bench_rewards at a tiny size, end to end: --results receives the line it prints."""
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "bench_rewards.py"), "--jobs", "40", "--workers",
+        [run_env.python(), str(ROOT / "bench" / "bench_rewards.py"), "--jobs", "40", "--workers",
          "1", "--repeats", "1", "--results", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
         env={**{k: v for k, v in os.environ.items() if k != results.RESULTS_ENV},

@@ -4,7 +4,6 @@ at TP2 x PP2 and back through cli/convert_ckpt.py with no extra flag, bit for bi
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ import torch
 import transformers
 
 from support.ckpt_hf_models import read_hf_tensors
+from support import run_env
 
 pytestmark = pytest.mark.slow   # see tests/conftest.py
 
@@ -21,7 +21,7 @@ COMMON = ["--use-mcore-models", "--model-type", "GPT", "--add-qkv-bias",
 
 
 def _convert(*args) -> str:
-    done = subprocess.run([sys.executable, str(ROOT / "cli" / "convert_ckpt.py"), *COMMON,
+    done = subprocess.run([run_env.python(), str(ROOT / "cli" / "convert_ckpt.py"), *COMMON,
                            *map(str, args)], env=dict(os.environ), capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, f"{args}:\n{done.stdout}\n{done.stderr[-3000:]}"

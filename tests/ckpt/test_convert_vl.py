@@ -27,6 +27,7 @@ from support.ckpt_hf_models import make_hf_model, read_hf_tensors, save_hf
 from support.ckpt_vl_models import ASSET_FILES, save_vl_hf
 from support.ckpt_vl_worker import vl_logits_from_checkpoint
 from support.tiny_vl import IMAGE_PAD, prompts, tiny_vl_model
+from support import run_env
 
 pytestmark = pytest.mark.slow   # see tests/conftest.py
 
@@ -209,11 +210,10 @@ def test_example_scripts_run_on_the_tiny_model(world, tmp_path):
     (bf16 and TP2 x PP2 as their defaults for 7B), through cli/convert_ckpt.py."""
     import os
     import subprocess
-    import sys
 
     root, _ = world
     scripts = Path(__file__).resolve().parents[2] / "examples" / "ckpt"
-    env = dict(os.environ, PYTHON=sys.executable, HF_DIR=str(root / "hf"),
+    env = dict(os.environ, PYTHON=run_env.python(), HF_DIR=str(root / "hf"),
                MCORE_DIR=str(tmp_path / "mg"), HF_OUT_DIR=str(tmp_path / "hf"))
     for name in ("ckpt_convert_qwen25vl_hf2mcore.sh", "ckpt_convert_qwen25vl_mcore2hf.sh"):
         done = subprocess.run(["bash", str(scripts / name)], cwd=tmp_path, env=env,

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from mindrl.models.processors import (build_char_vl_tokenizer, load_vl_processor
 
 from support.ckpt_hf_models import read_hf_tensors
 from support.tiny_vl import tiny_vl_model
+from support import run_env
 
 pytestmark = pytest.mark.slow   # see tests/conftest.py
 
@@ -37,7 +37,7 @@ def _small_files(folder: Path) -> set:
 def _script(name: str, **env) -> list:
     """The example script's note lines (it must succeed and say what it wrote)."""
     done = subprocess.run(["bash", str(SCRIPTS / name)], capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, PYTHON=sys.executable,
+                          timeout=300, env=dict(os.environ, PYTHON=run_env.python(),
                                                 **{k: str(v) for k, v in env.items()}))
     assert done.returncode == 0, f"{name}:\n{done.stdout}\n{done.stderr[-3000:]}"
     assert "wrote " in done.stdout

@@ -19,6 +19,7 @@ from mindrl.models.hf_config import hf_config_from_spec, spec_from_hf_config
 from support.ckpt_convert_worker import run_conversions
 from support.ckpt_hf_models import read_hf_tensors, save_hf
 from support.hf_reference import reference_hf_model
+from support import run_env
 
 
 def test_qk_norm_name_list_equals_the_registry():
@@ -94,11 +95,10 @@ def test_qwen3_round_trips_bit_for_bit(tmp_path):
 def test_qwen3_example_scripts_run_as_shipped(tmp_path):
     import os
     import subprocess
-    import sys
     from pathlib import Path
 
     scripts = Path(__file__).resolve().parents[2] / "examples" / "ckpt"
-    env = dict(os.environ, PYTHON=sys.executable)
+    env = dict(os.environ, PYTHON=run_env.python())
     for name in ("ckpt_convert_qwen3_hf2mcore.sh", "ckpt_convert_qwen3_mcore2hf.sh"):
         done = subprocess.run(["bash", str(scripts / name)],
                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

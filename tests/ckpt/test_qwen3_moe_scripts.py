@@ -4,13 +4,13 @@ MODEL_TYPE_HF=qwen3-moe (the dense default is run in test_qwen3_family.py)."""
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from support.ckpt_hf_models import read_hf_tensors
+from support import run_env
 
 pytestmark = pytest.mark.slow   # two converter CLI runs
 
@@ -18,7 +18,7 @@ SCRIPTS = Path(__file__).resolve().parents[2] / "examples" / "ckpt"
 
 
 def test_qwen3_scripts_convert_the_tiny_moe(tmp_path):
-    env = dict(os.environ, PYTHON=sys.executable, MODEL_TYPE_HF="qwen3-moe",
+    env = dict(os.environ, PYTHON=run_env.python(), MODEL_TYPE_HF="qwen3-moe",
                MODEL="tiny-qwen3-moe", EP="4", FIRST="1")   # the first stage's own count
     out = []
     for name in ("ckpt_convert_qwen3_hf2mcore.sh", "ckpt_convert_qwen3_mcore2hf.sh"):

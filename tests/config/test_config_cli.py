@@ -2,13 +2,13 @@
 
 import os
 import subprocess
-import sys
 
 import pytest
 
 from mindrl.config import SMOKE_RECIPE, local_cluster
 from mindrl.paths import REPO_ROOT
 from support.grpo_runs import _command
+from support import run_env
 
 CLI = str(REPO_ROOT / "cli" / "train_grpo.py")
 
@@ -16,7 +16,7 @@ CLI = str(REPO_ROOT / "cli" / "train_grpo.py")
 def run_cli(cwd, *args, env=None):
     full_env = dict(os.environ, HYDRA_FULL_ERROR="0", **(env or {}))
     full_env.pop("PYTHONPATH", None)  # the CLI must find mindrl by itself
-    return subprocess.run([sys.executable, CLI, *args], cwd=cwd, env=full_env,
+    return subprocess.run([run_env.python(), CLI, *args], cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=120)
 
 

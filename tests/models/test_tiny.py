@@ -3,7 +3,6 @@
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from mindrl.config.model_spec import available_models, load_model_spec
 from mindrl.models.tiny import make_tiny_model
 from mindrl.models.tokenizers import build_char_tokenizer
 from mindrl.paths import REPO_ROOT
+from support import run_env
 
 CHAT = [{"role": "user", "content": "What is 2+2?"}]
 
@@ -153,7 +153,7 @@ def test_vocab_too_small_names_the_yaml(tmp_path):
 def test_cli_from_another_directory(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "cli" / "make_tiny_model.py"), "--model", "tiny-llama",
+        [run_env.python(), str(REPO_ROOT / "cli" / "make_tiny_model.py"), "--model", "tiny-llama",
          "--tokenizer", "char", "--out", "model", "--seed", "1"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

@@ -5,7 +5,6 @@ with transformers' own log-probabilities."""
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from mindrl.models.processors import (DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, IM
                                       write_vl_tokenizer_and_processor)
 from mindrl.models.tokenizers import build_char_tokenizer
 from support.synthetic_images import synthetic_image
+from support import run_env
 
 # (height, width, seed). 56x84 keeps its size: a 4 x 6 patch grid, 6 merged tokens. 84x56 is
 # the transpose. 20x20 is under min_pixels (3136): up to 56x56, 4 x 4 patches, 4 tokens.
@@ -46,7 +46,7 @@ def vl_dir(tmp_path_factory):
     from mindrl.models.tiny import make_tiny_model
 
     root = tmp_path_factory.mktemp("tiny_vl")
-    out = subprocess.run([sys.executable, str(Path(__file__).parents[2] / "cli" /
+    out = subprocess.run([run_env.python(), str(Path(__file__).parents[2] / "cli" /
                                                "make_tiny_model.py"),
                           "--model", "tiny-qwen25vl", "--tokenizer", "char", "--out",
                           str(root / "model")], capture_output=True, text=True, check=True)
@@ -159,7 +159,7 @@ def test_vllm_generates_from_images_with_transformers_logprobs(vl_dir, processor
                 for t, (_, imgs) in zip(texts, PROMPTS)]
     assert [r["prompt_token_ids"].count(108) for r in requests] == [1, 2, 1]  # one per image
     env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND="nobind", OMP_NUM_THREADS="1")
-    done = subprocess.run([sys.executable, str(VLLM_SCRIPT), str(out), json.dumps(requests),
+    done = subprocess.run([run_env.python(), str(VLLM_SCRIPT), str(out), json.dumps(requests),
                            str(MAX_TOKENS)], capture_output=True, text=True, env=env,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]

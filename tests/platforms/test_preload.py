@@ -140,6 +140,24 @@ def test_a_pythonpath_that_would_shadow_an_import_starts_plainly(server, tmp_pat
         in noted, noted
 
 
+def test_the_python_wrapper_forks_scripts_and_runs_options_plainly(server, tmp_path):
+    proc, sock = server
+    wrapper = preload.write_python_wrapper(sock.parent, "tiny")
+    assert preload.python_wrapper(str(sock.parent)) == wrapper
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    import json
+    run = subprocess.run([str(wrapper), str(script), "exit", "3"], capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 3
+    assert json.loads(run.stdout)["ppid"] == proc.pid              # forked by the server
+    plain = subprocess.run([str(wrapper), "-c", "import sys; print(sys.argv[1:])", "a"],
+                           capture_output=True, text=True, timeout=60)
+    assert plain.returncode == 0 and plain.stdout.strip() == "['a']"
+    assert "-c: interpreter options (-c, -m, ...): only a script forks" in \
+        (sock.parent / preload.PLAIN_STARTS).read_text()
+
+
 def test_added_path_is_what_a_request_puts_in_front_of_the_server_s(tmp_path):
     assert preload.added_path(None, "/h") == ["/h"]
     assert preload.added_path("/s", "/h:/g:/s") == ["/h", "/g"]

@@ -10,6 +10,7 @@ module first, before any test runs.
 """
 
 import os
+import sys
 
 SESSION_ENV = dict(os.environ)
 LEFT_BY_ENGINES = ("VLLM_", "LD_PRELOAD", "TORCHINDUCTOR_CPP_DYNAMIC_THREADS")
@@ -40,3 +41,13 @@ def restore(monkeypatch) -> None:
             monkeypatch.delenv(key, raising=False)
         else:
             monkeypatch.setenv(key, value)
+
+
+def python() -> str:
+    """The interpreter a test runs a script with (`python SCRIPT ARGS`, an example script's
+    PYTHON): where the session's preload servers run (tests/conftest.py), their wrapper, which
+    forks it from the driver server with torch and transformers imported; else this one."""
+    from mindrl.platforms import preload
+
+    wrapper = preload.python_wrapper()
+    return str(wrapper) if wrapper else sys.executable

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from support import run_env
 from support.grpo_runs import (REQUIRED_KEYS, finite, metrics, shm_files_of, start, train,
                                train_together)
 
@@ -311,12 +312,10 @@ def indexed(work):
     """examples/data's tiny recipe -> Megatron indexed prompts -> a 2-step run that reads token
     ids, with a reward-model role (tiny random scalar head, made and converted by `prepare`)
     scoring the rollouts beside the arith verifier."""
-    import sys
-
     from support.grpo_runs import REPO
 
     prefix = work / "data" / "tiny_arith" / "data"
-    subprocess.run([sys.executable, str(REPO / "cli" / "preprocess_data.py"), "--config",
+    subprocess.run([run_env.python(), str(REPO / "cli" / "preprocess_data.py"), "--config",
                     "tiny_arith", "--input", str(REPO / "examples/data/sample/tiny_arith.jsonl"),
                     "--tokenizer-name-or-path", "char",   # the tiny model's vocabulary
                     "--output-prefix", str(prefix), "--no-progress"], check=True, cwd=str(work))

@@ -13,12 +13,12 @@ score what the last validation (vLLM, greedy) scored.
 
 import os
 import subprocess
-import sys
 
 import pytest
 
 from support.grpo_runs import REPO, metrics, train
 from support.vl_greedy import greedy_accuracy
+from support import run_env
 
 from mindrl.trainer.learning_curve import policy_scores, summarize_curve
 
@@ -53,7 +53,7 @@ def test_tiny_vl_recipe_learns_to_read_the_picture(work, tmp_path):
 
     hf = tmp_path / "trained-hf"
     env = {**os.environ, "MCORE_DIR": str(run_dir), "HF_OUT_DIR": str(hf), "TP": "1", "PP": "1",
-           "TOKENIZER": str(work / "models" / "tiny-qwen25vl-hf"), "PYTHON": sys.executable}
+           "TOKENIZER": str(work / "models" / "tiny-qwen25vl-hf"), "PYTHON": run_env.python()}
     proc = subprocess.run(["bash", str(REPO / "examples/ckpt/ckpt_convert_qwen25vl_mcore2hf.sh")],
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -4,7 +4,6 @@ what cannot fit naming each node, and Ray's placement follows the plan node for 
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 
 from mindrl.config import ConfigError, load_recipe, make_plan
 from mindrl.workers.ray_cluster import check_address, read_ray_cluster
+from support import run_env
 
 REPO = Path(__file__).resolve().parents[2]
 TWO_BY_TWO = ["rl_config.actor_resource.num_cpus=2", "rl_config.reference_resource.num_cpus=2",
@@ -92,7 +92,7 @@ def test_placement_follows_the_plan_node_for_node(two_nodes):
 @pytest.mark.slow
 def test_the_cli_plans_against_the_cluster_ray_address_names(two_nodes):
     env = {**os.environ, "RAY_ADDRESS": two_nodes.address}
-    out = subprocess.run([sys.executable, str(REPO / "cli" / "train_grpo.py"), "+dry_run=true",
+    out = subprocess.run([run_env.python(), str(REPO / "cli" / "train_grpo.py"), "+dry_run=true",
                           *TWO_BY_TWO], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "cluster: 2 node(s) x 2 cpu = 4 device(s)" in out.stdout
@@ -127,7 +127,7 @@ def test_a_node_with_other_software_is_refused_naming_it(two_nodes, tmp_path):
     try:
         two_nodes.wait_for_nodes()
         env = {**os.environ, "RAY_ADDRESS": two_nodes.address}
-        out = subprocess.run([sys.executable, str(REPO / "cli" / "train_grpo.py"),
+        out = subprocess.run([run_env.python(), str(REPO / "cli" / "train_grpo.py"),
                               "+dry_run=true"], env=env, capture_output=True, text=True,
                              timeout=300, cwd=str(tmp_path))
     finally:
