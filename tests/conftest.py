@@ -68,6 +68,7 @@ def preloaded_ray_workers(request, tmp_path_factory):
         return
     directory = tmp_path_factory.mktemp("preload")
     servers = preload_servers.start(directory)
+    support.run_env.PRELOAD_SERVERS[:] = [directory, servers]   # run_env.wait_for_preload()
     os.environ[preload.PRELOAD_DIR_ENV] = str(directory)
     yield
     os.environ.pop(preload.PRELOAD_DIR_ENV, None)

@@ -35,6 +35,23 @@ def start(directory: Path) -> List:
             for kind in preload.PRELOADS]
 
 
+def wait_ready(directory: Path, servers: List, timeout_s: float = 180.0) -> List[str]:
+    """Wait until every kind's socket exists (its imports done) or its server ended, at most
+    `timeout_s`: a worker asked for before then starts plainly, importing again what the
+    server is importing at the same time. The kinds without a socket (ended or late)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    servers = dict(zip(preload.PRELOADS, servers))
+    missing = sorted(servers)
+    while missing:
+        missing = [kind for kind in servers if preload.socket_path(kind, str(directory)) is None]
+        if time.monotonic() > deadline or all(servers[k].poll() is not None for k in missing):
+            break
+        time.sleep(0.1)
+    return missing
+
+
 def main(directory: str) -> None:
     servers = start(Path(directory))
     print(f"preload servers for {', '.join(preload.PRELOADS)} starting under {directory}; "

@@ -52,6 +52,7 @@ def _python():
     torch, transformers and Hydra already imported (mindrl/platforms/preload.py)."""
     from mindrl.platforms import preload
 
+    run_env.wait_for_preload()
     sock = preload.socket_path("driver")
     return [sys.executable] + ([str(preload.CLIENT), str(sock)] if sock else [])
 

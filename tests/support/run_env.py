@@ -43,11 +43,27 @@ def restore(monkeypatch) -> None:
             monkeypatch.setenv(key, value)
 
 
+PRELOAD_SERVERS = []    # [directory, servers] once tests/conftest.py has started them
+
+
+def wait_for_preload() -> None:
+    """Before the session's first run: until its preload servers are ready (their imports
+    take 15-30 s), so that its workers fork instead of importing the same libraries beside
+    them. Sessions without servers, and later calls, return at once."""
+    if PRELOAD_SERVERS:
+        from mindrl.workers import preload_servers
+
+        directory, servers = PRELOAD_SERVERS
+        preload_servers.wait_ready(directory, servers)
+        PRELOAD_SERVERS.clear()
+
+
 def python() -> str:
     """The interpreter a test runs a script with (`python SCRIPT ARGS`, an example script's
     PYTHON): where the session's preload servers run (tests/conftest.py), their wrapper, which
     forks it from the driver server with torch and transformers imported; else this one."""
     from mindrl.platforms import preload
 
+    wait_for_preload()
     wrapper = preload.python_wrapper()
     return str(wrapper) if wrapper else sys.executable

@@ -16,7 +16,6 @@ from support import run_env
 from support.grpo_runs import REPO
 from mindrl.workers.worker_group import worker_env
 
-pytestmark = pytest.mark.slow
 
 
 def _wait_for_servers(directory: str) -> None:
@@ -26,6 +25,7 @@ def _wait_for_servers(directory: str) -> None:
         time.sleep(0.5)
 
 
+@pytest.mark.slow
 def test_engines_and_ranks_fork_from_the_server_of_their_kind(tmp_path, monkeypatch):
     directory = os.environ.get(preload.PRELOAD_DIR_ENV)
     if not directory:
@@ -55,6 +55,7 @@ def test_engines_and_ranks_fork_from_the_server_of_their_kind(tmp_path, monkeypa
         ray.shutdown()
 
 
+@pytest.mark.slow
 def test_a_training_driver_forks_from_the_driver_server(tmp_path, monkeypatch):
     """As support/grpo_runs starts cli/train_grpo.py: its environment, the client in front,
     from a test process that has imported vLLM (which sets variables its children inherit) and
@@ -75,3 +76,27 @@ def test_a_training_driver_forks_from_the_driver_server(tmp_path, monkeypatch):
     out = subprocess.run(cmd[:at] + [str(script)], env=env, capture_output=True, text=True,
                          timeout=120, cwd=str(tmp_path))
     assert "'mindrl.platforms.preload', 'driver'" in out.stdout, out.stdout + out.stderr[-2000:]
+
+
+class _Server:
+    def __init__(self, code=None):
+        self.code = code
+
+    def poll(self):
+        return self.code
+
+
+def test_wait_ready_returns_once_every_socket_exists_or_its_server_ended(tmp_path):
+    from mindrl.workers import preload_servers
+
+    kinds = list(preload.PRELOADS)
+    for kind in kinds[1:]:
+        (tmp_path / f"{kind}.sock").touch()
+    # The first kind's server ended without its socket: nothing left to wait for.
+    assert preload_servers.wait_ready(tmp_path, [_Server(1)] + [_Server()] * (len(kinds) - 1),
+                                      timeout_s=60) == [kinds[0]]
+    # Still importing at the deadline: named.
+    assert preload_servers.wait_ready(tmp_path, [_Server()] * len(kinds),
+                                      timeout_s=0.3) == [kinds[0]]
+    (tmp_path / f"{kinds[0]}.sock").touch()
+    assert preload_servers.wait_ready(tmp_path, [_Server()] * len(kinds), timeout_s=60) == []
