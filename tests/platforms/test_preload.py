@@ -103,20 +103,27 @@ if sys.argv[1:2] == ["exit"]:
 """
 
 
+def _with_a_path_directory(sock, tmp_path, name: str, module: str, text: str):
+    """SCRIPT run through the server with tmp_path/name (holding `module`) put in front of
+    PYTHONPATH: what the script saw, once it exited 0."""
+    import json
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    directory = tmp_path / name
+    directory.mkdir()
+    (directory / module).write_text(text)
+    path = os.pathsep.join(filter(None, [str(directory), os.environ.get("PYTHONPATH")]))
+    client = _client(sock, script, "exit", "0", env=dict(os.environ, PYTHONPATH=path))
+    seen = json.loads(client.stdout.readline())
+    assert client.wait(timeout=30) == 0
+    return client, seen
+
+
 def test_a_pythonpath_that_adds_a_hook_is_forked_and_runs_the_hook(server, tmp_path):
     # A test hook on PYTHONPATH (a sitecustomize, as tests/support/hang_in_update): the
     # worker still forks, and the hook runs before the script, as at an interpreter's start.
     proc, sock = server
-    script = tmp_path / "script.py"
-    script.write_text(SCRIPT)
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(HOOK)
-    path = os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")]))
-    import json
-    client = _client(sock, script, "exit", "0", env=dict(os.environ, PYTHONPATH=path))
-    seen = json.loads(client.stdout.readline())
-    assert client.wait(timeout=30) == 0
+    _, seen = _with_a_path_directory(sock, tmp_path, "hook", "sitecustomize.py", HOOK)
     assert seen["ppid"] == proc.pid and seen["preloaded"]        # forked
     assert seen["mark"] == "hooked"                              # the hook ran first
     assert not (sock.parent / preload.PLAIN_STARTS).exists()
@@ -124,16 +131,9 @@ def test_a_pythonpath_that_adds_a_hook_is_forked_and_runs_the_hook(server, tmp_p
 
 def test_a_pythonpath_that_would_shadow_an_import_starts_plainly(server, tmp_path):
     proc, sock = server
-    script = tmp_path / "script.py"
-    script.write_text(SCRIPT)
+    # the server imported the real csv
+    client, seen = _with_a_path_directory(sock, tmp_path, "shadow", "csv.py", "")
     shadow = tmp_path / "shadow"
-    shadow.mkdir()
-    (shadow / "csv.py").write_text("")          # the server imported the real csv
-    path = os.pathsep.join(filter(None, [str(shadow), os.environ.get("PYTHONPATH")]))
-    import json
-    client = _client(sock, script, "exit", "0", env=dict(os.environ, PYTHONPATH=path))
-    seen = json.loads(client.stdout.readline())
-    assert client.wait(timeout=30) == 0
     assert seen["pid"] == client.pid and not seen["preloaded"]   # exec'd
     noted = (sock.parent / preload.PLAIN_STARTS).read_text()
     assert f"PYTHONPATH adds what this server imported from elsewhere: {shadow}/csv.py" \
