@@ -56,10 +56,12 @@ PRELOADS = {
                "hydra.utils", "omegaconf", "math_verify", "torch.utils.tensorboard",
                "matplotlib", "matplotlib.figure"),
 }
-# What each kind then calls once, so that no worker repeats it: torch inductor's list of the
-# vector instruction sets this machine builds and runs (4 probe processes, about 1.2 CPU-s),
-# which an engine asks for when it compiles vLLM's sampler helper at its first sample.
-WARM_UPS = {"vllm": ("torch._inductor.cpu_vec_isa:valid_vec_isa_list",)}
+# What each kind then calls once (`module:function`), so that no worker repeats it: vLLM's
+# sampler helper compiled for any vocabulary (engines/vllm_warm.py), with it torch inductor's
+# list of this machine's vector instruction sets (4 probe processes).
+WARM_UPS = {"vllm": ("torch._inductor.cpu_vec_isa:valid_vec_isa_list",
+                     "mindrl.engines.vllm_warm:compile_sampler_helpers")}
+WARM_THREADS_S = 30.0   # how long the warm-ups' passing threads (a compile's) may take to end
 # Environment variables (by prefix) that these libraries may read while they import: a
 # request must carry the server's values for every one of them.
 IMPORT_TIME_ENV = ("VLLM_", "TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_", "CUDA", "HF_",
@@ -398,6 +400,16 @@ def _import_without_ray(modules) -> None:
         sys.modules.pop(asker, None)
 
 
+def _until_one_thread(timeout_s: float) -> None:
+    """Wait (at most `timeout_s`) for threads an import or warm-up left running to end: a
+    request that finds more than one is started plainly."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while len(os.listdir("/proc/self/task")) > 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def serve(kind: str, directory: str, modules=None) -> None:
     """Import `kind`'s libraries (or `modules`), then serve at DIRECTORY/<kind>.sock until our
     parent exits. The socket appears under its name only once the imports are done."""
@@ -407,6 +419,7 @@ def serve(kind: str, directory: str, modules=None) -> None:
     for call in () if modules else WARM_UPS.get(kind, ()):
         module, function = call.split(":")
         getattr(importlib.import_module(module), function)()
+    _until_one_thread(WARM_THREADS_S)
     gc.freeze()     # every worker forks with this heap: its collections pass over none of it
     try:
         server = Server(path.with_suffix(".binding"), env)

@@ -38,7 +38,7 @@ def test_the_dense_twin_has_the_active_parameters_less_the_router(bench_moe, nam
 def test_bench_runs_on_the_tiny_shapes(tmp_path):
     proc = subprocess.run([run_env.python(), str(SCRIPT), "--samples", "4", "--prompt", "8",
                            "--response", "16", "--repeats", "1"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=600, env=run_env.for_a_run())
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = json.loads(proc.stdout.strip().splitlines()[-1])
     assert line["bench"] == "moe" and line["experts"] == 8 and line["top_k"] == 2

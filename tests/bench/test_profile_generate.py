@@ -46,7 +46,8 @@ def test_the_script_profiles_the_tiny_model(tmp_path):
     proc = subprocess.run(
         [run_env.python(), str(SCRIPT), "--model", "tiny-qwen2", "--threads", "1", "--prompts",
          "2", "--n", "2", "--prompt-len", "5", "--max-tokens", "6", "--profile-tokens", "3",
-         "--json-out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+         "--json-out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env=run_env.for_a_run())
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["rows"] == 4 and result["max_tokens"] == 6

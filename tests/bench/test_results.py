@@ -2,7 +2,6 @@
 date and the commit; the reader keeps the newest line of each bench and prints it as a table."""
 
 import json
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -106,7 +105,7 @@ def test_a_bench_run_appends_its_figures(tmp_path):
         [run_env.python(), str(ROOT / "bench" / "bench_rewards.py"), "--jobs", "40", "--workers",
          "1", "--repeats", "1", "--results", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={**{k: v for k, v in os.environ.items() if k != results.RESULTS_ENV},
+        env={**{k: v for k, v in run_env.for_a_run().items() if k != results.RESULTS_ENV},
              "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     printed = json.loads(proc.stdout.strip().splitlines()[-1])

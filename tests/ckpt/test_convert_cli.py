@@ -55,7 +55,7 @@ def test_bad_flag_combinations(cli, tmp_path, capsys, change, message):
 
 @pytest.mark.slow
 def test_example_scripts_run_as_shipped(tmp_path):
-    env = dict(os.environ, PYTHON=run_env.python())
+    env = dict(run_env.for_a_run(), PYTHON=run_env.python())
     scripts = ROOT / "examples" / "ckpt"
     for name in ("ckpt_convert_qwen25_hf2mcore.sh", "ckpt_convert_qwen25_mcore2hf.sh"):
         done = subprocess.run(["bash", str(scripts / name)], cwd=tmp_path, env=env,

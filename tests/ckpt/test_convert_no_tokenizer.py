@@ -2,7 +2,6 @@
 at TP2 x PP2 and back through cli/convert_ckpt.py with no extra flag, bit for bit."""
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -22,7 +21,7 @@ COMMON = ["--use-mcore-models", "--model-type", "GPT", "--add-qkv-bias",
 
 def _convert(*args) -> str:
     done = subprocess.run([run_env.python(), str(ROOT / "cli" / "convert_ckpt.py"), *COMMON,
-                           *map(str, args)], env=dict(os.environ), capture_output=True,
+                           *map(str, args)], env=run_env.for_a_run(), capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, f"{args}:\n{done.stdout}\n{done.stderr[-3000:]}"
     return done.stdout

@@ -208,12 +208,11 @@ def test_missing_or_unexpected_vision_tensors_are_named(world, text_hf, tmp_path
 def test_example_scripts_run_on_the_tiny_model(world, tmp_path):
     """The two shipped scripts, pointed at the tiny model through their environment settings
     (bf16 and TP2 x PP2 as their defaults for 7B), through cli/convert_ckpt.py."""
-    import os
     import subprocess
 
     root, _ = world
     scripts = Path(__file__).resolve().parents[2] / "examples" / "ckpt"
-    env = dict(os.environ, PYTHON=run_env.python(), HF_DIR=str(root / "hf"),
+    env = dict(run_env.for_a_run(), PYTHON=run_env.python(), HF_DIR=str(root / "hf"),
                MCORE_DIR=str(tmp_path / "mg"), HF_OUT_DIR=str(tmp_path / "hf"))
     for name in ("ckpt_convert_qwen25vl_hf2mcore.sh", "ckpt_convert_qwen25vl_mcore2hf.sh"):
         done = subprocess.run(["bash", str(scripts / name)], cwd=tmp_path, env=env,

@@ -5,7 +5,6 @@ one note line each way naming the missing files, where they are needed and how t
 processor loader accepts."""
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -37,7 +36,7 @@ def _small_files(folder: Path) -> set:
 def _script(name: str, **env) -> list:
     """The example script's note lines (it must succeed and say what it wrote)."""
     done = subprocess.run(["bash", str(SCRIPTS / name)], capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, PYTHON=run_env.python(),
+                          timeout=300, env=dict(run_env.for_a_run(), PYTHON=run_env.python(),
                                                 **{k: str(v) for k, v in env.items()}))
     assert done.returncode == 0, f"{name}:\n{done.stdout}\n{done.stderr[-3000:]}"
     assert "wrote " in done.stdout

@@ -93,12 +93,11 @@ def test_qwen3_round_trips_bit_for_bit(tmp_path):
 
 @pytest.mark.slow   # two converter CLI runs
 def test_qwen3_example_scripts_run_as_shipped(tmp_path):
-    import os
     import subprocess
     from pathlib import Path
 
     scripts = Path(__file__).resolve().parents[2] / "examples" / "ckpt"
-    env = dict(os.environ, PYTHON=run_env.python())
+    env = dict(run_env.for_a_run(), PYTHON=run_env.python())
     for name in ("ckpt_convert_qwen3_hf2mcore.sh", "ckpt_convert_qwen3_mcore2hf.sh"):
         done = subprocess.run(["bash", str(scripts / name)],
                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

@@ -2,7 +2,6 @@
 MODEL_TYPE_HF=qwen3-moe (the dense default is run in test_qwen3_family.py)."""
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -18,7 +17,7 @@ SCRIPTS = Path(__file__).resolve().parents[2] / "examples" / "ckpt"
 
 
 def test_qwen3_scripts_convert_the_tiny_moe(tmp_path):
-    env = dict(os.environ, PYTHON=run_env.python(), MODEL_TYPE_HF="qwen3-moe",
+    env = dict(run_env.for_a_run(), PYTHON=run_env.python(), MODEL_TYPE_HF="qwen3-moe",
                MODEL="tiny-qwen3-moe", EP="4", FIRST="1")   # the first stage's own count
     out = []
     for name in ("ckpt_convert_qwen3_hf2mcore.sh", "ckpt_convert_qwen3_mcore2hf.sh"):

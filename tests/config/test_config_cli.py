@@ -1,6 +1,5 @@
 """cli/train_grpo.py from a foreign working directory: plan, refusal, and exit codes."""
 
-import os
 import subprocess
 
 import pytest
@@ -14,7 +13,7 @@ CLI = str(REPO_ROOT / "cli" / "train_grpo.py")
 
 
 def run_cli(cwd, *args, env=None):
-    full_env = dict(os.environ, HYDRA_FULL_ERROR="0", **(env or {}))
+    full_env = dict(run_env.for_a_run(), HYDRA_FULL_ERROR="0", **(env or {}))
     full_env.pop("PYTHONPATH", None)  # the CLI must find mindrl by itself
     return subprocess.run([run_env.python(), CLI, *args], cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=120)

@@ -1,7 +1,6 @@
 """Random-init HF checkpoints (make_tiny_model) and the ModelSpec <-> HF config bridge."""
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -151,7 +150,7 @@ def test_vocab_too_small_names_the_yaml(tmp_path):
 
 
 def test_cli_from_another_directory(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = {k: v for k, v in run_env.for_a_run().items() if k != "PYTHONPATH"}
     result = subprocess.run(
         [run_env.python(), str(REPO_ROOT / "cli" / "make_tiny_model.py"), "--model", "tiny-llama",
          "--tokenizer", "char", "--out", "model", "--seed", "1"],

@@ -49,7 +49,8 @@ def vl_dir(tmp_path_factory):
     out = subprocess.run([run_env.python(), str(Path(__file__).parents[2] / "cli" /
                                                "make_tiny_model.py"),
                           "--model", "tiny-qwen25vl", "--tokenizer", "char", "--out",
-                          str(root / "model")], capture_output=True, text=True, check=True)
+                          str(root / "model")], capture_output=True, text=True, check=True,
+                         env=run_env.for_a_run())
     out = Path(out.stdout.strip())
     ids = write_vl_tokenizer_and_processor(root / "ids")
     # The factory is seeded: the same call gives the same weights.

@@ -318,7 +318,8 @@ def indexed(work):
     subprocess.run([run_env.python(), str(REPO / "cli" / "preprocess_data.py"), "--config",
                     "tiny_arith", "--input", str(REPO / "examples/data/sample/tiny_arith.jsonl"),
                     "--tokenizer-name-or-path", "char",   # the tiny model's vocabulary
-                    "--output-prefix", str(prefix), "--no-progress"], check=True, cwd=str(work))
+                    "--output-prefix", str(prefix), "--no-progress"], check=True, cwd=str(work),
+                   env=run_env.for_a_run())
     run_dir = work / "runs" / "indexed"
     train(work, run_dir, "megatron_training.train_iters=2", "rl_config.save_freq=2",
           f"megatron_training.data_path={prefix}", "rl_config.val_data_path=null",

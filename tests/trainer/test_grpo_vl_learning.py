@@ -11,7 +11,6 @@ HF with the user's mcore2hf script, and transformers' greedy answers on the held
 score what the last validation (vLLM, greedy) scored.
 """
 
-import os
 import subprocess
 
 import pytest
@@ -52,7 +51,7 @@ def test_tiny_vl_recipe_learns_to_read_the_picture(work, tmp_path):
     assert all(r["vision/image_tokens/mean"] == 4 for r in rows if "critic/score/mean" in r)
 
     hf = tmp_path / "trained-hf"
-    env = {**os.environ, "MCORE_DIR": str(run_dir), "HF_OUT_DIR": str(hf), "TP": "1", "PP": "1",
+    env = {**run_env.for_a_run(), "MCORE_DIR": str(run_dir), "HF_OUT_DIR": str(hf), "TP": "1", "PP": "1",
            "TOKENIZER": str(work / "models" / "tiny-qwen25vl-hf"), "PYTHON": run_env.python()}
     proc = subprocess.run(["bash", str(REPO / "examples/ckpt/ckpt_convert_qwen25vl_mcore2hf.sh")],
                           env=env, capture_output=True, text=True, timeout=300)

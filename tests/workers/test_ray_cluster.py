@@ -91,7 +91,7 @@ def test_placement_follows_the_plan_node_for_node(two_nodes):
 
 @pytest.mark.slow
 def test_the_cli_plans_against_the_cluster_ray_address_names(two_nodes):
-    env = {**os.environ, "RAY_ADDRESS": two_nodes.address}
+    env = {**run_env.for_a_run(), "RAY_ADDRESS": two_nodes.address}
     out = subprocess.run([run_env.python(), str(REPO / "cli" / "train_grpo.py"), "+dry_run=true",
                           *TWO_BY_TWO], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -126,7 +126,7 @@ def test_a_node_with_other_software_is_refused_naming_it(two_nodes, tmp_path):
     node = two_nodes.add_node(num_cpus=2, env_vars={"PYTHONPATH": str(other)})
     try:
         two_nodes.wait_for_nodes()
-        env = {**os.environ, "RAY_ADDRESS": two_nodes.address}
+        env = {**run_env.for_a_run(), "RAY_ADDRESS": two_nodes.address}
         out = subprocess.run([run_env.python(), str(REPO / "cli" / "train_grpo.py"),
                               "+dry_run=true"], env=env, capture_output=True, text=True,
                              timeout=300, cwd=str(tmp_path))
