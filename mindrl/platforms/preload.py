@@ -402,9 +402,16 @@ def _import_without_ray(modules) -> None:
 
 def _until_one_thread(timeout_s: float) -> None:
     """Wait (at most `timeout_s`) for threads an import or warm-up left running to end: a
-    request that finds more than one is started plainly."""
+    request that finds more than one is started plainly. tqdm's monitor thread, started by a
+    compile's progress bar, runs until told to stop: told here (a fork's first bar starts its
+    own)."""
     import time
 
+    tqdm = sys.modules.get("tqdm")
+    monitor = getattr(getattr(tqdm, "tqdm", None), "monitor", None)
+    if monitor is not None:
+        monitor.exit()
+        tqdm.tqdm.monitor = None
     deadline = time.monotonic() + timeout_s
     while len(os.listdir("/proc/self/task")) > 1 and time.monotonic() < deadline:
         time.sleep(0.1)

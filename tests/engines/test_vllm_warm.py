@@ -1,9 +1,12 @@
 """The preload server's vLLM warm-up (engines/vllm_warm.py): after it, the sampler helper
 serves any vocabulary and batch without compiling again, and counts exactly."""
 
+import pytest
 import torch
 
 from mindrl.engines.vllm_warm import compile_sampler_helpers
+
+pytestmark = pytest.mark.slow   # imports vLLM and compiles: about 15 s (tests/conftest.py)
 
 
 def test_after_the_warm_up_any_vocabulary_reuses_the_graph_and_counts_exactly():

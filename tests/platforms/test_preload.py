@@ -181,6 +181,19 @@ def test_every_warm_up_names_a_function_that_exists():
             assert callable(getattr(importlib.import_module(module), function)), call
 
 
+def test_tqdm_s_monitor_thread_is_stopped_before_the_server_serves():
+    # A compile's progress bar starts tqdm's monitor thread, which never ends by itself: a
+    # server left with it would start every worker plainly ("the server runs 2 threads").
+    from tqdm import tqdm
+
+    for _ in tqdm(range(2), disable=False, file=open(os.devnull, "w")):
+        pass
+    monitor = tqdm.monitor
+    assert monitor is not None and monitor.is_alive()
+    preload._until_one_thread(0.0)
+    assert tqdm.monitor is None and not monitor.is_alive()
+
+
 def test_differences_count_what_the_imports_saw():
     before = {"VLLM_X": "1"}
     after = {"VLLM_X": "1", "TORCHINDUCTOR_Y": "/c"}       # set by an import
