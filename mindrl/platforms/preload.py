@@ -25,6 +25,7 @@ writes `<kind>.sock`); the test suite starts one per kind for its whole session.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import importlib.util
@@ -55,7 +56,17 @@ PRELOADS = {
     "driver": ("torch", "transformers", "transformers.models.auto.tokenization_auto", "hydra",
                "hydra.utils", "omegaconf", "math_verify", "torch.utils.tensorboard",
                "matplotlib", "matplotlib.figure"),
+    # Ray's setup step, run before every worker that has a runtime_env (all of a run's): it
+    # imports Ray (about 0.8 CPU-s) only to read the runtime_env and exec the worker.
+    "ray_setup": ("ray._private.workers.setup_worker",),
 }
+# Kinds whose forks only work out what to exec next, and the one script they run: the fork
+# runs it until it calls os.execvp and sends back that call and its environment, which the
+# client execs itself (it stays the process its starter watches). Nothing the server imported
+# outlives the exec, so such a server may import Ray and takes any environment.
+EXEC_ONLY = {"ray_setup": "setup_worker.py"}
+# The interpreters `write_python_wrapper` leaves beside the sockets, by kind.
+WRAPPERS = {"driver": "python", "ray_setup": "python-ray-node"}
 # What each kind then calls once (`module:function`), so that no worker repeats it: vLLM's
 # sampler helper compiled for any vocabulary (engines/vllm_warm.py), with it torch inductor's
 # list of this machine's vector instruction sets (4 probe processes).
@@ -94,27 +105,46 @@ def socket_path(kind: str, directory: Optional[str] = None) -> Optional[Path]:
     return path if path.exists() else None
 
 
-PYTHON_WRAPPER = "python"     # beside the sockets: `python SCRIPT ARGS` through a server
-
-
 def write_python_wrapper(directory, kind: str) -> Path:
-    """DIRECTORY/python, an executable that runs `python SCRIPT ARGS` as a fork of `kind`'s
-    server (its client falls back to the plain interpreter, noting why): for whatever takes an
-    interpreter by path, as the example scripts' PYTHON does."""
-    path = Path(directory) / PYTHON_WRAPPER
+    """DIRECTORY/<WRAPPERS[kind], else python>, an executable that runs `python SCRIPT ARGS`
+    as a fork of `kind`'s server (its client falls back to the plain interpreter, noting why):
+    for whatever takes an interpreter by path, as the example scripts' PYTHON does. An
+    EXEC_ONLY kind's wrapper sends only its script there and runs the rest plainly."""
+    path = Path(directory) / WRAPPERS.get(kind, "python")
+    forked = f'exec "{sys.executable}" "{CLIENT}" "{_socket_file(directory, kind)}" "$@"'
+    if kind in EXEC_ONLY:
+        forked = (f'case "$1" in */{EXEC_ONLY[kind]}) {forked};; esac\n'
+                  f'exec "{sys.executable}" "$@"')
     partial = path.with_suffix(".partial")
-    partial.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{CLIENT}" '
-                       f'"{_socket_file(directory, kind)}" "$@"\n')
+    partial.write_text(f"#!/bin/sh\n{forked}\n")
     partial.chmod(0o755)
     partial.rename(path)
     return path
 
 
-def python_wrapper(directory: Optional[str] = None) -> Optional[Path]:
-    """The wrapper `write_python_wrapper` left under MINDRL_PRELOAD_DIR (or `directory`)."""
+def python_wrapper(directory: Optional[str] = None, kind: str = "driver") -> Optional[Path]:
+    """The wrapper `write_python_wrapper` left for `kind` under MINDRL_PRELOAD_DIR (or
+    `directory`)."""
     directory = directory or os.environ.get(PRELOAD_DIR_ENV)
-    path = Path(directory) / PYTHON_WRAPPER if directory else None
+    path = Path(directory) / WRAPPERS.get(kind, "python") if directory else None
     return path if path is not None and path.exists() else None
+
+
+@contextlib.contextmanager
+def ray_node_python():
+    """Ray starts its node's Python processes with sys.executable, and every worker with a
+    runtime_env through its setup step (EXEC_ONLY): while a local node starts inside this
+    block, sys.executable is the ray_setup wrapper where its server listens, so that step
+    forks, and Ray's other processes start plainly as before."""
+    wrapper = python_wrapper(kind="ray_setup")
+    if wrapper is None or socket_path("ray_setup") is None:
+        yield
+        return
+    interpreter, sys.executable = sys.executable, str(wrapper)
+    try:
+        yield
+    finally:
+        sys.executable = interpreter
 
 
 def runtime_env(kind: str, env_vars: Dict[str, str]) -> dict:
@@ -212,16 +242,18 @@ class _BecomeWorker(Exception):
     """Raised in a fresh fork to leave the server's loop (and every frame of it) before the
     worker's script runs, so the worker exits as a plain interpreter does."""
 
-    def __init__(self, request: dict, fds: list, added_path: list):
+    def __init__(self, request: dict, fds: list, added_path: list, conn=None):
         super().__init__("become a worker")
         self.request, self.fds, self.added_path = request, fds, added_path
+        self.conn = conn        # an EXEC_ONLY kind's: where the exec call goes back
 
 
 class Server:
     """Accepts requests on a Unix socket, forks a worker per request, reports each exit."""
 
-    def __init__(self, path: Path, env_before: Dict[str, str]):
+    def __init__(self, path: Path, env_before: Dict[str, str], exec_only: str = None):
         self.path = path
+        self.exec_only = exec_only      # the one script an EXEC_ONLY kind runs
         self.env_before = _import_env(env_before)
         self.env_after = _import_env(dict(os.environ))
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -253,7 +285,8 @@ class Server:
         except (OSError, EOFError, ValueError):
             conn.close()
             return
-        why, added = self._refusal(request["env"])
+        why, added = (self._exec_only_refusal(request["argv"]) if self.exec_only
+                      else self._refusal(request["env"]))
         if why:
             for fd in fds:
                 os.close(fd)
@@ -269,15 +302,30 @@ class Server:
             os.close(self.owner)
             for pidfd, (_, client) in self.workers.items():
                 os.close(pidfd)
-                client.close()
+                if client is not None:
+                    client.close()
+            if self.exec_only:
+                raise _BecomeWorker(request, fds, [], conn)
             conn.close()
             raise _BecomeWorker(request, fds, added)
         for fd in fds:
             os.close(fd)
-        send_message(conn, {"pid": pid})
+        if self.exec_only:          # the fork answers; only its exit is ours to collect
+            conn.close()
+            conn = None
+        else:
+            send_message(conn, {"pid": pid})
         pidfd = os.pidfd_open(pid)
         self.workers[pidfd] = (pid, conn)
         self.selector.register(pidfd, selectors.EVENT_READ, "worker")
+
+    def _exec_only_refusal(self, argv: list):
+        """(why this request must start plainly, None): only the kind's own script forks; its
+        environment is whatever the request's is, set before the script runs."""
+        script = os.path.basename(argv[0]) if argv else ""
+        if script != self.exec_only:
+            return f"only {self.exec_only} forks from this server", None
+        return self._thread_refusal(), []
 
     def _refusal(self, env: Dict[str, str]):
         """(why this request must start plainly or None, the directories its PYTHONPATH adds)."""
@@ -292,10 +340,12 @@ class Server:
         if hidden:
             return (f"{PATH_ENV} adds what this server imported from elsewhere: "
                     f"{', '.join(hidden)}", None)
+        return self._thread_refusal(), added
+
+    @staticmethod
+    def _thread_refusal() -> Optional[str]:
         threads = len(os.listdir("/proc/self/task"))     # native ones too (a thread pool)
-        if threads != 1:
-            return f"the server runs {threads} threads", None
-        return None, added
+        return f"the server runs {threads} threads" if threads != 1 else None
 
     def _reap(self, pidfd: int) -> None:
         pid, conn = self.workers.pop(pidfd)
@@ -304,6 +354,8 @@ class Server:
         _, status = os.waitpid(pid, 0)
         message = ({"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status)
                    else {"exit": os.waitstatus_to_exitcode(status)})
+        if conn is None:
+            return
         try:
             send_message(conn, message)
         except OSError:
@@ -352,6 +404,41 @@ def _run_worker(request: dict, fds: list, added: list) -> None:
     if numpy is not None:
         numpy.random.seed()
     runpy.run_path(script, run_name="__main__")
+
+
+class _ExecCall(Exception):
+    def __init__(self, file: str, args: list):
+        super().__init__(file)
+        self.file, self.args = file, list(args)
+
+
+def _work_out_exec(request: dict, fds: list, conn: socket.socket) -> None:
+    """In an EXEC_ONLY kind's fork: run the script in the request's environment, directory
+    and arguments up to its os.execvp, send that call and the environment it would have run
+    with to the client, and end."""
+    for fd in fds:
+        os.close(fd)
+    try:
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        sys.argv = list(request["argv"])
+        sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))
+
+        def execvp(file, args):
+            raise _ExecCall(file, args)
+
+        os.execvp = execvp
+        runpy.run_path(sys.argv[0], run_name="__main__")
+        reply = {"why": f"{os.path.basename(sys.argv[0])} ended without an exec"}
+    except _ExecCall as call:
+        reply = {"exec": [call.file, call.args], "env": dict(os.environ)}
+    except BaseException as exc:      # the client starts it plainly, where it fails visibly
+        reply = {"why": f"{type(exc).__name__}: {exc}"}
+    try:
+        send_message(conn, reply)
+    finally:
+        os._exit(0)
 
 
 def start_server(kind: str, directory: Path, env: Dict[str, str], modules=()):
@@ -422,17 +509,23 @@ def serve(kind: str, directory: str, modules=None) -> None:
     parent exits. The socket appears under its name only once the imports are done."""
     path = _socket_file(directory, kind)
     env = dict(os.environ)      # what the imports see (some of them add to it)
-    _import_without_ray(modules or PRELOADS[kind])
+    if kind in EXEC_ONLY:       # its forks exec before they run anything of Ray's
+        for name in modules or PRELOADS[kind]:
+            importlib.import_module(name)
+    else:
+        _import_without_ray(modules or PRELOADS[kind])
     for call in () if modules else WARM_UPS.get(kind, ()):
         module, function = call.split(":")
         getattr(importlib.import_module(module), function)()
     _until_one_thread(WARM_THREADS_S)
     gc.freeze()     # every worker forks with this heap: its collections pass over none of it
     try:
-        server = Server(path.with_suffix(".binding"), env)
+        server = Server(path.with_suffix(".binding"), env, EXEC_ONLY.get(kind))
         server.path = server.path.rename(path)
         server.loop()
     except _BecomeWorker as become:
+        if become.conn is not None:
+            _work_out_exec(become.request, become.fds, become.conn)
         _run_worker(become.request, become.fds, become.added_path)
 
 

@@ -8,7 +8,9 @@ SCRIPT with this process's arguments, environment, working directory and standar
 then stands in for it: Ray's raylet started this process and watches it, so it forwards the
 signals it gets, exits as the worker exits, and if it is killed the worker dies too (it holds
 the only write end of the worker's lifeline pipe). Without a server, or when the server says
-its imports would not be this process's, it becomes the plain `python SCRIPT ARGS...`.
+its imports would not be this process's, it becomes the plain `python SCRIPT ARGS...`. A
+server of an EXEC_ONLY kind (Ray's setup step) answers with the exec its fork worked out,
+which this process then makes.
 """
 
 import os
@@ -60,6 +62,10 @@ def main(argv) -> None:
         conn.close()
         _plain(socket_path, script_argv, f"the server did not answer: {exc}")
     os.close(lifeline_read)
+    if "exec" in reply:         # an EXEC_ONLY server worked out the exec: this process makes it
+        conn.close()
+        file, args = reply["exec"]
+        os.execvpe(file, args, reply["env"])
     if "pid" not in reply:
         conn.close()
         _plain(socket_path, script_argv, reply.get("why", "refused"))

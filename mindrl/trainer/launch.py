@@ -38,6 +38,7 @@ def init_ray(num_local_devices: int) -> str:
     # competes with the actors' own (one Python process per CPU slot).
     os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
     from mindrl import device
+    from mindrl.platforms import preload
 
     kwargs = device.local_ray_resources(num_local_devices)
     # address="local": a new cluster even when `ray start` left one on this machine (Ray
@@ -45,8 +46,10 @@ def init_ray(num_local_devices: int) -> str:
     for attempt in range(1, LOCAL_START_TRIES + 1):
         before = _children()
         try:
-            ray.init(address="local", include_dashboard=False, object_store_memory=256 * 2**20,
-                     log_to_driver=True, runtime_env=WORKER_SETUP, **kwargs)
+            with preload.ray_node_python():    # each worker's setup step forked, where it can
+                ray.init(address="local", include_dashboard=False,
+                         object_store_memory=256 * 2**20, log_to_driver=True,
+                         runtime_env=WORKER_SETUP, **kwargs)
             break
         except Exception as e:
             if _SLOW_START not in str(e) or attempt == LOCAL_START_TRIES:

@@ -1,7 +1,8 @@
 """Preload servers for the runs of one machine (mindrl/platforms/preload.py), one per kind:
 the engines' and ranks' started with the environment the runs' Ray workers get
 (worker_group.WORKER_ENV), the drivers' with this process's, so that their imports are the
-ones a plain start would make.
+ones a plain start would make; and the one for Ray's setup step of each worker, which a local
+node started by a run uses (trainer/launch.py).
 
     .venv/bin/python -m mindrl.workers.preload_servers /tmp/mindrl-preload &
     export MINDRL_PRELOAD_DIR=/tmp/mindrl-preload
@@ -28,9 +29,10 @@ def start(directory: Path) -> List:
     """One server per kind under `directory`, children of this process (they end with it),
     and `directory`/python, a scripts' interpreter forked from the driver's."""
     Path(directory).mkdir(parents=True, exist_ok=True)
-    preload.write_python_wrapper(directory, DRIVER)
+    for kind in preload.WRAPPERS:
+        preload.write_python_wrapper(directory, kind)
     return [preload.start_server(kind, Path(directory),
-                                 dict(os.environ) if kind == DRIVER else
+                                 dict(os.environ) if kind in (DRIVER, *preload.EXEC_ONLY) else
                                  {**os.environ, **WORKER_ENV})
             for kind in preload.PRELOADS]
 

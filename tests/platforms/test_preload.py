@@ -158,6 +158,58 @@ def test_the_python_wrapper_forks_scripts_and_runs_options_plainly(server, tmp_p
         (sock.parent / preload.PLAIN_STARTS).read_text()
 
 
+SETUP = """import os, sys
+os.environ["SET_UP"] = sys.argv[1]
+os.execvp("sh", args=["sh", "-c", 'echo "$$ $SET_UP $WORKER_MARK $(pwd)"'])
+"""
+
+
+@pytest.fixture
+def exec_only_server(tmp_path):
+    """The ray_setup kind's server, preloading only `csv`."""
+    proc = preload.start_server("ray_setup", tmp_path, dict(os.environ), modules=["csv"])
+    _wait_for(tmp_path / "ray_setup.sock")
+    yield proc, tmp_path / "ray_setup.sock"
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def test_an_exec_only_server_s_fork_works_out_the_exec_that_the_client_makes(
+        exec_only_server, tmp_path):
+    # Ray's setup step (setup_worker.py) only reads its arguments and environment and execs
+    # the worker: the fork runs it up to that exec, the client makes it, so the process Ray
+    # started is the one that ends up running the worker.
+    proc, sock = exec_only_server
+    script = tmp_path / "work" / preload.EXEC_ONLY["ray_setup"]
+    script.parent.mkdir()
+    script.write_text(SETUP)
+    wrapper = preload.write_python_wrapper(sock.parent, "ray_setup")
+    assert preload.python_wrapper(str(sock.parent), "ray_setup") == wrapper
+    client = subprocess.Popen([str(wrapper), str(script), "done"], stdout=subprocess.PIPE,
+                              text=True, cwd=str(script.parent),
+                              env=dict(os.environ, WORKER_MARK="42", VLLM_LOGGING_LEVEL="X"))
+    out, _ = client.communicate(timeout=60)
+    assert client.returncode == 0
+    # the client's own pid ran the exec'd command, with the script's environment and the
+    # request's directory (any environment: nothing the server imported reaches the exec)
+    assert out.split() == [str(client.pid), "done", "42", str(script.parent)], out
+    assert not (sock.parent / preload.PLAIN_STARTS).exists()
+    # Ray's other processes (`python -u SCRIPT`) and other scripts start plainly: no note
+    plain = subprocess.run([str(wrapper), "-u", "-c", "import sys; print(sys.argv[1:])", "a"],
+                           capture_output=True, text=True, timeout=60)
+    assert plain.stdout.strip() == "['a']"
+    assert not (sock.parent / preload.PLAIN_STARTS).exists()
+    # asked directly for another script, the server refuses it (noted) and it runs plainly
+    other = tmp_path / "other.py"
+    other.write_text(SCRIPT)
+    client = _client(sock, other, "exit", "5")
+    import json
+    assert json.loads(client.stdout.readline())["pid"] == client.pid
+    assert client.wait(timeout=30) == 5
+    assert "other.py: only setup_worker.py forks from this server" in \
+        (sock.parent / preload.PLAIN_STARTS).read_text()
+
+
 def test_added_path_is_what_a_request_puts_in_front_of_the_server_s(tmp_path):
     assert preload.added_path(None, "/h") == ["/h"]
     assert preload.added_path("/s", "/h:/g:/s") == ["/h", "/g"]
@@ -228,11 +280,18 @@ def test_a_ray_actor_through_the_server_is_a_forked_ray_worker(tmp_path, monkeyp
 
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
     proc = preload.start_server("tiny", tmp_path, env, modules=["csv"])
+    setup = preload.start_server("ray_setup", tmp_path, env)      # Ray's setup step, forked
+    preload.write_python_wrapper(tmp_path, "ray_setup")
     _wait_for(tmp_path / "tiny.sock")
+    _wait_for(tmp_path / "ray_setup.sock")
     monkeypatch.setenv(preload.PRELOAD_DIR_ENV, str(tmp_path))
     try:
-        ray.init(address="local", num_cpus=1, include_dashboard=False,
-                 object_store_memory=128 * 2**20, log_to_driver=False)
+        executable = sys.executable
+        with preload.ray_node_python():
+            assert sys.executable == str(tmp_path / preload.WRAPPERS["ray_setup"])
+            ray.init(address="local", num_cpus=1, include_dashboard=False,
+                     object_store_memory=128 * 2**20, log_to_driver=False)
+        assert sys.executable == executable
 
         @ray.remote
         class Probe:
@@ -244,6 +303,12 @@ def test_a_ray_actor_through_the_server_is_a_forked_ray_worker(tmp_path, monkeyp
         actor = Probe.options(runtime_env=runtime_env).remote()
         pid, ppid, probe = ray.get(actor.where.remote(), timeout=120)
         assert ppid == proc.pid and probe == "yes"
+        # Ray's raylet starts every worker's setup step with the wrapper, and none was refused
+        node = ray._private.worker._global_node
+        raylet = node.all_processes["raylet"][0].process.pid
+        assert str(tmp_path / preload.WRAPPERS["ray_setup"]) in \
+            Path(f"/proc/{raylet}/cmdline").read_text()
+        assert not (tmp_path / preload.PLAIN_STARTS).exists()
         ray.kill(actor)
         deadline = time.monotonic() + 20
         while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
@@ -251,5 +316,6 @@ def test_a_ray_actor_through_the_server_is_a_forked_ray_worker(tmp_path, monkeyp
         assert not os.path.exists(f"/proc/{pid}")
     finally:
         ray.shutdown()
-        proc.terminate()
-        proc.wait(timeout=10)
+        for server in (proc, setup):
+            server.terminate()
+            server.wait(timeout=10)

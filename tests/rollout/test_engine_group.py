@@ -28,12 +28,14 @@ def cluster(tmp_path_factory):
     from ray.util.placement_group import placement_group, remove_placement_group
 
     from mindrl.models.tiny import make_tiny_model
+    from mindrl.platforms import preload
     from mindrl.workers.worker_group import worker_env
 
     root = tmp_path_factory.mktemp("engine_group")
     dirs = [make_tiny_model("tiny-qwen2", "char", root / f"seed{s}", seed=s) for s in (0, 1)]
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=128 * 2**20,
-             log_to_driver=False)
+    with preload.ray_node_python():        # as a run's driver starts its node
+        ray.init(address="local", num_cpus=2, include_dashboard=False,
+                 object_store_memory=128 * 2**20, log_to_driver=False)
     pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="PACK")
     assert pg.wait(60)
 

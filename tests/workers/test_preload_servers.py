@@ -37,8 +37,9 @@ def test_engines_and_ranks_fork_from_the_server_of_their_kind(tmp_path, monkeypa
     run_env.restore(monkeypatch)
     import ray
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False,
-             object_store_memory=128 * 2**20, log_to_driver=False)
+    with preload.ray_node_python():       # as trainer/launch.py starts a local node
+        ray.init(address="local", num_cpus=2, include_dashboard=False,
+                 object_store_memory=128 * 2**20, log_to_driver=False)
     try:
         @ray.remote(num_cpus=1)
         class Probe:
@@ -51,6 +52,11 @@ def test_engines_and_ranks_fork_from_the_server_of_their_kind(tmp_path, monkeypa
             assert parent[-3:-1] == ["mindrl.platforms.preload", kind], \
                 f"a {kind} worker started plainly (its parent: {parent})"
             ray.kill(actor)
+        # each worker's setup step (Ray's setup_worker.py) forked from the ray_setup server
+        notes = Path(directory) / preload.PLAIN_STARTS
+        refused = [line for line in (notes.read_text() if notes.exists() else "").splitlines()
+                   if line.startswith(preload.EXEC_ONLY["ray_setup"])]
+        assert not refused, refused
     finally:
         ray.shutdown()
 
