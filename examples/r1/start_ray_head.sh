@@ -28,5 +28,25 @@ case "$RESOURCE" in
 esac
 if [ -n "${OBJECT_STORE_BYTES:-}" ]; then args+=(--object-store-memory "$OBJECT_STORE_BYTES"); fi
 export RAY_USAGE_STATS_ENABLED=0
-"$RAY_BIN" start "${args[@]}"
+# Ray gives the head's raylet 30 s to register with its GCS (hard-coded in Ray 2.60); on a
+# loaded machine it can take longer, and `ray start` then fails ("timed out during startup")
+# leaving the half-started node running: its GCS answers, but no worker can join it ("No node
+# info found for head node in GCS"). Such a start is stopped (the processes of its session
+# directory only) and tried again: HEAD_TRIES (3) tries in all.
+HEAD_TRIES=${HEAD_TRIES:-3}
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+for try in $(seq "$HEAD_TRIES"); do
+  # Ray's messages go through a file (a pipe would be held open by the node's processes).
+  if "$RAY_BIN" start "${args[@]}" 2> "$log"; then cat "$log" >&2; break; else code=$?; fi
+  cat "$log" >&2
+  if [ "$try" = "$HEAD_TRIES" ] || ! grep -q "timed out during startup" "$log"; then
+    exit "$code"
+  fi
+  session=$(readlink -f "$RAY_TEMP_DIR/session_latest")
+  pkill -9 -f -- "$session" || true
+  echo "the head node did not register in time (try $try of $HEAD_TRIES; the machine is" \
+       "busy): its processes stopped, starting it again" >&2
+  sleep 2
+done
 echo "head up: RAY_ADDRESS=$MASTER_ADDR:$RAY_PORT ($DEVICES_PER_NODE $RESOURCE)"

@@ -48,11 +48,19 @@ def _run_on_two_nodes(work: Path, far: Path) -> dict:
     result = {}
     try:
         wait_for_port(f"{env['MASTER_ADDR']}:{env['RAY_PORT']}", 90, head)
-        result["joined"] = subprocess.run(
-            ["bash", str(R1 / "qwen25" / "r1_zero_qwen25_7b_worker.sh")],
-            env={**env, "BLOCK": "0"}, capture_output=True, text=True, timeout=120)
-        if result["joined"].returncode == 0:
-            result["out"], result["err"] = head.communicate(timeout=900)
+        # up to 300 s: on a loaded box the head script may start its node again
+        # (start_ray_head.sh's HEAD_TRIES) while this node's joins are retried
+        try:
+            result["joined"] = subprocess.run(
+                ["bash", str(R1 / "qwen25" / "r1_zero_qwen25_7b_worker.sh")],
+                env={**env, "BLOCK": "0"}, capture_output=True, text=True, timeout=300)
+        except subprocess.TimeoutExpired as timed_out:
+            head.kill()
+            raise AssertionError(f"the worker node never joined; the head script said:\n"
+                                 f"{head.communicate(timeout=60)[1][-4000:]}") from timed_out
+        if result["joined"].returncode != 0:
+            head.kill()
+        result["out"], result["err"] = head.communicate(timeout=900)
     finally:
         head.kill()
         result["stopped"] = stop_cluster(temp_dir)
@@ -146,7 +154,8 @@ def test_a_run_across_two_nodes_equals_one_node(work, tp2_run, two_nodes):
     far = work / "runs" / "tp2_two_nodes"
     ran = two_nodes.result()
     joined, head, stopped = ran["joined"], ran["head"], ran["stopped"]
-    assert joined.returncode == 0, joined.stderr[-3000:]
+    assert joined.returncode == 0, \
+        f"{joined.stderr[-3000:]}\nthe head script:\n{ran['err'][-3000:]}"
     out, err = ran["out"], ran["err"]
     assert head.returncode == 0, err[-4000:]
     assert stopped >= 4, stopped             # both raylets, GCS, ... were ours to stop
