@@ -59,13 +59,26 @@ PRELOADS = {
     # Ray's setup step, run before every worker that has a runtime_env (all of a run's): it
     # imports Ray (about 0.8 CPU-s) only to read the runtime_env and exec the worker.
     "ray_setup": ("ray._private.workers.setup_worker",),
+    # The Python processes of a local Ray node's head besides its workers and agents (the
+    # dashboard's API server, the log monitor, the autoscaler's monitor): Ray and its
+    # dashboard's imports, about 0.7-0.9 CPU-s each. (The agents, started by the raylet, take
+    # the raylet for dead unless it is their parent: they start plainly.)
+    "ray_node": ("ray.dashboard.dashboard", "ray._private.log_monitor",
+                 "ray.autoscaler._private.monitor"),
 }
+RAY_NODE_SCRIPTS = ("dashboard/dashboard.py", "_private/log_monitor.py",
+                    "autoscaler/_private/monitor.py")
+# Kinds that import Ray: their forks are never a Ray worker (EXEC_ONLY, or a node's process).
+RAY_IMPORTING = ("ray_setup", "ray_node")
+# Variables compared besides IMPORT_TIME_ENV, by kind: Ray's modules read RAY_ ones at import.
+KIND_IMPORT_TIME_ENV = {"ray_node": ("RAY_",)}
 # Kinds whose forks only work out what to exec next, and the one script they run: the fork
 # runs it until it calls os.execvp and sends back that call and its environment, which the
 # client execs itself (it stays the process its starter watches). Nothing the server imported
 # outlives the exec, so such a server may import Ray and takes any environment.
 EXEC_ONLY = {"ray_setup": "setup_worker.py"}
-# The interpreters `write_python_wrapper` leaves beside the sockets, by kind.
+# The interpreters `write_python_wrapper` leaves beside the sockets, by kind; ray_setup's is
+# the interpreter of a local node's processes (`ray_node_python`).
 WRAPPERS = {"driver": "python", "ray_setup": "python-ray-node"}
 # What each kind then calls once (`module:function`), so that no worker repeats it: vLLM's
 # sampler helper compiled for any vocabulary (engines/vllm_warm.py), with it torch inductor's
@@ -89,7 +102,9 @@ IMPORT_TIME_ENV = ("VLLM_", "TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_", "CUDA", 
 USE_TIME_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TORCHINDUCTOR_COMPILE_THREADS",
                 "PYTORCH_NVML_BASED_CUDA_CHECK", "TRITON_CACHE_AUTOTUNING",
                 "TILELANG_CLEANUP_TEMP_FILES", "LD_LIBRARY_PATH", "PYTHONBREAKPOINT",
-                "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "PYTHON", "HF_DIR", "HF_OUT_DIR")
+                "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "PYTHON", "HF_DIR", "HF_OUT_DIR",
+                "PYTHONUNBUFFERED")
+# (PYTHONUNBUFFERED, read at an interpreter's start: a fork makes its streams write through.)
 
 
 def _socket_file(directory, kind: str) -> Path:
@@ -108,13 +123,24 @@ def socket_path(kind: str, directory: Optional[str] = None) -> Optional[Path]:
 def write_python_wrapper(directory, kind: str) -> Path:
     """DIRECTORY/<WRAPPERS[kind], else python>, an executable that runs `python SCRIPT ARGS`
     as a fork of `kind`'s server (its client falls back to the plain interpreter, noting why):
-    for whatever takes an interpreter by path, as the example scripts' PYTHON does. An
-    EXEC_ONLY kind's wrapper sends only its script there and runs the rest plainly."""
+    for whatever takes an interpreter by path, as the example scripts' PYTHON does. The
+    ray_setup kind's wrapper is a Ray node's interpreter: it sends the setup step there, the
+    node's RAY_NODE_SCRIPTS (`-u` becomes PYTHONUNBUFFERED) to the ray_node server, and runs
+    the rest (the agents, the reaper) plainly."""
     path = Path(directory) / WRAPPERS.get(kind, "python")
-    forked = f'exec "{sys.executable}" "{CLIENT}" "{_socket_file(directory, kind)}" "$@"'
+
+    def client(of_kind):
+        return f'exec "{sys.executable}" "{CLIENT}" "{_socket_file(directory, of_kind)}" "$@"'
+
+    forked = client(kind)
     if kind in EXEC_ONLY:
-        forked = (f'case "$1" in */{EXEC_ONLY[kind]}) {forked};; esac\n'
-                  f'exec "{sys.executable}" "$@"')
+        node = "|".join(f"*/{script}" for script in RAY_NODE_SCRIPTS)
+        forked = "\n".join((
+            'if [ "$1" = -u ]; then',
+            f'  case "$2" in {node}) shift; export PYTHONUNBUFFERED=1; {client("ray_node")};; esac',
+            'fi',
+            f'case "$1" in */{EXEC_ONLY[kind]}) {forked};; {node}) {client("ray_node")};; esac',
+            f'exec "{sys.executable}" "$@"'))
     partial = path.with_suffix(".partial")
     partial.write_text(f"#!/bin/sh\n{forked}\n")
     partial.chmod(0o755)
@@ -135,7 +161,7 @@ def ray_node_python():
     """Ray starts its node's Python processes with sys.executable, and every worker with a
     runtime_env through its setup step (EXEC_ONLY): while a local node starts inside this
     block, sys.executable is the ray_setup wrapper where its server listens, so that step
-    forks, and Ray's other processes start plainly as before."""
+    and the node's RAY_NODE_SCRIPTS fork, and its agents start plainly as before."""
     wrapper = python_wrapper(kind="ray_setup")
     if wrapper is None or socket_path("ray_setup") is None:
         yield
@@ -157,9 +183,9 @@ def runtime_env(kind: str, env_vars: Dict[str, str]) -> dict:
     return result
 
 
-def _import_env(env: Dict[str, str]) -> Dict[str, str]:
-    return {k: v for k, v in env.items()
-            if k.startswith(IMPORT_TIME_ENV) and k not in USE_TIME_ENV}
+def _import_env(env: Dict[str, str], extra: tuple = ()) -> Dict[str, str]:
+    prefixes = IMPORT_TIME_ENV + tuple(extra)
+    return {k: v for k, v in env.items() if k.startswith(prefixes) and k not in USE_TIME_ENV}
 
 
 def _differences(before: Dict[str, str], after: Dict[str, str],
@@ -251,11 +277,13 @@ class _BecomeWorker(Exception):
 class Server:
     """Accepts requests on a Unix socket, forks a worker per request, reports each exit."""
 
-    def __init__(self, path: Path, env_before: Dict[str, str], exec_only: str = None):
+    def __init__(self, path: Path, env_before: Dict[str, str], kind: str = ""):
         self.path = path
-        self.exec_only = exec_only      # the one script an EXEC_ONLY kind runs
-        self.env_before = _import_env(env_before)
-        self.env_after = _import_env(dict(os.environ))
+        self.exec_only = EXEC_ONLY.get(kind)   # the one script an EXEC_ONLY kind runs
+        self.scripts = RAY_NODE_SCRIPTS if kind == "ray_node" else None   # the only ones
+        self.env_prefixes = KIND_IMPORT_TIME_ENV.get(kind, ())
+        self.env_before = _import_env(env_before, self.env_prefixes)
+        self.env_after = _import_env(dict(os.environ), self.env_prefixes)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         if path.exists():
             path.unlink()
@@ -286,7 +314,7 @@ class Server:
             conn.close()
             return
         why, added = (self._exec_only_refusal(request["argv"]) if self.exec_only
-                      else self._refusal(request["env"]))
+                      else self._refusal(request["env"], request["argv"]))
         if why:
             for fd in fds:
                 os.close(fd)
@@ -327,10 +355,13 @@ class Server:
             return f"only {self.exec_only} forks from this server", None
         return self._thread_refusal(), []
 
-    def _refusal(self, env: Dict[str, str]):
+    def _refusal(self, env: Dict[str, str], argv: list):
         """(why this request must start plainly or None, the directories its PYTHONPATH adds)."""
+        if self.scripts and not (argv and argv[0].endswith(self.scripts)):
+            return f"only {', '.join(self.scripts)} fork from this server", None
         added = added_path(self.env_before.get(PATH_ENV), env.get(PATH_ENV))
-        differs = [k for k in _differences(self.env_before, self.env_after, _import_env(env))
+        differs = [k for k in _differences(self.env_before, self.env_after,
+                                           _import_env(env, self.env_prefixes))
                    if not (k == PATH_ENV and added is not None)]
         if differs:
             values = "; ".join(f"{k} {self.env_before.get(k)!r} vs {env.get(k)!r}"
@@ -391,6 +422,14 @@ def _run_worker(request: dict, fds: list, added: list) -> None:
     _watch_lifeline(fds[3])
     os.environ.clear()
     os.environ.update(request["env"])
+    if os.environ.get("PYTHONUNBUFFERED"):       # as `python -u`
+        import io
+
+        for name, fd in (("stdout", 1), ("stderr", 2)):
+            stream = getattr(sys, name)
+            setattr(sys, name, io.TextIOWrapper(open(fd, "wb", buffering=0, closefd=False),
+                                                encoding=stream.encoding, errors=stream.errors,
+                                                write_through=True))
     os.chdir(request["cwd"])
     script = request["argv"][0]
     sys.argv = list(request["argv"])
@@ -509,7 +548,7 @@ def serve(kind: str, directory: str, modules=None) -> None:
     parent exits. The socket appears under its name only once the imports are done."""
     path = _socket_file(directory, kind)
     env = dict(os.environ)      # what the imports see (some of them add to it)
-    if kind in EXEC_ONLY:       # its forks exec before they run anything of Ray's
+    if kind in RAY_IMPORTING:   # no fork of theirs is a Ray worker
         for name in modules or PRELOADS[kind]:
             importlib.import_module(name)
     else:
@@ -520,7 +559,7 @@ def serve(kind: str, directory: str, modules=None) -> None:
     _until_one_thread(WARM_THREADS_S)
     gc.freeze()     # every worker forks with this heap: its collections pass over none of it
     try:
-        server = Server(path.with_suffix(".binding"), env, EXEC_ONLY.get(kind))
+        server = Server(path.with_suffix(".binding"), env, kind)
         server.path = server.path.rename(path)
         server.loop()
     except _BecomeWorker as become:

@@ -27,16 +27,15 @@ def init_ray(num_local_devices: int) -> str:
     start a private local one (several runs on one box never share a cluster by accident)."""
     import ray
 
+    from mindrl.workers.worker_group import LOCAL_NODE_ENV
+
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True,
                  runtime_env=WORKER_SETUP)
         return "joined the running Ray cluster"
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")   # local, single-user cluster
-    # No idle workers prestarted for the driver: every actor of the run has its own
-    # runtime_env (worker_env), so Ray never reuses them, and on a small CPU box their start
-    # competes with the actors' own (one Python process per CPU slot).
-    os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
+    for key, value in LOCAL_NODE_ENV.items():
+        os.environ.setdefault(key, value)
     from mindrl import device
     from mindrl.platforms import preload
 

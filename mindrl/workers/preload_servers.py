@@ -1,8 +1,9 @@
 """Preload servers for the runs of one machine (mindrl/platforms/preload.py), one per kind:
 the engines' and ranks' started with the environment the runs' Ray workers get
 (worker_group.WORKER_ENV), the drivers' with this process's, so that their imports are the
-ones a plain start would make; and the one for Ray's setup step of each worker, which a local
-node started by a run uses (trainer/launch.py).
+ones a plain start would make; and the two for a local Ray node's own Python processes (each
+worker's setup step; the dashboard's API server and the monitors), which a node started by a
+run uses (trainer/launch.py), the latter with the environment such a run starts it with.
 
     .venv/bin/python -m mindrl.workers.preload_servers /tmp/mindrl-preload &
     export MINDRL_PRELOAD_DIR=/tmp/mindrl-preload
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import List
 
 from mindrl.platforms import preload
-from mindrl.workers.worker_group import WORKER_ENV
+from mindrl.workers.worker_group import LOCAL_NODE_ENV, WORKER_ENV
 
 
 DRIVER = "driver"        # the kind whose processes are not Ray workers
@@ -31,10 +32,18 @@ def start(directory: Path) -> List:
     Path(directory).mkdir(parents=True, exist_ok=True)
     for kind in preload.WRAPPERS:
         preload.write_python_wrapper(directory, kind)
-    return [preload.start_server(kind, Path(directory),
-                                 dict(os.environ) if kind in (DRIVER, *preload.EXEC_ONLY) else
-                                 {**os.environ, **WORKER_ENV})
+    return [preload.start_server(kind, Path(directory), server_env(kind))
             for kind in preload.PRELOADS]
+
+
+def server_env(kind: str) -> dict:
+    """The environment `kind`'s server imports with: the one its requests will carry."""
+    if kind == "ray_node":          # a local node's processes: the driver's, as it starts one
+        env = {**LOCAL_NODE_ENV, **os.environ}
+        return {**env, **_ray_node_allocator(env)}
+    if kind in (DRIVER, *preload.EXEC_ONLY):
+        return dict(os.environ)
+    return {**os.environ, **WORKER_ENV}
 
 
 def wait_ready(directory: Path, servers: List, timeout_s: float = 180.0) -> List[str]:
@@ -65,6 +74,24 @@ def main(directory: str) -> None:
     finally:
         for server in servers:
             server.terminate()
+
+
+def _ray_node_allocator(env: dict) -> dict:
+    """Ray starts its node's processes with its bundled jemalloc preloaded, unless LD_PRELOAD
+    is set already (Ray 2.60's services.start_ray_process): what the server that forks them
+    must run with. Drift from Ray's rule shows as refused starts in plain_starts.log
+    (tests/workers/test_preload_servers.py)."""
+    import importlib.util
+
+    if env.get("LD_PRELOAD") is not None:
+        return {}
+    spec = importlib.util.find_spec("ray")
+    bundled = os.path.join(list(spec.submodule_search_locations)[0], "core", "libjemalloc.so")
+    path = env.get("RAY_JEMALLOC_LIB_PATH", bundled if os.path.exists(bundled) else None)
+    if not path:
+        return {}
+    return {"LD_PRELOAD": path,
+            "RAY_LD_PRELOAD_ON_WORKERS": env.get("RAY_LD_PRELOAD_ON_WORKERS", "0")}
 
 
 if __name__ == "__main__":

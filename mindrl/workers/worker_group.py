@@ -31,6 +31,13 @@ Verb = Callable[..., Any]   # a MegatronWorker method, e.g. MegatronWorker.updat
 WORKER_ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0",
               "VLLM_LOGGING_LEVEL": "WARNING", "PYTHONWARNINGS": "ignore"}
+# What a run's driver sets (unless set already) before it starts a private local Ray node
+# (trainer/launch.py), which that node's processes inherit: no usage reports, no auth token on
+# a single-user node, and no idle workers prestarted for the driver (every actor of a run has a
+# runtime_env of its own, so Ray never reuses them, and on a small CPU box their start
+# competes with the actors' own).
+LOCAL_NODE_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
+                  "RAY_prestart_worker_first_driver": "0"}
 
 
 def worker_env() -> dict:

@@ -208,6 +208,29 @@ def test_an_exec_only_server_s_fork_works_out_the_exec_that_the_client_makes(
     assert client.wait(timeout=30) == 5
     assert "other.py: only setup_worker.py forks from this server" in \
         (sock.parent / preload.PLAIN_STARTS).read_text()
+    # a node's dashboard and monitors go to the ray_node server (none here: noted, plain)
+    monitor = tmp_path / "ray" / "_private" / "log_monitor.py"
+    monitor.parent.mkdir(parents=True)
+    monitor.write_text("import os; print(os.environ.get('PYTHONUNBUFFERED'))")
+    run = subprocess.run([str(wrapper), "-u", str(monitor)], capture_output=True, text=True,
+                         timeout=60)
+    assert run.stdout.strip() == "1"
+    assert f"log_monitor.py: no server at {sock.parent / 'ray_node.sock'}" in \
+        (sock.parent / preload.PLAIN_STARTS).read_text()
+
+
+def test_a_fork_asked_for_unbuffered_streams_writes_through(server, tmp_path):
+    proc, sock = server      # as `python -u` (Ray's monitors): each print reaches the pipe
+    script = tmp_path / "script.py"
+    script.write_text("import os, time\nprint(os.getppid())\ntime.sleep(60)\n")
+    client = _client(sock, script, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        import select
+        assert select.select([client.stdout], [], [], 30)[0], "the print stayed in a buffer"
+        assert client.stdout.readline().strip() == str(proc.pid)     # forked, not plain
+    finally:
+        client.kill()
+        client.wait()
 
 
 def test_added_path_is_what_a_request_puts_in_front_of_the_server_s(tmp_path):
@@ -308,7 +331,9 @@ def test_a_ray_actor_through_the_server_is_a_forked_ray_worker(tmp_path, monkeyp
         raylet = node.all_processes["raylet"][0].process.pid
         assert str(tmp_path / preload.WRAPPERS["ray_setup"]) in \
             Path(f"/proc/{raylet}/cmdline").read_text()
-        assert not (tmp_path / preload.PLAIN_STARTS).exists()
+        notes = tmp_path / preload.PLAIN_STARTS     # (no ray_node server here: the node's
+        assert not [line for line in (notes.read_text() if notes.exists() else "").splitlines()
+                    if line.startswith("setup_worker.py")]   # dashboard starts plainly)
         ray.kill(actor)
         deadline = time.monotonic() + 20
         while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:

@@ -29,10 +29,13 @@ def cluster(tmp_path_factory):
 
     from mindrl.models.tiny import make_tiny_model
     from mindrl.platforms import preload
-    from mindrl.workers.worker_group import worker_env
+    from mindrl.workers.worker_group import LOCAL_NODE_ENV, worker_env
 
     root = tmp_path_factory.mktemp("engine_group")
     dirs = [make_tiny_model("tiny-qwen2", "char", root / f"seed{s}", seed=s) for s in (0, 1)]
+    node_env = pytest.MonkeyPatch()
+    for key, value in LOCAL_NODE_ENV.items():
+        node_env.setenv(key, value)
     with preload.ray_node_python():        # as a run's driver starts its node
         ray.init(address="local", num_cpus=2, include_dashboard=False,
                  object_store_memory=128 * 2**20, log_to_driver=False)
@@ -53,6 +56,7 @@ def cluster(tmp_path_factory):
     two.shutdown()
     remove_placement_group(pg)
     ray.shutdown()
+    node_env.undo()
 
 
 PROMPTS = [[5, 6, 7], [8, 9], [10], [11, 12, 13, 14], [15, 16]]

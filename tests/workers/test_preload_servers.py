@@ -14,7 +14,7 @@ import pytest
 from mindrl.platforms import preload
 from support import run_env
 from support.grpo_runs import REPO
-from mindrl.workers.worker_group import worker_env
+from mindrl.workers.worker_group import LOCAL_NODE_ENV, worker_env
 
 
 
@@ -37,7 +37,9 @@ def test_engines_and_ranks_fork_from_the_server_of_their_kind(tmp_path, monkeypa
     run_env.restore(monkeypatch)
     import ray
 
-    with preload.ray_node_python():       # as trainer/launch.py starts a local node
+    for key, value in LOCAL_NODE_ENV.items():   # as trainer/launch.py starts a local node
+        monkeypatch.setenv(key, value)
+    with preload.ray_node_python():
         ray.init(address="local", num_cpus=2, include_dashboard=False,
                  object_store_memory=128 * 2**20, log_to_driver=False)
     try:
@@ -52,11 +54,18 @@ def test_engines_and_ranks_fork_from_the_server_of_their_kind(tmp_path, monkeypa
             assert parent[-3:-1] == ["mindrl.platforms.preload", kind], \
                 f"a {kind} worker started plainly (its parent: {parent})"
             ray.kill(actor)
-        # each worker's setup step (Ray's setup_worker.py) forked from the ray_setup server
+        # each worker's setup step (Ray's setup_worker.py) forked from the ray_setup server,
+        # the node's dashboard and monitors from the ray_node server
         notes = Path(directory) / preload.PLAIN_STARTS
+        ours = (preload.EXEC_ONLY["ray_setup"],
+                *(script.rsplit("/", 1)[1] for script in preload.RAY_NODE_SCRIPTS))
         refused = [line for line in (notes.read_text() if notes.exists() else "").splitlines()
-                   if line.startswith(preload.EXEC_ONLY["ray_setup"])]
+                   if line.startswith(ours)]
         assert not refused, refused
+        node = ray._private.worker._global_node       # what Ray started: a client each
+        for process in ("dashboard", "log_monitor", "monitor"):
+            started = psutil.Process(node.all_processes[process][0].process.pid).cmdline()
+            assert started[1:3] == [str(preload.CLIENT), f"{directory}/ray_node.sock"], started
     finally:
         ray.shutdown()
 
