@@ -55,7 +55,8 @@ PRELOADS = {
     # driver picks its backend first)
     "driver": ("torch", "transformers", "transformers.models.auto.tokenization_auto", "hydra",
                "hydra.utils", "omegaconf", "math_verify", "torch.utils.tensorboard",
-               "matplotlib", "matplotlib.figure"),
+               "matplotlib", "matplotlib.figure", "ray", "ray.util.placement_group",
+               "ray.dashboard.optional_deps"),
     # Ray's setup step, run before every worker that has a runtime_env (all of a run's): it
     # imports Ray (about 0.8 CPU-s) only to read the runtime_env and exec the worker.
     "ray_setup": ("ray._private.workers.setup_worker",),
@@ -68,10 +69,11 @@ PRELOADS = {
 }
 RAY_NODE_SCRIPTS = ("dashboard/dashboard.py", "_private/log_monitor.py",
                     "autoscaler/_private/monitor.py")
-# Kinds that import Ray: their forks are never a Ray worker (EXEC_ONLY, or a node's process).
-RAY_IMPORTING = ("ray_setup", "ray_node")
+# Kinds that import Ray: their forks are never a Ray worker (a driver connects as one, EXEC_ONLY
+# execs, a node's process never connects).
+RAY_IMPORTING = ("driver", "ray_setup", "ray_node")
 # Variables compared besides IMPORT_TIME_ENV, by kind: Ray's modules read RAY_ ones at import.
-KIND_IMPORT_TIME_ENV = {"ray_node": ("RAY_",)}
+KIND_IMPORT_TIME_ENV = {"ray_node": ("RAY_",), "driver": ("RAY_",)}
 # Kinds whose forks only work out what to exec next, and the one script they run: the fork
 # runs it until it calls os.execvp and sends back that call and its environment, which the
 # client execs itself (it stays the process its starter watches). Nothing the server imported
@@ -103,8 +105,9 @@ USE_TIME_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TORCHINDUCTOR_COMPILE_THREADS",
                 "PYTORCH_NVML_BASED_CUDA_CHECK", "TRITON_CACHE_AUTOTUNING",
                 "TILELANG_CLEANUP_TEMP_FILES", "LD_LIBRARY_PATH", "PYTHONBREAKPOINT",
                 "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "PYTHON", "HF_DIR", "HF_OUT_DIR",
-                "PYTHONUNBUFFERED")
-# (PYTHONUNBUFFERED, read at an interpreter's start: a fork makes its streams write through.)
+                "PYTHONUNBUFFERED", "RAY_ADDRESS")
+# (PYTHONUNBUFFERED, read at an interpreter's start: a fork makes its streams write through;
+# RAY_ADDRESS, read by ray.init.)
 
 
 def _socket_file(directory, kind: str) -> Path:

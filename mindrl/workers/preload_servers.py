@@ -37,13 +37,18 @@ def start(directory: Path) -> List:
 
 
 def server_env(kind: str) -> dict:
-    """The environment `kind`'s server imports with: the one its requests will carry."""
+    """The environment `kind`'s server imports with: the one its requests will carry. Without
+    the RAY_CLIENT_MODE=0 that `import ray` (in this process) set: the server's own import
+    sets it, so requests match with it (an importer's children) and without (a shell's)."""
+    mine = dict(os.environ)
+    if mine.get("RAY_CLIENT_MODE") == "0":
+        del mine["RAY_CLIENT_MODE"]
     if kind == "ray_node":          # a local node's processes: the driver's, as it starts one
-        env = {**LOCAL_NODE_ENV, **os.environ}
+        env = {**LOCAL_NODE_ENV, **mine}
         return {**env, **_ray_node_allocator(env)}
     if kind in (DRIVER, *preload.EXEC_ONLY):
-        return dict(os.environ)
-    return {**os.environ, **WORKER_ENV}
+        return mine
+    return {**mine, **WORKER_ENV}
 
 
 def wait_ready(directory: Path, servers: List, timeout_s: float = 180.0) -> List[str]:
