@@ -416,6 +416,10 @@ class VLLMEngine:
         if core is not None:
             if not (process_ends and self.worker_start == "in-process"):
                 core.shutdown()
+            else:       # nor at exit: vLLM's client runs the same teardown from a finalizer
+                finalizer = getattr(core, "_finalizer", None)
+                if finalizer is not None:
+                    finalizer.detach()
             self.build.release_segments(self._segments)
         self.llm = None
 

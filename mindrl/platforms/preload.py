@@ -50,7 +50,10 @@ PRELOADS = {
     "vllm": ("torch", "transformers", "vllm.entrypoints.llm", "vllm.v1.engine.core",
              "vllm.v1.worker.cpu_worker", "vllm.model_executor.models.qwen2",
              "vllm.model_executor.models.qwen3"),
-    "megatron": ("torch", "transformers", "mindrl.rank_imports"),
+    # (torch._dynamo: the optimizer's constructor imports it, 0.7 CPU-s; mindrl.config: the
+    # worker's own import, with Hydra's)
+    "megatron": ("torch", "transformers", "mindrl.rank_imports", "torch._dynamo",
+                 "mindrl.config"),
     # a run's driver (cli/train_grpo.py), where a test or script starts many: no pyplot (the
     # driver picks its backend first)
     "driver": ("torch", "transformers", "transformers.models.auto.tokenization_auto", "hydra",
