@@ -22,14 +22,19 @@ def _wait_for(path: Path, timeout: float = 60.0) -> None:
         time.sleep(0.05)
 
 
-@pytest.fixture
-def server(tmp_path):
-    """A server that preloads only `csv` (the machinery, not the libraries)."""
-    proc = preload.start_server("tiny", tmp_path, dict(os.environ), modules=["csv"])
-    _wait_for(tmp_path / "tiny.sock")
-    yield proc, tmp_path / "tiny.sock"
+def _csv_server(kind: str, directory: Path):
+    """`kind`'s server preloading only `csv` (the machinery, not the libraries), until the
+    test ends."""
+    proc = preload.start_server(kind, directory, dict(os.environ), modules=["csv"])
+    _wait_for(directory / f"{kind}.sock")
+    yield proc, directory / f"{kind}.sock"
     proc.terminate()
     proc.wait(timeout=10)
+
+
+@pytest.fixture
+def server(tmp_path):
+    yield from _csv_server("tiny", tmp_path)
 
 
 def _client(socket_path, script: Path, *args, env=None):
@@ -166,12 +171,7 @@ os.execvp("sh", args=["sh", "-c", 'echo "$$ $SET_UP $WORKER_MARK $(pwd)"'])
 
 @pytest.fixture
 def exec_only_server(tmp_path):
-    """The ray_setup kind's server, preloading only `csv`."""
-    proc = preload.start_server("ray_setup", tmp_path, dict(os.environ), modules=["csv"])
-    _wait_for(tmp_path / "ray_setup.sock")
-    yield proc, tmp_path / "ray_setup.sock"
-    proc.terminate()
-    proc.wait(timeout=10)
+    yield from _csv_server("ray_setup", tmp_path)
 
 
 def test_an_exec_only_server_s_fork_works_out_the_exec_that_the_client_makes(
