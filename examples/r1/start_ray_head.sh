@@ -43,8 +43,10 @@ for try in $(seq "$HEAD_TRIES"); do
   if [ "$try" = "$HEAD_TRIES" ] || ! grep -q "timed out during startup" "$log"; then
     exit "$code"
   fi
-  session=$(readlink -f "$RAY_TEMP_DIR/session_latest")
-  pkill -9 -f -- "$session" || true
+  if [ -L "$RAY_TEMP_DIR/session_latest" ]; then     # the node this start left: its processes
+    session=$(readlink -f "$RAY_TEMP_DIR/session_latest" || true)
+    if [ -n "$session" ]; then pkill -9 -f -- "$session" || true; fi
+  fi
   echo "the head node did not register in time (try $try of $HEAD_TRIES; the machine is" \
        "busy): its processes stopped, starting it again" >&2
   sleep 2

@@ -13,6 +13,10 @@ from support.ray_scripts import R1
 FAKE_RAY = r"""#!/bin/bash
 # Call 1 fails as a slow head start does: a process of its session left running.
 n=$(( $(cat "$FAKE_DIR/calls" 2>/dev/null || echo 0) + 1 )); echo $n > "$FAKE_DIR/calls"
+if [ "$n" -le "$FAKE_FAILS" ] && [ -n "$FAKE_NO_SESSION" ]; then
+  echo "$FAKE_ERROR" >&2
+  exit 1
+fi
 if [ "$n" -le "$FAKE_FAILS" ]; then
   mkdir -p "$RAY_TEMP_DIR/session_$n"
   ln -sfn "$RAY_TEMP_DIR/session_$n" "$RAY_TEMP_DIR/session_latest"
@@ -27,7 +31,7 @@ echo "Ray runtime started."
 TIMED_OUT = "Exception: The current node timed out during startup. This could happen because"
 
 
-def _head(tmp_path: Path, fails: int, error: str = TIMED_OUT):
+def _head(tmp_path: Path, fails: int, error: str = TIMED_OUT, no_session: bool = False):
     ray = tmp_path / "ray"
     ray.write_text(FAKE_RAY)
     ray.chmod(0o755)
@@ -35,7 +39,10 @@ def _head(tmp_path: Path, fails: int, error: str = TIMED_OUT):
                               f"--log_dir={tmp_path}/session_9"])
     env = {**os.environ, "FAKE_DIR": str(tmp_path), "FAKE_FAILS": str(fails),
            "FAKE_ERROR": error, "RAY_TEMP_DIR": str(tmp_path), "RAY_BIN": str(ray),
-           "RESOURCE": "CPU", "DEVICES_PER_NODE": "1", "MASTER_ADDR": "127.0.0.1"}
+           "RESOURCE": "CPU", "DEVICES_PER_NODE": "1", "MASTER_ADDR": "127.0.0.1",
+           "FAKE_NO_SESSION": "1" if no_session else ""}
+    if no_session:       # Ray never made its temp dir: readlink finds nothing to name
+        env["RAY_TEMP_DIR"] = str(tmp_path / "absent")
     try:
         proc = subprocess.run(["bash", str(R1 / "start_ray_head.sh")], env=env,
                               capture_output=True, text=True, timeout=60)
@@ -74,3 +81,9 @@ def test_a_head_that_keeps_timing_out_or_fails_otherwise_ends_the_script(tmp_pat
     proc, calls, _, _ = _head(other, fails=1, error="ValueError: port 6379 is in use")
     assert proc.returncode == 1 and calls == 1        # not a slow start: not tried again
     assert "port 6379 is in use" in proc.stderr
+
+
+def test_a_start_that_left_no_session_stops_nothing_and_is_tried_again(tmp_path):
+    # no session_latest to read: an empty pattern would match every process on the machine
+    proc, calls, left, _ = _head(tmp_path, fails=1, no_session=True)
+    assert proc.returncode == 0 and calls == 2 and left == []      # `other` checked alive
