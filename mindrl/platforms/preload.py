@@ -72,6 +72,9 @@ PRELOADS = {
 }
 RAY_NODE_SCRIPTS = ("dashboard/dashboard.py", "_private/log_monitor.py",
                     "autoscaler/_private/monitor.py")
+# The only scripts a kind's server forks (others start plainly, noted): an EXEC_ONLY kind's
+# one, a node's processes.
+ONLY_SCRIPTS = {"ray_setup": ("setup_worker.py",), "ray_node": RAY_NODE_SCRIPTS}
 # Kinds that import Ray: their forks are never a Ray worker (a driver connects as one, EXEC_ONLY
 # execs, a node's process never connects).
 RAY_IMPORTING = ("driver", "ray_setup", "ray_node")
@@ -286,7 +289,7 @@ class Server:
     def __init__(self, path: Path, env_before: Dict[str, str], kind: str = ""):
         self.path = path
         self.exec_only = EXEC_ONLY.get(kind)   # the one script an EXEC_ONLY kind runs
-        self.scripts = RAY_NODE_SCRIPTS if kind == "ray_node" else None   # the only ones
+        self.scripts = ONLY_SCRIPTS.get(kind)
         self.env_prefixes = KIND_IMPORT_TIME_ENV.get(kind, ())
         self.env_before = _import_env(env_before, self.env_prefixes)
         self.env_after = _import_env(dict(os.environ), self.env_prefixes)
@@ -319,8 +322,10 @@ class Server:
         except (OSError, EOFError, ValueError):
             conn.close()
             return
-        why, added = (self._exec_only_refusal(request["argv"]) if self.exec_only
-                      else self._refusal(request["env"], request["argv"]))
+        why, added = self._script_refusal(request["argv"]), []
+        if why is None:     # an EXEC_ONLY kind's fork takes the request's environment whole
+            why, added = ((self._thread_refusal(), []) if self.exec_only
+                          else self._refusal(request["env"]))
         if why:
             for fd in fds:
                 os.close(fd)
@@ -353,18 +358,16 @@ class Server:
         self.workers[pidfd] = (pid, conn)
         self.selector.register(pidfd, selectors.EVENT_READ, "worker")
 
-    def _exec_only_refusal(self, argv: list):
-        """(why this request must start plainly, None): only the kind's own script forks; its
-        environment is whatever the request's is, set before the script runs."""
-        script = os.path.basename(argv[0]) if argv else ""
-        if script != self.exec_only:
-            return f"only {self.exec_only} forks from this server", None
-        return self._thread_refusal(), []
+    def _script_refusal(self, argv: list) -> Optional[str]:
+        """Why a script this kind does not fork (ONLY_SCRIPTS) must start plainly, or None."""
+        script = "/" + argv[0] if argv else ""
+        if self.scripts is None or script.endswith(tuple("/" + s for s in self.scripts)):
+            return None
+        verb = "forks" if len(self.scripts) == 1 else "fork"
+        return f"only {', '.join(self.scripts)} {verb} from this server"
 
-    def _refusal(self, env: Dict[str, str], argv: list):
+    def _refusal(self, env: Dict[str, str]):
         """(why this request must start plainly or None, the directories its PYTHONPATH adds)."""
-        if self.scripts and not (argv and argv[0].endswith(self.scripts)):
-            return f"only {', '.join(self.scripts)} fork from this server", None
         added = added_path(self.env_before.get(PATH_ENV), env.get(PATH_ENV))
         differs = [k for k in _differences(self.env_before, self.env_after,
                                            _import_env(env, self.env_prefixes))
