@@ -60,9 +60,10 @@ XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 # every test module: about 15 s on 2 cores).
 ALONE := $(PY) -m pytest -q -p no:cacheprovider $(shell grep -rl "pytest.mark.alone" tests --include="test_*.py")
 
+# Both phases fork their runs' workers from one set of preload servers (tests/support/suite.py).
 test: setup
-	$(PYTEST) $(XDIST) -m "not alone" --durations=40
-	$(ALONE) -m alone --durations=10
+	$(PY) tests/support/suite.py '$(PYTEST) $(XDIST) -m "not alone" --durations=40' \
+	  '$(ALONE) -m alone --durations=10'
 
 # For iteration: the suite minus the runs marked slow (training runs, miniatures, learning).
 test-fast: setup

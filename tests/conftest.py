@@ -1,30 +1,22 @@
-"""Test-wide settings: offline hub, one torch thread per process
-(docs/platforms.md#one-torch-thread-per-process); the `slow` marker."""
+"""Test-wide settings (support/session_env.py: offline hub, one torch thread per process), the
+`slow` and `alone` markers, the order of the files, the session's preload servers."""
 
 import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-# Test clusters are local and single-user. Ray 2.60 turns token auth on by default once a
-# token exists in ~/.ray (any earlier Ray may leave one), and then `ray start` nodes of a
-# test cluster refuse each other ("InvalidAuthToken").
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-
-import torch  # noqa: E402
-
-torch.set_num_threads(1)
-
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
+import sys
+from pathlib import Path
 
 # Test helpers and rank bodies live in tests/support/ and are imported as `support.NAME`
 # from every test folder, from spawned ranks and from verifier-pool workers (they inherit
 # sys.path).
 sys.path.insert(0, str(Path(__file__).parent))
+
+from support import session_env  # noqa: E402
+
+session_env.apply()
+
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
 
 import support.run_env  # noqa: E402,F401  (the environment before any test: runs start from it)
 
@@ -56,14 +48,20 @@ import pytest  # noqa: E402
 @pytest.fixture(scope="session", autouse=True)
 def preloaded_ray_workers(request, tmp_path_factory):
     """The Ray workers of every run a test starts fork from preload servers that imported
-    vLLM or Megatron once (mindrl/platforms/preload.py, docs/platforms.md#process-start-up).
-    Left out where the session runs no slow test (those start runs), or with
-    MINDRL_PRELOAD=0."""
+    vLLM or Megatron once (mindrl/platforms/preload.py, docs/platforms.md#process-start-up):
+    those MINDRL_PRELOAD_DIR names (`make test` starts one set for both phases and both
+    workers: support/suite.py), else the session's own. Left out where the session runs no
+    slow test (those start runs), or with MINDRL_PRELOAD=0."""
     from mindrl.platforms import preload
     from mindrl.workers import preload_servers
 
     slow = any(item.get_closest_marker("slow") for item in request.session.items)
     if os.environ.get("MINDRL_PRELOAD") == "0" or not slow:
+        yield
+        return
+    given = os.environ.get(preload.PRELOAD_DIR_ENV)
+    if given:
+        support.run_env.PRELOAD_SERVERS[:] = [Path(given), None]
         yield
         return
     directory = tmp_path_factory.mktemp("preload")

@@ -22,3 +22,19 @@ def compile_sampler_helpers() -> None:
             torch._dynamo.decorators.mark_unbacked(logprobs, 0)
             torch._dynamo.decorators.mark_unbacked(sampled, 0)
             batched_count_greater_than(logprobs, sampled)
+
+
+def register_kernel_overrides() -> None:
+    """vLLM's CPU platform swaps its Triton kernels for C++ fallbacks in every worker's
+    constructor (`register_triton_kernel_overrides`): a scan of every loaded module's names,
+    0.3-0.65 CPU-s an engine, and a second call in the same process wraps the wrappers. Made
+    here once, before the forks: they inherit the swapped kernels (a module a fork imports
+    later reads the swapped attribute), and the platform's method then does nothing."""
+    from vllm.platforms import current_platform
+
+    current_platform.register_triton_kernel_overrides()
+    type(current_platform).register_triton_kernel_overrides = classmethod(_registered)
+
+
+def _registered(cls) -> None:
+    """The overrides are in place already (register_kernel_overrides)."""

@@ -90,9 +90,11 @@ EXEC_ONLY = {"ray_setup": "setup_worker.py"}
 WRAPPERS = {"driver": "python", "ray_setup": "python-ray-node"}
 # What each kind then calls once (`module:function`), so that no worker repeats it: vLLM's
 # sampler helper compiled for any vocabulary (engines/vllm_warm.py), with it torch inductor's
-# list of this machine's vector instruction sets (4 probe processes).
+# list of this machine's vector instruction sets (4 probe processes); vLLM's CPU kernel
+# overrides registered.
 WARM_UPS = {"vllm": ("torch._inductor.cpu_vec_isa:valid_vec_isa_list",
-                     "mindrl.engines.vllm_warm:compile_sampler_helpers")}
+                     "mindrl.engines.vllm_warm:compile_sampler_helpers",
+                     "mindrl.engines.vllm_warm:register_kernel_overrides")}
 WARM_THREADS_S = 30.0   # how long the warm-ups' passing threads (a compile's) may take to end
 # Environment variables (by prefix) that these libraries may read while they import: a
 # request must carry the server's values for every one of them.

@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 from mindrl.platforms import preload
 from mindrl.workers.worker_group import LOCAL_NODE_ENV, WORKER_ENV
@@ -51,18 +51,22 @@ def server_env(kind: str) -> dict:
     return {**mine, **WORKER_ENV}
 
 
-def wait_ready(directory: Path, servers: List, timeout_s: float = 180.0) -> List[str]:
+def wait_ready(directory: Path, servers: Optional[List],
+               timeout_s: float = 180.0) -> List[str]:
     """Wait until every kind's socket exists (its imports done) or its server ended, at most
     `timeout_s`: a worker asked for before then starts plainly, importing again what the
-    server is importing at the same time. The kinds without a socket (ended or late)."""
+    server is importing at the same time. `servers` None: started by another process, whose
+    ending this one cannot see (the deadline alone bounds the wait). The kinds without a
+    socket (ended or late)."""
     import time
 
     deadline = time.monotonic() + timeout_s
-    servers = dict(zip(preload.PRELOADS, servers))
+    servers = dict(zip(preload.PRELOADS, servers or [None] * len(preload.PRELOADS)))
     missing = sorted(servers)
     while missing:
         missing = [kind for kind in servers if preload.socket_path(kind, str(directory)) is None]
-        if time.monotonic() > deadline or all(servers[k].poll() is not None for k in missing):
+        ended = [k for k in missing if servers[k] is not None and servers[k].poll() is not None]
+        if time.monotonic() > deadline or (missing and len(ended) == len(missing)):
             break
         time.sleep(0.1)
     return missing

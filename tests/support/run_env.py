@@ -43,7 +43,7 @@ def restore(monkeypatch) -> None:
             monkeypatch.setenv(key, value)
 
 
-PRELOAD_SERVERS = []    # [directory, servers] once tests/conftest.py has started them
+PRELOAD_SERVERS = []    # [directory, servers or None (started outside)]: tests/conftest.py
 
 
 def wait_for_preload() -> None:
