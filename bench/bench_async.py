@@ -14,7 +14,9 @@ loops (MODES): `sync` (rl_config.async_mode: off, the synchronous trainer on the
 `one_step` (async_mode one_step, a bound of 1) and `bounded2` (async_mode bounded,
 max_staleness 2); `bounded2_partial` (asked by --modes) is bounded2 with partial rollouts in one
 chunk of the whole length, so that each weight sync stops the batches in flight after the
-engine's current decode step instead of waiting for them. The first step is warm-up; at least 5 steps after it are timed (a run with
+engine's current decode step instead of waiting for them; `bounded2_inflight` and
+`bounded2_recompute` (asked by --modes) are bounded2 whose syncs land between the engine's
+decode steps while it keeps generating (rl_config.inflight_sync keep_kv / recompute_kv). The first step is warm-up; at least 5 steps after it are timed (a run with
 fewer says so, as bench_e2e does). Every loop runs TAIL (2) steps more. The ratio
 `async_speedup_natural` is over whole runs: every loop generates and trains the same batches
 (the same prompts and seeds, steps + TAIL of them), and its completion tokens/s is all of them
@@ -70,15 +72,23 @@ MODES: Dict[str, List[str]] = {
     # bounded2 whose syncs stop the batches in flight after the engine's current decode step
     # (partial rollouts in one chunk of the whole length: `partial_overrides`)
     "bounded2_partial": ["++rl_config.async_mode=bounded", "++rl_config.max_staleness=2"],
+    # bounded2 whose syncs land between the engine's decode steps without stopping anything
+    # (rl_config.inflight_sync: engines/vllm_inflight.py)
+    "bounded2_inflight": ["++rl_config.async_mode=bounded", "++rl_config.max_staleness=2",
+                          "++rl_config.inflight_sync=keep_kv"],
+    "bounded2_recompute": ["++rl_config.async_mode=bounded", "++rl_config.max_staleness=2",
+                           "++rl_config.inflight_sync=recompute_kv"],
 }
 DEFAULT_MODES = ("sync", "one_step", "bounded2")
 PARTIAL = ("bounded2_partial",)
 LAYOUT = ["++generate_config.rollout_devices=1"]
 # Each loop's staleness bound (config/async_checks.staleness_bound): its last BOUND steps only
 # train. Every loop runs TAIL steps more than asked, so that all train the same batches.
-BOUND = {"sync": 0, "one_step": 1, "bounded2": 2, "bounded2_partial": 2}
+BOUND = {"sync": 0, "one_step": 1, "bounded2": 2, "bounded2_partial": 2,
+         "bounded2_inflight": 2, "bounded2_recompute": 2}
 TAIL = max(BOUND.values())
-ASYNC_MODES = ("one_step", "bounded2", "bounded2_partial")   # the loops compared with sync
+ASYNC_MODES = ("one_step", "bounded2", "bounded2_partial", "bounded2_inflight",
+               "bounded2_recompute")                      # the loops compared with sync
 
 
 def mode_shape(shape: Shape, mode: str, threads: int) -> Shape:

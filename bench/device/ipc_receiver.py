@@ -104,6 +104,7 @@ class DeviceReceiverProcess:
     shared_weights = None
     wants_shared_memory = False
     loads_in_background = True
+    stages_weights = False
 
     def __init__(self, dtype: torch.dtype, device_index: int = 0):
         import torch.multiprocessing as mp

@@ -31,6 +31,7 @@ def check_async(run: RunConfig) -> list[Problem]:
                            "versions a trained sample may lag the actor's weights)",
                            "use 1 (one step off) or 2; 0 trains on-policy", staleness))
     out.extend(check_partial_rollouts(rl))
+    out.extend(check_inflight_sync(run))
     if rl.async_mode == "off":
         return out
     if rl.async_mode == "one_step" and staleness != 1:
@@ -83,6 +84,47 @@ def check_partial_rollouts(rl) -> list[Problem]:
                         "chunks are several", "set partial_rollout_tokens: null, or "
                         "log_route_agreement: false", tokens)]
     return []
+
+
+def check_inflight_sync(run: RunConfig) -> list[Problem]:
+    """rl_config.inflight_sync: what an engine taking weights in between decode steps
+    (engines/vllm_inflight.py) can honour."""
+    rl, gen, key = run.rl_config, run.generate_config, "rl_config.inflight_sync"
+    mode = rl.inflight_sync
+    if mode == "off":
+        return []
+    if mode not in ("keep_kv", "recompute_kv"):
+        return [Problem(key, "must be off, keep_kv or recompute_kv", "use keep_kv or off",
+                        mode)]
+    if rl.async_mode == "off":
+        return [Problem(key, "the synchronous loop syncs between whole batches: nothing is "
+                        "in flight", "set rl_config.async_mode: one_step or bounded, or "
+                        "inflight_sync: off", mode)]
+    out = []
+    if rl.partial_rollout_tokens is not None:
+        out.append(Problem(key, "partial rollouts stop the engines for the sync; an in-flight "
+                           "sync does not stop them", "choose one: partial_rollout_tokens: "
+                           "null, or inflight_sync: off", mode))
+    if gen.infer_tensor_parallel_size > 1:
+        out.append(Problem(key, "built for engines at infer TP 1 (at TP > 1 vLLM's workers "
+                           "are processes of their own; not tested)", "set "
+                           "generate_config.infer_tensor_parallel_size: 1, or inflight_sync: "
+                           "off", mode))
+    if rl.router_replay == "r3" or rl.log_route_agreement:
+        out.append(Problem(key, "routes are captured in one uninterrupted generate", "set "
+                           "router_replay: r2 and log_route_agreement: false, or "
+                           "inflight_sync: off", mode))
+    actor = run.models.get("actor")
+    if mode == "keep_kv" and gen.enable_prefix_caching:
+        out.append(Problem(key, "keep_kv keeps requests running across a sync, so vLLM "
+                           "cannot reset its prefix cache then", "set generate_config."
+                           "enable_prefix_caching: false, or inflight_sync: recompute_kv",
+                           mode))
+    if actor is not None and actor.is_multimodal:
+        out.append(Problem(key, "vLLM's image encoder cache cannot be reset while requests "
+                           "that use it run", "set inflight_sync: off (or "
+                           "partial_rollout_tokens, which stops them for the sync)", mode))
+    return out
 
 
 def rollout_correction(rl) -> str:

@@ -156,6 +156,11 @@ KEY_DOCS: dict[str, str] = {
         "tokens per sample; a weight sync stops the chunk on the engines after their current "
         "step and the samples continue from their prefix on the new weights; each token "
         "keeps its version (token_policy_version); null = whole generations",
+    "rl_config.inflight_sync": "async only: the weight sync does not wait for the batches in "
+        "flight; each engine takes the new weights in between two decode steps from a second "
+        "buffer; running requests keep their KV (keep_kv, PipelineRL's) or are prefilled "
+        "again on the new weights (recompute_kv); each token keeps its version "
+        "(token_policy_version); off = the sync waits for them",
     "rl_config.logprob_drift_threshold": "warn when rollout/logprob_diff_mean stays above "
                                          "this; null = off",
     "rl_config.logprob_drift_steps": "consecutive steps above the threshold before the "

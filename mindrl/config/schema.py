@@ -187,6 +187,11 @@ class RLConfig:
     # Partial rollouts (rollout/partial.py): generate in chunks of at most this many new tokens
     # per sample, so a weight sync waits for a chunk, not a whole generation. null = off.
     partial_rollout_tokens: Optional[int] = None
+    # A weight sync while the engines decode (engines/vllm_inflight.py): the sync writes a
+    # second buffer that each engine takes in between two decode steps; the requests running
+    # then keep their KV (keep_kv) or are prefilled again on the new weights (recompute_kv).
+    # off: the sync waits for the batches in flight.
+    inflight_sync: Literal["off", "keep_kv", "recompute_kv"] = "off"
 
     # --- resources and placement
     reference_resource: Optional[ResourceSpec] = None

@@ -24,6 +24,9 @@ class RolloutOutput:
     # Per sample [prompt + response tokens, MoE layers, top-k] expert ids when asked for
     # (engines/vllm_routes.py); -1 at the last token, which the engine never routes.
     routes: Optional[List[torch.Tensor]] = None
+    # Per sample, per response token: how many weight versions the engine had taken in when
+    # it sampled the token (engines/vllm_inflight.py); None without inflight_sync.
+    token_commits: Optional[List[List[int]]] = None
 
     @classmethod
     def from_results(cls, results: Sequence,
@@ -42,6 +45,10 @@ class RolloutOutput:
                 out.log_probs.append([sample.logprobs[t][tok].logprob for t, tok in enumerate(ids)])
                 out.finish_reasons.append(sample.finish_reason)
                 out.prompt_index.append(index)
+                versions = getattr(sample, "versions", None)
+                if versions is not None:
+                    out.token_commits = out.token_commits or []
+                    out.token_commits.append(list(versions))
         return out
 
     def __len__(self) -> int:

@@ -19,23 +19,27 @@ vLLM runs in-process (at infer TP > 1 its mp executor's workers are processes of
 never beside an initialised torch.distributed world (it would join it and hang): the trainer
 runs engines as Ray actors (mindrl/rollout), tests beside a rank use `vllm_process`. What vLLM
 is given is `vllm_settings`; shared CPU weights, `platforms/cpu/vllm_shared_weights`; MoE
-routes, `vllm_routes`.
+routes, `vllm_routes`; weights taken in while generating (rl_config.inflight_sync),
+`vllm_inflight`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import torch
 
 from mindrl import device, shared_memory, startup
-from mindrl.ckpt.fingerprint import NamedTensors, compare_fingerprints
+from mindrl.ckpt.fingerprint import NamedTensors
 from mindrl.config.schema import GenerateConfig
 from mindrl.engines import vllm_routes, vllm_weights
 from mindrl.engines.rollout_output import RolloutOutput
+from mindrl.engines.vllm_engine_fingerprints import EngineFingerprints
 from mindrl.engines.vllm_fingerprint import combine_views
 from mindrl.engines.vllm_fingerprint import vllm_view as _vllm_view
+from mindrl.engines.vllm_inflight import InflightWeights, check_inflight
 from mindrl.engines.vllm_settings import (PER_PROMPT, configure_environment, llm_kwargs,
                                           per_prompt_params, requests, sampling_params,
                                           worker_start)
@@ -60,17 +64,19 @@ class _NameTracker:
             yield name, tensor
 
 
-class VLLMEngine:
+class VLLMEngine(EngineFingerprints):
     """vLLM in this process. The process must not be part of a torch.distributed world.
     A weight-sync target (weight_sync/target.py)."""
 
     wants_shared_memory = False   # weights are handed over by reference
     loads_in_background = False   # a load runs in the caller's thread
+    inflight: Optional[InflightWeights] = None   # with inflight_sync (set once vLLM is up)
 
     def __init__(self, model_path, generate_config: GenerateConfig, seed: int = 0,
                  logprobs_mode: str = "processed_logprobs", plain_cpu_linears: bool = False,
                  load_mode: Optional[str] = None, share_weights: bool = False,
-                 actor_dtype: Optional[str] = None, **llm_overrides):
+                 actor_dtype: Optional[str] = None, inflight_sync: Optional[str] = None,
+                 gate_timeout_s: Optional[float] = None, **llm_overrides):
         """`logprobs_mode` "processed_logprobs": the log-probs of the distribution actually
         sampled from (after temperature), what the actor's temperature-scaled log-probs
         reproduce; vLLM's default "raw_logprobs" ignores the temperature.
@@ -85,7 +91,10 @@ class VLLMEngine:
         file that the actor's ranks write straight into (`vllm_weights.share_weights`);
         `shared_weights` then says where each HF tensor lives.
         actor_dtype: what the run's actor computes in; vLLM's CPU build computes in bf16
-        only beside a bf16 actor (None: float32)."""
+        only beside a bf16 actor (None: float32).
+        inflight_sync (keep_kv / recompute_kv): weights handed over are staged and taken in
+        between two decode steps, while generates run (`vllm_inflight`); a sync's calls then
+        wait at most `gate_timeout_s` for a step to end."""
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             raise RuntimeError(
                 "vLLM cannot start in a process that is part of a torch.distributed world (it "
@@ -113,7 +122,6 @@ class VLLMEngine:
         self._stopped: Set[int] = set()   # stop ids named by stop_generating
         # Bumped by every weight change; `start_fingerprint`'s digest holds while unchanged.
         self._weights_epoch = 0
-        self._early_digest: Optional[Tuple[int, Dict[str, torch.Tensor]]] = None
         self.tp_size = generate_config.infer_tensor_parallel_size
         self.worker_start = worker_start(generate_config)
         # vLLM's own renaming of checkpoint names (None: names are the engine's already).
@@ -136,12 +144,22 @@ class VLLMEngine:
                                    f"vLLM's tensors {sorted(self.hf_shapes)}")
             self.shared_weights = SharedWeights(path, numel, dtype, places,
                                                 prefix_renames(self._mapper))
+        check_inflight(inflight_sync, generate_config,
+                       self.llm.llm_engine.model_config.is_multimodal_model)
+        self.inflight = (InflightWeights(inflight_sync, self.hf_shapes, self.dtype,
+                                         self.shared_weights, gate_timeout_s)
+                         if inflight_sync else None)
+        self.stages_weights = self.inflight is not None
         startup.started()                 # a Ray engine's start ends (workers/worker_setup.py)
 
     def describe(self) -> dict:
         """What a weight sender needs to know about this engine (picklable)."""
+        shared = self.shared_weights
+        if shared is not None and self.inflight is not None:
+            shared = self.inflight.record          # the actor writes the second buffer
         return {"dtype": self.dtype, "hf_shapes": self.hf_shapes, "module_of": self.module_of,
-                "load_mode": self.load_mode, "shared_weights": self.shared_weights,
+                "load_mode": self.load_mode, "shared_weights": shared,
+                "stages_weights": self.stages_weights,
                 "pid": os.getpid(), "node": this_node(), "worker_start": self.worker_start}
 
     # ---------------------------------------------------------------- generation
@@ -175,12 +193,15 @@ class VLLMEngine:
         if params.seed is not None or limits:
             params = per_prompt_params(params, len(prompts), n, limits)
         if with_routes:
+            if self.inflight is not None:
+                raise ValueError("routes are captured in one uninterrupted generate: not "
+                                 "with inflight_sync")
             results, routes = vllm_routes.generate_with_routes(self.llm, prompts, params)
-        elif stop_id is not None:
+        elif stop_id is not None or self.inflight is not None:
             if not isinstance(params, list):
                 params = [params] * len(prompts)
             results = generate_stoppable(self.llm, prompts, params,
-                                         lambda: stop_id in self._stopped)
+                                         lambda: stop_id in self._stopped, self.inflight)
             self._stopped.discard(stop_id)    # ids are never reused
         else:
             results = self.llm.generate(prompts, params, use_tqdm=False)
@@ -202,8 +223,9 @@ class VLLMEngine:
         self._usable()
         prompts = [TokensPrompt(prompt_token_ids=list(map(int, p)) + list(map(int, r)))
                    for p, r in zip(prompt_token_ids, response_token_ids)]
-        results = self.llm.generate(prompts, SamplingParams(max_tokens=1, prompt_logprobs=0),
-                                    use_tqdm=False)
+        with self.inflight.gate.generating() if self.inflight else contextlib.nullcontext():
+            results = self.llm.generate(prompts, SamplingParams(max_tokens=1, prompt_logprobs=0),
+                                        use_tqdm=False)
         out = []
         for p, r, result in zip(prompt_token_ids, response_token_ids, results):
             lps = result.prompt_logprobs
@@ -263,6 +285,10 @@ class VLLMEngine:
         """
         self._usable()
         pairs = self._renamed(weights)
+        if self.inflight is not None:
+            self._check_names([(name, t.shape) for name, t in pairs])
+            self.inflight.stage(pairs)
+            return
         if self.tp_size > 1:
             self._load_staged(pairs)
             return
@@ -295,8 +321,16 @@ class VLLMEngine:
 
     def weights_written(self) -> None:
         """The actor has written new weights into `shared_weights`: drop what was computed
-        from the old ones (`_weights_changed`)."""
+        from the old ones (`_weights_changed`). With inflight_sync, the end of every sync:
+        the staged version goes in between two decode steps (`_commit`)."""
         self._usable()
+        if self.inflight is None:
+            self._weights_changed()
+        else:
+            self.inflight.run(self._commit)
+
+    def _commit(self) -> None:
+        self.inflight.commit(self._load_bucket)
         self._weights_changed()
 
     def _weights_changed(self) -> None:
@@ -307,8 +341,11 @@ class VLLMEngine:
         the scheduler believing a seen image is cached ("Encoder cache miss", a stuck
         request). `LLM` has no encoder-cache reset of its own in vLLM 0.32: its engine has."""
         self._weights_epoch += 1
-        self.llm.reset_prefix_cache()
-        self.llm.llm_engine.reset_encoder_cache()
+        if self.inflight is None:
+            self.llm.reset_prefix_cache()
+            self.llm.llm_engine.reset_encoder_cache()
+        elif self.inflight.mode == "recompute_kv":    # running requests prefilled again
+            self.llm.reset_prefix_cache(reset_running_requests=True)   # (no images: refused)
 
     def invalidate(self, reason: str) -> None:
         """Someone else left vLLM's weights half-written: refuse all further work."""
@@ -328,6 +365,15 @@ class VLLMEngine:
         worker opens the bucket itself (`vllm_weights.load_from_bucket`); the last two stay
         open until `release_bucket`, so buckets reusing them cost no new mapping."""
         self._usable()
+        if self.inflight is None:
+            self._load_bucket(path, numel, dtype, entries)
+            self._weights_changed()
+            return
+        entries = self._renamed(entries)
+        self._check_names([(name, shape) for name, _, shape in entries])
+        self.inflight.stage_bucket(path, numel, dtype, entries)
+
+    def _load_bucket(self, path, numel: int, dtype: torch.dtype, entries) -> None:
         entries = self._renamed(entries)
         try:
             self._check_names([(name, shape) for name, _, shape in entries])
@@ -335,7 +381,6 @@ class VLLMEngine:
             self.llm.collective_rpc(vllm_weights.load_from_bucket,
                                     args=(path, numel, dtype, list(entries), self.load_mode,
                                           modules))
-            self._weights_changed()
         except Exception as exc:
             raise self._failed(exc) from exc
 
@@ -347,44 +392,18 @@ class VLLMEngine:
         return _loaded
 
     def release_bucket(self, path: Optional[str] = None) -> None:
-        """Unmap one shared file, or all of them (None), in every TP worker."""
-        self.llm.collective_rpc(vllm_weights.release_buckets, args=(path,))
+        """Unmap one shared file, or all of them (None), in every TP worker (with
+        inflight_sync the engine maps each bucket only while it copies it)."""
+        if self.inflight is None:
+            self.llm.collective_rpc(vllm_weights.release_buckets, args=(path,))
 
     def _view(self, with_digest: bool):
-        """`vllm_fingerprint.vllm_view` of every TP worker, combined."""
-        return combine_views(self.llm.collective_rpc(_vllm_view, args=(with_digest,)))
+        """`vllm_fingerprint.vllm_view` of every TP worker, combined (between two decode
+        steps with inflight_sync)."""
 
-    def fingerprint(self) -> Dict[str, torch.Tensor]:
-        """{HF name: digest} of the weights vLLM computes with now (see `digest`); [k, 3] for a
-        tensor vLLM uses in k places (a tied embedding / output head)."""
-        self._usable()
-        return {name: torch.stack(digests) if len(digests) > 1 else digests[0]
-                for name, (_, digests, _) in self._view(with_digest=True).items()}
-
-    def start_fingerprint(self) -> None:
-        """Digest the weights now, for the next `check_fingerprint`: a verified sync asks for
-        it before the actor computes its expected fingerprints, so both digests run at once
-        (in separate processes). Used only if the weights have not changed since."""
-        self._early_digest = (self._weights_epoch, self.fingerprint())
-
-    def check_fingerprint(self, expected: Mapping[str, torch.Tensor], strict: bool = True) -> None:
-        """Raise WeightSyncError naming every tensor whose digest differs from `expected`
-        (e.g. `checkpoint_fingerprint` of the HF directory the trainer started from, or the
-        fingerprints of the tensors just sent). strict: vLLM may hold nothing else.
-        Names may be HF's or the engine's own."""
-        self._usable()
-        early, self._early_digest = self._early_digest, None
-        actual = (early[1] if early is not None and early[0] == self._weights_epoch
-                  else self.fingerprint())
-        expected = {self.engine_name(name): digest for name, digest in expected.items()}
-        problems = compare_fingerprints(actual, expected, self.dtype, strict)
-        if problems:
-            shown = "\n  ".join(problems[:20])
-            more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
-            raise WeightSyncError(
-                f"{len(problems)} vLLM tensor(s) differ from the expected weights; a wrong entry "
-                f"in mindrl/ckpt/mapping/ or a broken reshard is the usual cause:\n  "
-                f"{shown}{more}")
+        def view():
+            return combine_views(self.llm.collective_rpc(_vllm_view, args=(with_digest,)))
+        return view() if self.inflight is None else self.inflight.run(view)
 
     # ---------------------------------------------------------------- memory
 
@@ -412,6 +431,8 @@ class VLLMEngine:
         if self.shared_weights is not None and self.llm is not None:
             self.llm.collective_rpc(vllm_weights.unshare_weights)
             self.shared_weights = None
+        if self.inflight is not None:
+            self.inflight.close()
         core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
         if core is not None:
             if not (process_ends and self.worker_start == "in-process"):

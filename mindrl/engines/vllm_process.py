@@ -53,6 +53,7 @@ class VLLMEngineProcess:
 
     wants_shared_memory = True
     loads_in_background = True    # the child loads while this process fills the next bucket
+    stages_weights = False        # loads land at once (the child is idle during a sync)
 
     def __init__(self, model_path, generate_config: GenerateConfig, seed: int = 0, **kwargs):
         import torch.multiprocessing as mp

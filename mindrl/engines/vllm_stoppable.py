@@ -9,6 +9,11 @@ final output), so a stopped request's tokens and sampled log-probs are known wit
 the engine's internals; the answers are RequestOutput-like, in the prompts' order, each with
 all n samples in index order. Without a stop the tokens, log-probs and finish reasons are
 LLM.generate's (tests/engines/test_partial_rollout.py).
+
+Given an engine's `InflightWeights` (rl_config.inflight_sync), the loop is also where a weight
+sync lands: the gate's queued work (the staged version's commit) runs after each engine
+step, and every token records the count of versions the engine had taken in when the step
+that sampled it ran (`StreamedSample.versions`).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ class StreamedSample:
     token_ids: List[int] = field(default_factory=list)
     logprobs: List[dict] = field(default_factory=list)
     finish_reason: Optional[str] = None
+    versions: Optional[List[int]] = None     # per token, with inflight weights
 
 
 @dataclass
@@ -37,10 +43,17 @@ class StreamedRequest:
 
 
 def generate_stoppable(llm, prompts: Sequence[dict], params: Sequence,
-                       should_stop: Callable[[], bool]) -> List[StreamedRequest]:
+                       should_stop: Callable[[], bool], inflight=None) -> List[StreamedRequest]:
     """`llm.generate(prompts, params)` that returns early once `should_stop()` answers true
     after an engine step; `params[i]` are prompt i's SamplingParams (copied: the caller's are
-    left as they are)."""
+    left as they are). `inflight`: the engine's InflightWeights, or None."""
+    if inflight is None:
+        return _generate(llm, prompts, params, should_stop, None)
+    with inflight.gate.generating():
+        return _generate(llm, prompts, params, should_stop, inflight)
+
+
+def _generate(llm, prompts, params, should_stop, inflight) -> List[StreamedRequest]:
     from vllm.sampling_params import RequestOutputKind
 
     engine = llm.llm_engine
@@ -57,7 +70,8 @@ def generate_stoppable(llm, prompts: Sequence[dict], params: Sequence,
             ids.append(request_id)
             answers[request_id] = StreamedRequest(
                 list(map(int, prompt.get("prompt_token_ids", []))),
-                [StreamedSample(i) for i in range(sampling.n)])
+                [StreamedSample(i, versions=None if inflight is None else [])
+                 for i in range(sampling.n)])
         while engine.has_unfinished_requests():
             for output in engine.step():
                 answer = answers[output.request_id]
@@ -68,6 +82,10 @@ def generate_stoppable(llm, prompts: Sequence[dict], params: Sequence,
                     sample.token_ids.extend(map(int, streamed.token_ids))
                     sample.logprobs.extend(streamed.logprobs or [])
                     sample.finish_reason = streamed.finish_reason
+                    if inflight is not None:
+                        sample.versions.extend([inflight.commits] * len(streamed.token_ids))
+            if inflight is not None:
+                inflight.gate.between_steps()    # a sync's commit lands here
             if engine.has_unfinished_requests() and should_stop():
                 break
     finally:

@@ -16,7 +16,6 @@ as in `vllm_fingerprint.vllm_view`, never from mindrl/ckpt/mapping/.
 from __future__ import annotations
 
 import logging
-import math
 from typing import List, Sequence, Tuple
 
 import torch

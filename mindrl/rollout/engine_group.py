@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
-from mindrl.data.batch import Batch
+from mindrl.data.batch import Batch, right_pad
 from mindrl.errors import EngineDied, PhaseTimeout
 from mindrl.platforms import preload
 from mindrl.rollout.merge import rollout_prompts, with_rollout
@@ -33,6 +33,7 @@ from mindrl.workers.deadline import answers, bundle_nodes, member
 from mindrl.workers.placement import EngineSlot
 
 CONTROL = "control"   # the engines' concurrency group for calls that must not wait
+SYNC = "sync"         # a weight sync's calls beside a generate (rl_config.inflight_sync)
 
 
 @dataclass(eq=False)
@@ -87,8 +88,9 @@ class RolloutHandle:
         if self._batch is None:
             group = self.group
             outputs = group._wait(self.refs, "generate", group.phase_timeout_s, self.submitted)
-            self._batch = self._merged([with_rollout(self.parts[i], outputs[i], self.n)
-                                        for i in sorted(outputs)])
+            self._batch = self._merged([group.token_versions(
+                with_rollout(self.parts[i], outputs[i], self.n), outputs[i])
+                for i in sorted(outputs)])
         return self._batch
 
     def _merged(self, answered: List[Batch]) -> Batch:
@@ -112,8 +114,10 @@ class RolloutGroup:
         from mindrl.engines.vllm_engine import VLLMEngine
 
         self.config, self.slots = generate_config, list(slots)
-        # `stop_generating` runs beside a generate; every other call, one at a time.
-        remote_cls = ray.remote(concurrency_groups={CONTROL: 1})(VLLMEngine)
+        # `stop_generating` runs beside a generate, and with inflight_sync a weight sync's
+        # calls (the engine's StepGate lets them at vLLM between decode steps); every other
+        # call, one at a time.
+        remote_cls = ray.remote(concurrency_groups={CONTROL: 1, SYNC: 1})(VLLMEngine)
         self.engines = [
             remote_cls.options(
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
@@ -131,8 +135,28 @@ class RolloutGroup:
         # set by each weight sync (trainer/assemble.RunParts.sync_weights); every sample
         # generated carries it as `policy_version`.
         self.policy_version = 0
+        # With inflight_sync the engines take syncs in while generating: the version each
+        # engine held after its k-th sync is commit_versions[k] (every sync reaches every
+        # engine once), what each token's count of syncs maps to.
+        self.stages_weights = bool((engine_kwargs or {}).get("inflight_sync"))
+        self.commit_versions: List[int] = [self.policy_version]
         self._pending: List[RolloutHandle] = []   # submitted, not yet waited for
         self._stop_ids = itertools.count(1)       # for generates a sync may stop
+
+    def synced(self, version: int) -> None:
+        """A weight sync reached every engine: they now hold the actor's `version`."""
+        self.policy_version = version
+        self.commit_versions.append(version)
+
+    def token_versions(self, part: Batch, output) -> Batch:
+        """With inflight_sync, `token_policy_version` of an engine's answer: each token's
+        count of syncs taken in, as the version it stood for."""
+        commits = getattr(output, "token_commits", None)
+        if commits is None:
+            return part
+        versions, _ = right_pad([[self.commit_versions[c] for c in row] for row in commits], 0,
+                                part["response_ids"].shape[1])
+        return part.add(token_policy_version=versions)
 
     def next_stop_id(self) -> int:
         """A new id for a stoppable generate (VLLMEngine.generate's `stop_id`)."""

@@ -63,12 +63,14 @@ class RunParts:
         after `version` updates, the policy version their next samples carry. Refused while a
         generate is in flight: the weights would change under it (on CPU with shared weights
         the actor writes into the engine's parameters directly), and its samples' version
-        would be wrong."""
-        if self.rollout.in_flight:
+        would be wrong. With rl_config.inflight_sync the engines stage the sync and take it in
+        between two decode steps, so generates in flight are expected (each token records
+        its version: RolloutGroup.token_versions)."""
+        if self.rollout.in_flight and not self.rollout.stages_weights:
             raise RuntimeError(f"weight sync to version {version} with {self.rollout.in_flight} "
                                f"generate(s) in flight: wait for them first")
         metrics = self.weights.sync(**kwargs)
-        self.rollout.policy_version = version
+        self.rollout.synced(version)
         return metrics
 
 
@@ -78,6 +80,13 @@ def _prompt_rows(prompts: PromptBatches, path: str, run_dir: Path, rejects_name:
     directory (trainer/prompt_batches.py)."""
     rows, data_metrics[metric] = prompts.rows(path, run_dir / rejects_name, log)
     return rows
+
+
+def inflight_kwargs(rl) -> dict:
+    """The engines' kwargs for rl_config.inflight_sync (none when off)."""
+    if rl.inflight_sync == "off":
+        return {}
+    return {"inflight_sync": rl.inflight_sync, "gate_timeout_s": rl.phase_timeout_s}
 
 
 def overlong_config(run: RunConfig) -> Optional[OverlongConfig]:
@@ -128,7 +137,8 @@ def assemble(run: RunConfig, log: Callable[[str], None] = print) -> RunParts:
     rollout = RolloutGroup(actor_cfg.tokenizer_name_or_path, gen, actor_cfg.seed,
                            engine_slots, worker_env(),
                            {"plain_cpu_linears": shared_weights, "share_weights": shared_weights,
-                            "actor_dtype": actor_cfg.params_dtype},
+                            "actor_dtype": actor_cfg.params_dtype,
+                            **inflight_kwargs(rl)},
                            rl.phase_timeout_s)
     refs = {role: group.start_setup(setups[role],
                                     [setups[r] for r, host in hosts.items() if host == role])

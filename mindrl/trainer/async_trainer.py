@@ -10,9 +10,12 @@ The loop is GRPOTrainer's step over the same assembled parts and lifecycle; what
   - the weight sync waits for every batch in flight: the engines then hold no request, so a
     sync never changes the weights under a generation (on CPU with shared weights the actor
     writes into the engine's parameters) and each sample's policy_version is the version it
-    was generated with. Generation overlaps the actor's passes and update, not the sync
-    (a sync while engines decode is issue 40's item 5). With rl_config.partial_rollout_tokens
-    (K) batches generate K tokens per sample at a time (rollout/partial_handle.py): the sync
+    was generated with. Generation overlaps the actor's passes and update, not the sync.
+    With rl_config.inflight_sync nothing waits: the engines keep decoding while the sync
+    writes a second buffer and take it in between two decode steps (engines/vllm_inflight.py);
+    token_policy_version says which weights sampled each token. With
+    rl_config.partial_rollout_tokens (K) batches generate K tokens per sample at a time
+    (rollout/partial_handle.py): the sync
     waits for the current chunk only, and the batches continue from their prefixes on the
     new weights; policy_version stays each sample's start version (what the bound counts),
     token_policy_version says which weights sampled each token;
@@ -55,6 +58,7 @@ class AsyncGRPOTrainer(GRPOTrainer):
         self._handles: List = []                  # every batch of the current window
         self._window = {}                         # the step's times (perf_counter)
         self._chunk = self.rl.partial_rollout_tokens   # None: whole generations
+        self._inflight = self.rl.inflight_sync != "off"   # syncs land between decode steps
 
     # ------------------------------------------------------------------ sampling
 
@@ -112,9 +116,10 @@ class AsyncGRPOTrainer(GRPOTrainer):
 
     def _before_sync(self, step: int, timings: Dict[str, float]) -> None:
         """Wait for every batch in flight (the sync must not change weights under them), or
-        with partial rollouts for their current chunk, then the step's time metrics."""
+        with partial rollouts for their current chunk, or with inflight_sync for nothing;
+        then the step's time metrics."""
         trained = time.perf_counter()
-        for entry in self.buffer.held():
+        for entry in [] if self._inflight else self.buffer.held():
             if self._chunk is not None:
                 entry.handle.pause()
             else:

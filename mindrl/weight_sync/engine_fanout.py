@@ -34,6 +34,7 @@ class EngineFanout:
             raise ValueError("EngineFanout needs at least one engine")
         self.engines = list(engines)
         self._digests: List[Any] = []      # start_fingerprint's calls, awaited by the check
+        self._group: Dict[str, str] = {}     # the engines' concurrency group for sync calls
         self.indices = list(indices) if indices is not None else list(range(len(engines)))
         infos = self._wait(self._submit("describe"), "describe")
         dtypes = {info["dtype"] for info in infos}
@@ -41,12 +42,20 @@ class EngineFanout:
             raise WeightSyncError(f"rollout engines disagree on their dtype: "
                                   f"{sorted(map(str, dtypes))}")
         self.dtype = dtypes.pop()
+        # Engines that take a sync in while generating (rl_config.inflight_sync) get its
+        # calls on their "sync" concurrency group: the default one is busy generating.
+        self.stages_weights = all(info.get("stages_weights", False) for info in infos)
+        self._group = {"concurrency_group": "sync"} if self.stages_weights else {}
         # vLLM's shared weights are one engine's own parameters: with several engines every
         # sync goes through the shared bucket instead (validation refuses the combination).
         self.shared_weights = infos[0]["shared_weights"] if len(infos) == 1 else None
 
+    def _method(self, engine, method: str):
+        call = getattr(engine, method)
+        return call.options(**self._group) if self._group else call
+
     def _submit(self, method: str, *args) -> List[Any]:
-        return [getattr(engine, method).remote(*args) for engine in self.engines]
+        return [self._method(engine, method).remote(*args) for engine in self.engines]
 
     def _wait(self, refs: List[Any], method: str) -> List[Any]:
         return [ray_result(ref, f"rollout engine {index}", method, died=EngineDied,
@@ -87,7 +96,8 @@ class EngineFanout:
     def fingerprint(self) -> Dict[str, torch.Tensor]:
         """The first engine's (between syncs the engines hold the same weights;
         `check_fingerprint` checks each)."""
-        return self._wait([self.engines[0].fingerprint.remote()], "fingerprint")[0]
+        return self._wait([self._method(self.engines[0], "fingerprint").remote()],
+                          "fingerprint")[0]
 
     def start_fingerprint(self) -> None:
         """Every engine digests its weights now, while the caller computes the expected

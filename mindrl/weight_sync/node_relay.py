@@ -95,6 +95,7 @@ class RelayTarget:
         self.local, self.group, self.host = local, group, host_rank
         self.nodes = list(nodes)              # receiver order: the group's ranks, sorted
         self.dtype = local.dtype
+        self.stages_weights = local.stages_weights
         self.bytes_relayed = 0
 
     def _op(self, code: int, payload=None) -> None:

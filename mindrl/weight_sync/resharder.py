@@ -70,6 +70,11 @@ class Resharder:
                 for peer in self.source.peers:
                     torch.distributed.send(flag, peer)
                 self.transport.host_sync(stats)
+                if self.target.stages_weights and not getattr(
+                        self.transport, "announces_written", False):
+                    t0 = time.perf_counter()
+                    self.target.weights_written()    # the staged version goes in (commit)
+                    stats.load_seconds += time.perf_counter() - t0
                 if verify:
                     self._verify(stats, dtype)
             else:

@@ -22,6 +22,7 @@ from mindrl.weight_sync.target import WeightTarget
 
 class SharedWeightsTransport:
     name = "shared_weights"
+    announces_written = True      # host_sync ends with target.weights_written()
 
     def __init__(self, source: MegatronShards, target: WeightTarget, shared):
         self.source, self.target, self.shared = source, target, shared

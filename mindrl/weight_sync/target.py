@@ -24,6 +24,9 @@ class WeightTarget(Protocol):
     shared_weights: Optional[object]   # platforms/cpu/vllm_shared_weights.SharedWeights, or None
     wants_shared_memory: bool       # tensors handed over should live in shared memory
     loads_in_background: bool       # submit_load_from_bucket returns before the load ends
+    # Loads go to a second buffer that `weights_written` takes in between two decode steps
+    # (rl_config.inflight_sync): the sync's last call, whatever the transport.
+    stages_weights: bool
 
     def load_weights(self, weights) -> None:
         """HF-named tensors (every tensor of each vLLM module they touch) into the engines."""

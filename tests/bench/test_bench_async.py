@@ -100,10 +100,13 @@ def test_every_loop_runs_the_same_layout_with_its_own_bound(tmp_path):
         assert run.megatron_training.train_iters == 6 + 2
         assert str(run.run_dir).endswith(f"mindrl-async-{mode}")
         seen[mode] = (run.rl_config.async_mode, staleness_bound(run.rl_config),
-                      run.rl_config.partial_rollout_tokens)
-    assert seen == {"sync": ("off", 0, None), "one_step": ("one_step", 1, None),
-                    "bounded2": ("bounded", 2, None), "bounded2_partial": ("bounded", 2, 1024)}
-    assert {mode: bound for mode, (_, bound, _) in seen.items()} == bench_async.BOUND
+                      run.rl_config.partial_rollout_tokens, run.rl_config.inflight_sync)
+    assert seen == {"sync": ("off", 0, None, "off"), "one_step": ("one_step", 1, None, "off"),
+                    "bounded2": ("bounded", 2, None, "off"),
+                    "bounded2_partial": ("bounded", 2, 1024, "off"),
+                    "bounded2_inflight": ("bounded", 2, None, "keep_kv"),
+                    "bounded2_recompute": ("bounded", 2, None, "recompute_kv")}
+    assert {mode: bound for mode, (_, bound, _, _) in seen.items()} == bench_async.BOUND
 
 
 def test_a_loop_at_bound_k_leaves_its_last_k_steps_out_of_the_steady_steps():

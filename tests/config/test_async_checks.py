@@ -97,3 +97,35 @@ def test_partial_rollouts_with_r3_routing_replay_are_refused():
                     "+rl_config.router_replay=r3", *OWN_ENGINES])
     assert "rl_config.partial_rollout_tokens" in err.keys
     assert "router_replay: r2" in str(err)
+
+
+def test_inflight_sync_is_off_by_default_and_accepted_in_async_mode():
+    assert load_recipe(TINY, cluster=CPU3).rl_config.inflight_sync == "off"
+    for mode in ("keep_kv", "recompute_kv"):
+        run = load_recipe(TINY, ["+rl_config.async_mode=bounded", "+rl_config.max_staleness=2",
+                                 f"+rl_config.inflight_sync={mode}", *OWN_ENGINES],
+                          cluster=CPU3)
+        assert run.rl_config.inflight_sync == mode
+
+
+@pytest.mark.parametrize("extra, says", [
+    ([], "set rl_config.async_mode: one_step or bounded"),
+    (["+rl_config.async_mode=one_step", "+rl_config.partial_rollout_tokens=8", *OWN_ENGINES],
+     "partial_rollout_tokens: null, or inflight_sync: off"),
+    (["+rl_config.async_mode=one_step", "generate_config.infer_tensor_parallel_size=2",
+      *OWN_ENGINES], "infer_tensor_parallel_size: 1"),
+    (["+rl_config.async_mode=one_step", "+rl_config.router_replay=r3", *OWN_ENGINES],
+     "router_replay: r2"),
+    (["+rl_config.async_mode=one_step", "generate_config.enable_prefix_caching=true",
+      *OWN_ENGINES], "enable_prefix_caching: false, or inflight_sync: recompute_kv"),
+])
+def test_what_an_inflight_sync_cannot_honour_is_refused_naming_the_fix(extra, says):
+    err = rejected(["+rl_config.inflight_sync=keep_kv", *extra])
+    assert "rl_config.inflight_sync" in err.keys
+    assert says in str(err)
+
+
+def test_an_unknown_inflight_mode_is_refused():
+    err = rejected(["+rl_config.inflight_sync=sometimes", "+rl_config.async_mode=one_step",
+                    *OWN_ENGINES])
+    assert "rl_config.inflight_sync" in " ".join(err.keys) or "inflight_sync" in str(err)

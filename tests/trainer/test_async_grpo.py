@@ -2,9 +2,9 @@
 on a CPU slot of its own, three steps: at max_staleness 0 the metrics equal the synchronous
 loop's exactly (same seed, same layout, dynamic sampling on); at one_step the samples of every
 step after the first were generated one version behind, the engine generated while the actor
-trained, the decoupled objective's weights are logged and validation runs. The three runs go
-at once, each with its own Ray cluster (fp32 and seeded: none's numbers depend on the
-others)."""
+trained, the decoupled objective's weights are logged and validation runs; partial rollouts
+and an in-flight sync run their loops. The runs go at once, each with its own Ray cluster
+(fp32 and seeded: none's numbers depend on the others)."""
 
 import json
 import signal
@@ -29,7 +29,7 @@ NON_DETERMINISTIC = ("timing_s/", "perf/", "async/")
 @pytest.fixture(scope="module")
 def runs(work):
     dirs = {name: work / "runs" / f"async_{name}"
-            for name in ("sync", "bound0", "one_step", "partial")}
+            for name in ("sync", "bound0", "one_step", "partial", "inflight")}
     train_together(work, {
         dirs["sync"]: [*OWN_ENGINE, NO_VALIDATION],
         dirs["bound0"]: [*OWN_ENGINE, NO_VALIDATION, "+rl_config.async_mode=bounded",
@@ -39,7 +39,11 @@ def runs(work):
                            "rl_config.dynamic_sampling=false", "rl_config.val_freq=3"],
         # partial rollouts one token at a time, with dynamic sampling's whole extra rounds
         dirs["partial"]: [*OWN_ENGINE, NO_VALIDATION, "+rl_config.async_mode=one_step",
-                          "+rl_config.partial_rollout_tokens=1"]})
+                          "+rl_config.partial_rollout_tokens=1"],
+        # the sync lands between the engine's decode steps, every sync verified
+        dirs["inflight"]: [*OWN_ENGINE, NO_VALIDATION, "+rl_config.async_mode=bounded",
+                           "+rl_config.max_staleness=2", "+rl_config.inflight_sync=recompute_kv",
+                           "generate_config.verify_sync=every"]})
     return {name: metrics(path) for name, path in dirs.items()} | {"dirs": dirs}
 
 
@@ -129,3 +133,17 @@ def test_partial_rollouts_train_with_dynamic_sampling_s_extra_rounds(runs):
     # are the actor's on the same tokens (later steps' samples are a version old).
     assert rows[0]["rollout/staleness_max"] == 0.0
     assert rows[0]["rollout/logprob_diff_max"] < 1e-4
+
+
+def test_an_inflight_sync_does_not_wait_for_the_batches_in_flight_and_is_verified(runs):
+    """Bound 2: the three steps' batches are submitted at the start and generate while the
+    actor trains and syncs; no sync waits for them (the drain is the loop's bookkeeping
+    only), every sync's fingerprints match after the engine took it in between two decode
+    steps, and every token records its version."""
+    rows = runs["inflight"]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    for r in rows:
+        assert r["weight_sync/verified"] == 1.0
+        assert r["timing_s/drain"] < 0.05
+        assert r["rollout/staleness_max"] <= 2.0
+        assert 0.0 <= r["rollout/crossed_update_frac"] <= 1.0
