@@ -64,8 +64,9 @@ FIELDS = (
           ZERO, "rollout", False, True),
     Field("policy_version", "[B] int: the actor's weights version that generated it", NONE,
           ZERO, "rollout", False, True),
-    # Partial rollouts (rollout/partial.py): a sample generated in chunks may span a weight
-    # sync; policy_version stays the version it STARTED with (what max_staleness bounds).
+    # Partial rollouts (rollout/partial.py) and an in-flight sync (engines/vllm_inflight.py):
+    # a sample may span a weight sync; policy_version stays the version its batch was
+    # admitted on (what max_staleness bounds).
     Field("token_policy_version", "[B, R] int: the weights version that sampled each token",
           RIGHT, ZERO, "rollout", False, True),
     Field("scores", "[B] float", NONE, ZERO, "rewards", False, True),

@@ -88,9 +88,12 @@ class RolloutHandle:
         if self._batch is None:
             group = self.group
             outputs = group._wait(self.refs, "generate", group.phase_timeout_s, self.submitted)
-            self._batch = self._merged([group.token_versions(
-                with_rollout(self.parts[i], outputs[i], self.n), outputs[i])
-                for i in sorted(outputs)])
+            answered = []
+            for i in sorted(outputs):
+                part = with_rollout(self.parts[i], outputs[i], self.n)
+                commits = getattr(outputs[i], "token_commits", None)   # an in-flight sync's
+                answered.append(part if commits is None else group.token_versions(part, commits))
+            self._batch = self._merged(answered)
         return self._batch
 
     def _merged(self, answered: List[Batch]) -> Batch:
@@ -148,12 +151,9 @@ class RolloutGroup:
         self.policy_version = version
         self.commit_versions.append(version)
 
-    def token_versions(self, part: Batch, output) -> Batch:
+    def token_versions(self, part: Batch, commits: List[List[int]]) -> Batch:
         """With inflight_sync, `token_policy_version` of an engine's answer: each token's
-        count of syncs taken in, as the version it stood for."""
-        commits = getattr(output, "token_commits", None)
-        if commits is None:
-            return part
+        count of syncs taken in (RolloutOutput.token_commits), as the version it stood for."""
         versions, _ = right_pad([[self.commit_versions[c] for c in row] for row in commits], 0,
                                 part["response_ids"].shape[1])
         return part.add(token_policy_version=versions)

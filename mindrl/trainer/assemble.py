@@ -83,10 +83,12 @@ def _prompt_rows(prompts: PromptBatches, path: str, run_dir: Path, rejects_name:
 
 
 def inflight_kwargs(rl) -> dict:
-    """The engines' kwargs for rl_config.inflight_sync (none when off)."""
+    """The engines' kwargs for rl_config.inflight_sync (none when off). A sync's call waits
+    for the running decode step at most 0.9 of the phase deadline, so that a stuck engine
+    fails first, named, rather than the actor's sync that waits for it."""
     if rl.inflight_sync == "off":
         return {}
-    return {"inflight_sync": rl.inflight_sync, "gate_timeout_s": rl.phase_timeout_s}
+    return {"inflight_sync": rl.inflight_sync, "gate_timeout_s": 0.9 * rl.phase_timeout_s}
 
 
 def overlong_config(run: RunConfig) -> Optional[OverlongConfig]:

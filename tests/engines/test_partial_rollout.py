@@ -4,26 +4,21 @@ generation's tokens and sampled log-probs; so does a chunk that a sync stopped m
 (engines/vllm_stoppable.py), and a stoppable generate that nothing stops is a plain one."""
 
 import pytest
-from transformers import AutoTokenizer
+from support.char_engine import char_model_and_prompts, engine_config
 
-from mindrl.config.schema import GenerateConfig, SamplingConfig
 from mindrl.engines.vllm_engine import VLLMEngine
-from mindrl.models.tiny import make_tiny_model
 from mindrl.rollout.partial import PartialRollout, generate_in_chunks
 
 pytestmark = pytest.mark.slow
 
 MAX_TOKENS = 9
 TEXTS = ["12+34=", "Q: 7*8?\nA:", "hello"]
-CONFIG = GenerateConfig(max_num_seqs=16, max_model_len=128, kv_cache_memory_bytes=32 * 2**20,
-                        sampling_config=SamplingConfig(max_tokens=MAX_TOKENS, temperature=0.0,
-                                                       seed=0))
+CONFIG = engine_config(MAX_TOKENS, temperature=0.0)
 
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    model = make_tiny_model("tiny-qwen2", "char", tmp_path_factory.mktemp("model"), seed=0)
-    prompts = [AutoTokenizer.from_pretrained(model).encode(t) for t in TEXTS]
+    model, prompts = char_model_and_prompts(tmp_path_factory.mktemp("model"), TEXTS)
     engine = VLLMEngine(model, CONFIG, seed=0)
     yield engine, prompts
     engine.close()

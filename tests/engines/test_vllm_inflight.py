@@ -14,26 +14,21 @@ import time
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import AutoTokenizer
+from support.char_engine import char_model_and_prompts, engine_config
 
 from mindrl.ckpt.fingerprint import fingerprint_tensors
-from mindrl.config.schema import GenerateConfig, SamplingConfig
 from mindrl.engines.vllm_engine import VLLMEngine
-from mindrl.models.tiny import make_tiny_model
 
 pytestmark = pytest.mark.slow
 
 TOKENS = 40
 TEXTS = ["12+34=", "Q: 7*8?\nA:", "hello"]
-CONFIG = GenerateConfig(max_num_seqs=16, max_model_len=128, kv_cache_memory_bytes=32 * 2**20,
-                        sampling_config=SamplingConfig(max_tokens=TOKENS, temperature=1.0,
-                                                       seed=0))
+CONFIG = engine_config(TOKENS, temperature=1.0)
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    model = make_tiny_model("tiny-qwen2", "char", tmp_path_factory.mktemp("model"), seed=0)
-    prompts = [AutoTokenizer.from_pretrained(model).encode(t) for t in TEXTS]
+    model, prompts = char_model_and_prompts(tmp_path_factory.mktemp("model"), TEXTS)
     weights = load_file(str(model / "model.safetensors"))
     engine = VLLMEngine(model, CONFIG, seed=0, inflight_sync="recompute_kv", gate_timeout_s=60)
     yield engine, prompts, weights
