@@ -4,22 +4,18 @@ generation's tokens and sampled log-probs; so does a chunk that a sync stopped m
 (engines/vllm_stoppable.py), and a stoppable generate that nothing stops is a plain one."""
 
 import pytest
-from support.char_engine import char_model_and_prompts, engine_config
+from support.char_engine import start_char_engine
 
-from mindrl.engines.vllm_engine import VLLMEngine
 from mindrl.rollout.partial import PartialRollout, generate_in_chunks
 
 pytestmark = pytest.mark.slow
 
 MAX_TOKENS = 9
-TEXTS = ["12+34=", "Q: 7*8?\nA:", "hello"]
-CONFIG = engine_config(MAX_TOKENS, temperature=0.0)
 
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    model, prompts = char_model_and_prompts(tmp_path_factory.mktemp("model"), TEXTS)
-    engine = VLLMEngine(model, CONFIG, seed=0)
+    engine, _, prompts = start_char_engine(tmp_path_factory.mktemp("model"), MAX_TOKENS, 0.0)
     yield engine, prompts
     engine.close()
 

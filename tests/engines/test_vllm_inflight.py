@@ -14,23 +14,20 @@ import time
 import pytest
 import torch
 from safetensors.torch import load_file
-from support.char_engine import char_model_and_prompts, engine_config
+from support.char_engine import start_char_engine
 
 from mindrl.ckpt.fingerprint import fingerprint_tensors
-from mindrl.engines.vllm_engine import VLLMEngine
 
 pytestmark = pytest.mark.slow
 
 TOKENS = 40
-TEXTS = ["12+34=", "Q: 7*8?\nA:", "hello"]
-CONFIG = engine_config(TOKENS, temperature=1.0)
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    model, prompts = char_model_and_prompts(tmp_path_factory.mktemp("model"), TEXTS)
+    engine, model, prompts = start_char_engine(tmp_path_factory.mktemp("model"), TOKENS, 1.0,
+                                               inflight_sync="recompute_kv", gate_timeout_s=60)
     weights = load_file(str(model / "model.safetensors"))
-    engine = VLLMEngine(model, CONFIG, seed=0, inflight_sync="recompute_kv", gate_timeout_s=60)
     yield engine, prompts, weights
     engine.close()
 

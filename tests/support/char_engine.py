@@ -1,21 +1,22 @@
-"""A tiny Qwen2 with the char tokenizer and its prompts as token ids, for tests that start an
-in-process vLLM engine on it (partial rollouts, the in-flight sync)."""
+"""An in-process vLLM engine on a tiny Qwen2 with the char tokenizer, and three prompts as token
+ids, for the tests that drive one engine step by step (partial rollouts, the in-flight sync)."""
 
 from transformers import AutoTokenizer
 
 from mindrl.config.schema import GenerateConfig, SamplingConfig
+from mindrl.engines.vllm_engine import VLLMEngine
 from mindrl.models.tiny import make_tiny_model
 
+TEXTS = ["12+34=", "Q: 7*8?\nA:", "hello"]
 
-def char_model_and_prompts(out_dir, texts):
-    """(the model's directory, each text's token ids)."""
+
+def start_char_engine(out_dir, max_tokens: int, temperature: float, **engine_kwargs):
+    """(the engine, the model's directory, TEXTS as token ids); up to 16 sequences of 128
+    tokens, 32 MiB of KV cache, seeded sampling. The caller closes the engine."""
     model = make_tiny_model("tiny-qwen2", "char", out_dir, seed=0)
     tokenizer = AutoTokenizer.from_pretrained(model)
-    return model, [tokenizer.encode(t) for t in texts]
-
-
-def engine_config(max_tokens: int, temperature: float) -> GenerateConfig:
-    """Up to 16 sequences of 128 tokens, 32 MiB of KV cache, seeded sampling."""
-    return GenerateConfig(max_num_seqs=16, max_model_len=128, kv_cache_memory_bytes=32 * 2**20,
-                          sampling_config=SamplingConfig(max_tokens=max_tokens,
-                                                         temperature=temperature, seed=0))
+    config = GenerateConfig(max_num_seqs=16, max_model_len=128, kv_cache_memory_bytes=32 * 2**20,
+                            sampling_config=SamplingConfig(max_tokens=max_tokens,
+                                                           temperature=temperature, seed=0))
+    engine = VLLMEngine(model, config, seed=0, **engine_kwargs)
+    return engine, model, [tokenizer.encode(t) for t in TEXTS]
