@@ -291,9 +291,10 @@ def drop_stale_model(shape: Shape, work: Path) -> None:
         shutil.rmtree(p["mcore"], ignore_errors=True)
 
 
-def run_mindrl(shape: Shape, work: Path) -> List[dict]:
-    """cli/train_grpo.py as a user runs it (a fresh run dir, so no resume); its step rows."""
-    return [mindrl_step(row, shape.completions) for row in mindrl_metrics(shape, work)]
+def run_mindrl(shape: Shape, work: Path, extra: Sequence[str] = ()) -> List[dict]:
+    """cli/train_grpo.py as a user runs it (a fresh run dir, so no resume), with `extra`
+    overrides after the shape's (--mindrl-overrides); its step rows."""
+    return [mindrl_step(row, shape.completions) for row in mindrl_metrics(shape, work, extra)]
 
 
 def mindrl_metrics(shape: Shape, work: Path, extra: Sequence[str] = ()) -> List[dict]:
@@ -641,6 +642,10 @@ def main() -> None:
                          "MindRL), trl_default (TRL's default: on), trl_cb (trl with "
                          "transformers' continuous batching); default: each shape's own")
     ap.add_argument("--seed", type=int, default=SHARED["seed"])
+    ap.add_argument("--mindrl-overrides", default="",
+                    help="Hydra overrides appended to MindRL's runs, space-separated, e.g. "
+                         "'+rl_config.async_mode=one_step +generate_config.rollout_devices=1' "
+                         "(recorded in the JSON line)")
     ap.add_argument("--variant", default="trl", choices=TRL_VARIANTS, help=argparse.SUPPRESS)
     ap.add_argument("--work", type=Path, default=ROOT / "work" / "bench_e2e")
     ap.add_argument("--trl-worker", default=None, help=argparse.SUPPRESS)
@@ -680,7 +685,8 @@ def main() -> None:
         for fw in frameworks:                     # MindRL makes the model, its checkpoint
             if fw in wanted:                      # and the data
                 print(f"[{shape.name}] {fw}: {shape.steps} steps ...", flush=True)
-                steps[fw] = (run_mindrl(shape, args.work) if fw == "mindrl"
+                steps[fw] = (run_mindrl(shape, args.work, args.mindrl_overrides.split())
+                             if fw == "mindrl"
                              else run_trl(shape, args.work, fw))
                 results[shape.name][fw] = summary(steps[fw])
                 print(json.dumps({shape.name: {fw: results[shape.name][fw]}}), flush=True)
@@ -691,7 +697,9 @@ def main() -> None:
         print(json.dumps({shape.name: figures[shape.name]}), flush=True)
     print_table(results)
     if figures:
-        emit(headline(figures, machine_info(shapes)), results=args.results, bench="e2e")
+        emit({**headline(figures, machine_info(shapes)),
+              "mindrl_overrides": args.mindrl_overrides.split()},
+             results=args.results, bench="e2e")
 
 
 if __name__ == "__main__":
