@@ -74,7 +74,7 @@ class InflightWeights:
         return self.region.tensor[offset:offset + math.prod(shape)].view(shape)
 
     def stage(self, pairs: Iterable[Tuple[str, torch.Tensor]]) -> None:
-        """HF-named tensors into the buffer (the engine keeps decoding on its weights)."""
+        """Tensors under the engine's names into the buffer (the engine keeps decoding)."""
         for name, tensor in pairs:
             self._view(name).copy_(tensor)
             self._staged.add(name)
