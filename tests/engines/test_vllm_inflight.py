@@ -14,13 +14,11 @@ import time
 import pytest
 import torch
 from safetensors.torch import load_file
-from support.char_engine import start_char_engine
+from support.char_engine import TOKENS, perturbed_layers, start_char_engine
 
 from mindrl.ckpt.fingerprint import fingerprint_tensors
 
 pytestmark = pytest.mark.slow
-
-TOKENS = 40
 
 
 @pytest.fixture(scope="module")
@@ -91,12 +89,6 @@ def test_the_new_version_lands_between_two_decode_steps_for_every_sample(setup):
     engine.check_fingerprint(fingerprint_tensors(weights.items(), engine.dtype))
 
 
-def _perturbed(weights):
-    g = torch.Generator().manual_seed(1)
-    return {name: t + 0.05 * torch.randn(t.shape, generator=g) if ".layers." in name else t
-            for name, t in weights.items()}
-
-
 @pytest.mark.parametrize("mode", ["recompute_kv", "keep_kv"])
 def test_after_the_switch_recompute_kv_samples_the_new_policy_and_keep_kv_its_old_kv(setup,
                                                                                      mode):
@@ -105,7 +97,7 @@ def test_after_the_switch_recompute_kv_samples_the_new_policy_and_keep_kv_its_ol
     do not (the earlier tokens' KV is the old weights'), while the tokens before the switch
     are sampled as with recompute_kv."""
     engine, prompts, weights = setup
-    new = _perturbed(weights)
+    new = perturbed_layers(weights)
     engine.inflight.mode = mode
     try:
         out, _ = _generate_with_a_sync_after(engine, prompts, new)
@@ -120,3 +112,4 @@ def test_after_the_switch_recompute_kv_samples_the_new_policy_and_keep_kv_its_ol
     else:
         assert max(gaps) > 1e-2
     _restore(engine, weights)
+

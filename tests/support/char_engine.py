@@ -1,6 +1,7 @@
 """An in-process vLLM engine on a tiny Qwen2 with the char tokenizer, and three prompts as token
 ids, for the tests that drive one engine step by step (partial rollouts, the in-flight sync)."""
 
+import torch
 from transformers import AutoTokenizer
 
 from mindrl.config.schema import GenerateConfig, SamplingConfig
@@ -8,6 +9,7 @@ from mindrl.engines.vllm_engine import VLLMEngine
 from mindrl.models.tiny import make_tiny_model
 
 TEXTS = ["12+34=", "Q: 7*8?\nA:", "hello"]
+TOKENS = 40     # the in-flight tests' generation length
 
 
 def start_char_engine(out_dir, max_tokens: int, temperature: float, **engine_kwargs):
@@ -20,3 +22,11 @@ def start_char_engine(out_dir, max_tokens: int, temperature: float, **engine_kwa
                                                            temperature=temperature, seed=0))
     engine = VLLMEngine(model, config, seed=0, **engine_kwargs)
     return engine, model, [tokenizer.encode(t) for t in TEXTS]
+
+
+def perturbed_layers(weights):
+    """The decoder layers' tensors plus seeded noise of 0.05 (every token's KV changes);
+    embeddings, norms outside the layers and the head as they are."""
+    g = torch.Generator().manual_seed(1)
+    return {name: t + 0.05 * torch.randn(t.shape, generator=g) if ".layers." in name else t
+            for name, t in weights.items()}
