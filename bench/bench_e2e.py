@@ -7,6 +7,9 @@
     python bench/bench_e2e.py --shapes 75m,75m_bf16   # fp32 and bf16 side by side (bf16 CPU)
     python bench/bench_e2e.py --shapes natural --steps 2 --prompts 2 --n 4 \
         --frameworks mindrl,trl                   # smoke run: both frameworks end to end
+    python bench/bench_e2e.py --shapes tiny --frameworks mindrl,trl \
+        --mindrl-overrides "++rl_config.async_mode=one_step ++generate_config.rollout_devices=1"
+                                                  # MindRL asynchronous against TRL
 
 Shapes:
   tiny     the embedded default's model (tiny-qwen2, char tokenizer) on its arith task:

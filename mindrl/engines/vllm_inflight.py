@@ -45,9 +45,9 @@ class InflightWeights:
 
     def __init__(self, mode: str, hf_shapes: Dict[str, Tuple[int, ...]], dtype: torch.dtype,
                  shared: Optional[SharedWeights], timeout_s: Optional[float] = None):
-        if mode not in MODES:
-            raise ValueError(f"inflight_sync={mode!r}: use one of {MODES}")
-        self.mode, self.timeout_s, self.shared = mode, timeout_s, shared
+        """`mode` one of MODES (check_inflight refuses others first). `shared`: vLLM's shared
+        weights, mapped here once for every commit's copy."""
+        self.mode, self.timeout_s = mode, timeout_s
         self.gate = StepGate()
         self.commits = 0
         path = shared_memory.shm_path(shared_memory.VLLM_STAGING, os.getpid(), "inflight")
@@ -62,6 +62,9 @@ class InflightWeights:
             self.record = SharedWeights(path, max(offset, 1), dtype, places)
         self.region = shared_memory.SharedRegion(path, self.record.numel, self.record.dtype,
                                                  create=True)
+        self._live = (None if shared is None else
+                      shared_memory.SharedRegion(shared.path, shared.numel, shared.dtype,
+                                                 create=False))
         self._staged: Set[str] = set()
 
     def run(self, work: Callable[[], object]) -> object:
@@ -90,7 +93,7 @@ class InflightWeights:
         """The staged version into vLLM's weights (call it between two decode steps):
         `load_bucket(path, numel, dtype, entries)` loads the staged tensors through vLLM's
         loaders; with shared weights the buffer is copied into vLLM's file whole."""
-        if self.shared is not None:
+        if self._live is not None:
             self.copy_into_shared()
         else:
             load_bucket(self.record.path, self.record.numel, self.record.dtype,
@@ -104,16 +107,13 @@ class InflightWeights:
 
     def copy_into_shared(self) -> None:
         """With shared weights: the whole buffer into vLLM's file (the same layout)."""
-        live = shared_memory.SharedRegion(self.shared.path, self.shared.numel, self.shared.dtype,
-                                          create=False)
-        try:
-            live.tensor.copy_(self.region.tensor)
-        finally:
-            live.close()
+        self._live.tensor.copy_(self.region.tensor)
         self._staged = set()
 
     def close(self) -> None:
+        """Remove the buffer's file and drop the mapping of vLLM's (vLLM removes that file)."""
         self.region.close()
+        self._live = None
 
 
 def check_inflight(mode: Optional[str], generate_config, multimodal: bool = False) -> None:
