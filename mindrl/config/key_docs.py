@@ -86,10 +86,13 @@ KEY_DOCS: dict[str, str] = {
         "proven over gloo on CPU (EP 2), written to Megatron's API elsewhere",
     "megatron_training.moe_aux_loss_coeff": "the load-balancing loss's weight; 0 (off) by "
         "default, as RL peers train (it moves log-probs away from the rollout engine's); "
-        "> 0 adds it to the loss (Megatron's, one per micro batch: its value depends on the "
-        "micro-batch partition) and logs actor/moe_aux_loss",
-    "megatron_training.moe_router_load_balancing_type": "Megatron's balancing loss: aux_loss "
-        "(per micro batch), seq_aux_loss (per sequence) or none",
+        "> 0 adds the loss moe_router_load_balancing_type names to the objective (summed over "
+        "MoE layers) and logs actor/moe_aux_loss (its mean over layers, before the weight)",
+    "megatron_training.moe_router_load_balancing_type": "seq_aux_loss (default): MindRL's "
+        "per-sample switch loss, the mean over the mini batch's samples, exact under any "
+        "micro-batch, token-budget, DP, SP or PP partition (padding left out); aux_loss: "
+        "Megatron's, one per micro batch over whatever tokens it holds (its value and "
+        "gradients change with the partition; MindSpeed-RL's); none",
     "megatron_training.moe_router_dtype": "null: the router computes in the params dtype, "
         "as vLLM's does (the same experts picked); fp32 / fp64 pick others for a few % of "
         "tokens in bf16",

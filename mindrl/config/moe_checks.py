@@ -52,7 +52,7 @@ def _moe_role(run: RunConfig, role: str, cluster: ClusterResources) -> list[Prob
     elif cfg.moe_aux_loss_coeff > 0 and cfg.moe_router_load_balancing_type == "none":
         out.append(Problem(key("moe_aux_loss_coeff"), "weights a load-balancing loss that "
                            "moe_router_load_balancing_type: none turns off",
-                           "set moe_router_load_balancing_type: aux_loss, or the coefficient "
+                           "set moe_router_load_balancing_type: seq_aux_loss, or the coefficient "
                            "to 0", cfg.moe_aux_loss_coeff))
     if cfg.moe_grouped_gemm:
         # Megatron's grouped experts hold stacked weight1/weight2 where the tensor tables

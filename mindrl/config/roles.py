@@ -48,16 +48,24 @@ class MoETraining:
     TransformerConfig values, and the router freeze, which the engine applies."""
 
     aux_loss_coeff: float = 0.0
-    load_balancing_type: str = "aux_loss"
+    load_balancing_type: str = "seq_aux_loss"   # MindRL's per sample (models/moe_balance.py)
     router_dtype: Optional[str] = None     # None: the params dtype, as vLLM routes
     router_freeze: bool = False
     token_dispatcher_type: str = "allgather"
     grouped_gemm: Optional[bool] = None    # None: the family's choice (the device's)
 
+    @property
+    def per_sample_balance(self) -> bool:
+        """The balancing loss is MindRL's per-sample one (the engine adds it; Megatron's
+        own stays off), exact under any partition of the batch."""
+        return self.aux_loss_coeff > 0 and self.load_balancing_type == "seq_aux_loss"
+
     def transformer_config(self) -> dict:
         """Overrides of the family's MoE TransformerConfig values."""
-        out = dict(moe_aux_loss_coeff=self.aux_loss_coeff,
-                   moe_router_load_balancing_type=self.load_balancing_type,
+        megatron_own = not self.per_sample_balance
+        out = dict(moe_aux_loss_coeff=self.aux_loss_coeff if megatron_own else 0.0,
+                   moe_router_load_balancing_type=(self.load_balancing_type if megatron_own
+                                                   else "aux_loss"),
                    moe_router_dtype=self.router_dtype,
                    moe_token_dispatcher_type=self.token_dispatcher_type)
         if self.grouped_gemm is not None:

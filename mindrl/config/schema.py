@@ -73,7 +73,7 @@ class MegatronConfig:
     # config/moe_checks.py). Names and meanings are Megatron's / MindSpeed-RL's.
     expert_model_parallel_size: int = 1   # inside DP; config/moe_checks.py
     moe_aux_loss_coeff: float = 0.0       # load-balancing loss; off in RL (peers agree)
-    moe_router_load_balancing_type: Literal["aux_loss", "seq_aux_loss", "none"] = "aux_loss"
+    moe_router_load_balancing_type: Literal["aux_loss", "seq_aux_loss", "none"] = "seq_aux_loss"
     moe_router_dtype: Optional[Literal["fp32", "fp64"]] = None   # null: the params dtype
     moe_router_freeze: bool = False       # router weights out of the optimizer
     moe_token_dispatcher_type: Literal["allgather", "alltoall"] = "allgather"

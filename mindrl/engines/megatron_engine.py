@@ -25,7 +25,7 @@ from mindrl.data import packing
 from mindrl.data.batch import Batch
 from mindrl.engines import model_rows, vocab_parallel
 from mindrl.models.builder import build_gpt_model
-from mindrl.models import moe_routing, route_replay
+from mindrl.models import moe_balance, moe_routing, route_replay
 from mindrl.models.forward import run_schedule
 
 
@@ -80,6 +80,10 @@ class MegatronEngine:
         if moe is not None and moe.router_freeze:
             moe_routing.freeze_routers(module)
         self.router_load = moe_routing.RouterLoad(module) if spec.is_moe else None
+        self.balance = (moe_balance.SequenceBalance(
+            module, moe.aux_loss_coeff, spec.moe.router_topk,
+            module.config.moe_router_score_function, self._sp_group())
+            if moe is not None and moe.per_sample_balance else None)
         self.routes = (route_replay.RouteReplay(module, [
             i for i in range(spec.num_layers) if spec.moe.is_moe_layer(i)])
             if spec.is_moe else None)
@@ -369,11 +373,27 @@ class MegatronEngine:
                                                 cfg.loss_agg_mode).to(device.current_device())
         micro, seq_length = self._micro_batches(mini, self._plan(mini, self.micro_batch_size))
         self._num_micro = len(micro)
+        if self.balance is not None:
+            self._load_balance(micro, seq_length, len(mini))
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
         return self._run_schedule(
             micro, seq_length, False,
             lambda out, m: self._policy_loss(out, m, cfg, mb_weight, len(micro)), replay)
+
+    def _load_balance(self, micro_batches: List[dict], seq_length: int, samples: int) -> None:
+        """Each micro batch's token -> sample map for the per-sample balancing loss, scaled
+        as objective.micro_batch_loss scales the policy loss (x micro batches x DP)."""
+        sp = self._sp_group() is not None
+        rank = self.ps.get_tensor_model_parallel_rank() if sp else 0
+        size = self.ps.get_tensor_model_parallel_world_size() if sp else 1
+        per_micro = []
+        for m in micro_batches:
+            lengths = self._sample_lengths(m)
+            per_micro.append((moe_balance.sample_of_token(
+                lengths, "packed_seq_params" in m, m["tokens"].shape[1], rank, size), lengths))
+        self.balance.load(per_micro, samples,
+                          len(micro_batches) * self.ps.get_data_parallel_world_size())
 
     def _train_mini_batch(self, mini: Batch, entropy_coeff: Optional[float],
                           replay: Optional[str] = None) -> Dict[str, float]:
@@ -426,7 +446,11 @@ class MegatronEngine:
         load = self.router_load.take(sum_groups, layer_groups)
         if load is not None:
             out["moe/tokens_per_expert_max_over_mean"] = load
-        if self.moe is not None and self.moe.aux_loss_coeff > 0:
+        if self.balance is not None:
+            aux = self.balance.take(sum_groups, layer_groups)
+            if aux is not None:
+                out["actor/moe_aux_loss"] = aux
+        elif self.moe is not None and self.moe.aux_loss_coeff > 0:
             aux = moe_routing.take_aux_loss(self._num_micro, self._metric_groups())
             if aux is not None:
                 out["actor/moe_aux_loss"] = aux

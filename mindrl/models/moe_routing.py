@@ -7,9 +7,10 @@ The metrics (docs/config-reference.md names the keys that turn them on):
   different tokens (data and sequence parallel), so it is the whole batch's load. Padding
   positions are routed too (a packed row's tail to a multiple of TP under sequence
   parallelism, PP's common micro-batch length) and counted.
-- `actor/moe_aux_loss`: Megatron's load-balancing loss before its coefficient, averaged over
-  MoE layers and micro batches, when the recipe turns it on (moe_aux_loss_coeff > 0). It is
-  one loss per micro batch (Megatron's), so its value and gradient depend on the partition.
+- `actor/moe_aux_loss`: the load-balancing loss before its coefficient, averaged over MoE
+  layers, when the recipe turns it on (moe_aux_loss_coeff > 0): MindRL's per-sample loss
+  (models/moe_balance.py, the same under any partition) or, with aux_loss, Megatron's, one per
+  micro batch (`take_aux_loss`: its value and gradient depend on the partition).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ import torch
 UNKNOWN = -1     # a token's ids when it has no route to replay (the router picks its own)
 
 
-def _slots(lengths: torch.Tensor, packed: bool):
+def token_slots(lengths: torch.Tensor, packed: bool):
     """Every real token of the micro batch's samples: (sample, token, flat index in Megatron's
     [s * b] order of the whole micro batch, before any sequence-parallel split)."""
     lengths = lengths.long().cpu()
@@ -51,7 +51,7 @@ def to_megatron(routes: torch.Tensor, lengths: torch.Tensor, packed: bool, seq_l
     n, _, layers, top_k = routes.shape
     rows = 1 if packed else n
     full = routes.new_full((seq_length * rows, layers, top_k), UNKNOWN, dtype=torch.long)
-    sample, token, flat = _slots(lengths, packed)
+    sample, token, flat = token_slots(lengths, packed)
     full[flat.to(routes.device)] = routes[sample, token].to(full.dtype)
     chunk = seq_length * rows // sp_size
     return full[sp_rank * chunk:(sp_rank + 1) * chunk]
@@ -62,7 +62,7 @@ def from_megatron(recorded: torch.Tensor, lengths: torch.Tensor, packed: bool,
     """The whole micro batch's routes in Megatron's order [s * b, L, K] -> per sample
     [n, width, L, K] (zeros past each sample's real tokens)."""
     n = len(lengths)
-    sample, token, flat = _slots(lengths, packed)
+    sample, token, flat = token_slots(lengths, packed)
     out = recorded.new_zeros((n, width, *recorded.shape[1:]))
     out[sample.to(out.device), token.to(out.device)] = recorded[flat.to(recorded.device)]
     return out
@@ -80,7 +80,7 @@ def check_routes(routes: torch.Tensor, lengths: torch.Tensor, moe_layers: int, t
     if routes.shape[0] != len(lengths) or routes.shape[1] < int(lengths.max()):
         raise ValueError(f"batch field {field!r} has shape {tuple(routes.shape)}: it must hold "
                          f"{len(lengths)} samples of up to {int(lengths.max())} tokens")
-    sample, token, _ = _slots(lengths, False)
+    sample, token, _ = token_slots(lengths, False)
     ids = routes.cpu()[sample, token]                           # [N, L, K]
     given = ~(ids == UNKNOWN).all(dim=-1)                       # [N, L]
     bad = ((ids < 0) | (ids >= num_experts)).any(-1) & given
@@ -99,7 +99,7 @@ def check_routes(routes: torch.Tensor, lengths: torch.Tensor, moe_layers: int, t
 def route_agreement(a: torch.Tensor, b: torch.Tensor, lengths: torch.Tensor) -> float:
     """The fraction of (token, MoE layer) whose top-k expert sets agree between two routes
     [B, T, L, K], over the samples' real tokens that both give (not UNKNOWN)."""
-    sample, token, _ = _slots(lengths, False)
+    sample, token, _ = token_slots(lengths, False)
     x = a.cpu()[sample, token].sort(dim=-1).values
     y = b.cpu()[sample, token].sort(dim=-1).values
     both = (x != UNKNOWN).any(-1) & (y != UNKNOWN).any(-1)

@@ -37,7 +37,7 @@ def test_router_freeze_keeps_routers_bit_identical_while_experts_train():
 
 def test_aux_loss_off_by_default_and_logged_when_on():
     off = _run(MoETraining())
-    on = _run(MoETraining(aux_loss_coeff=0.5))
+    on = _run(MoETraining(aux_loss_coeff=0.5, load_balancing_type="aux_loss"))
     assert off["aux_coeff"] == 0.0 and on["aux_coeff"] == 0.5
     assert "actor/moe_aux_loss" not in off["metrics"]
     aux = on["metrics"]["actor/moe_aux_loss"]
@@ -65,32 +65,44 @@ def test_router_dtype_follows_params_unless_set():
 
 
 def test_routing_metrics_across_layouts():
-    """The same weights route the same tokens at TP1, DP2, TP2+SP and PP2. The load counts
-    summed over DP equal one rank's exactly. Padding is routed too (Megatron's experts see every
-    row position): the tail that makes a packed row a multiple of TP under sequence parallelism,
-    and PP's common micro-batch length, so there the load is that of the padded rows (within 10%
-    on this 4-sample batch), and so is the aux loss, whose sequence-parallel parts are summed
-    over TP (within 5%: 1.4% at TP2+SP, 1.2% at PP2 measured). Megatron's balancing loss is one
-    per micro batch, so another partition (DP2) gives another value: with the loss on, the
-    objective is not partition-invariant."""
+    """The same weights and batch at TP1 in three partitions (packed micro batches of <= 11
+    tokens, of <= 64, padded rows of 2), DP2, TP2+SP and PP2. The per-sample balancing loss
+    (seq_aux_loss, the default) is the same number and gives the same gradients in every
+    partition: the objective stays partition-invariant with it on. Megatron's aux_loss is one
+    per micro batch, so another partition gives another value. The load counts summed over DP
+    equal one rank's exactly; padding is routed too (Megatron's experts see every row
+    position: the tail that makes a packed row a multiple of TP under sequence parallelism,
+    PP's common micro-batch length), so there the load is that of the padded rows."""
     from mindrl.ckpt import mapping
     from mindrl.config.model_spec import load_model_spec
 
     from support.engine_batch import make_batch
     from support.hf_reference import reference_hf_model
-    from support.moe_rl_worker import metrics_at_layout
+    from support.moe_rl_worker import metrics_at_layouts
 
     spec = load_model_spec("tiny-qwen3-moe")
     hf = reference_hf_model(spec)
     full_by_tp = {tp: mapping.full_mcore_from_hf(hf.state_dict(), spec, tp) for tp in (1, 2)}
-    batch, moe = make_batch(spec.vocab_size), MoETraining(aux_loss_coeff=0.01)
-    load, aux = "moe/tokens_per_expert_max_over_mean", "actor/moe_aux_loss"
-    base = spawn_local(metrics_at_layout, 1, spec, full_by_tp, batch, 1, 1, moe)[0]
-    got = {layout: spawn_local(metrics_at_layout, 2, spec, full_by_tp, batch, *layout, moe)[0]
+    batch = make_batch(spec.vocab_size)
+    per_sample, megatron = MoETraining(aux_loss_coeff=0.5), MoETraining(
+        aux_loss_coeff=0.5, load_balancing_type="aux_loss")
+    load, aux, norm = ("moe/tokens_per_expert_max_over_mean", "actor/moe_aux_loss",
+                       "actor/grad_norm")
+    one = spawn_local(metrics_at_layouts, 1, spec, full_by_tp, batch, 1, 1, [
+        (per_sample, 11), (per_sample, 64), (per_sample, None), (MoETraining(), 11),
+        (megatron, 11), (megatron, 64)])[0]
+    base = one[0]
+    got = {layout: spawn_local(metrics_at_layouts, 2, spec, full_by_tp, batch, *layout,
+                               [(per_sample, 11)])[0][0]
            for layout in ((1, 1), (2, 1), (1, 2))}   # world 2: DP2, TP2+SP, PP2
-    print({k: (v[load], v[aux]) for k, v in got.items()}, base[load], base[aux])
+    print({k: (v[load], v[aux], v[norm]) for k, v in got.items()},
+          [(r.get(aux), r[norm]) for r in one])
+    assert 0.9 < base[aux] < 8.0                  # 1 balanced, 8 = every token on one expert
+    assert one[3][norm] != pytest.approx(base[norm], rel=1e-4)    # the loss is in the grads
+    for other in [one[1], one[2], *got.values()]:
+        assert other[aux] == pytest.approx(base[aux], rel=1e-6)
+        assert other[norm] == pytest.approx(base[norm], rel=2e-5)
+    assert one[4][aux] != pytest.approx(one[5][aux], rel=1e-3)      # Megatron's: per micro
     assert got[(1, 1)][load] == pytest.approx(base[load], rel=1e-6)
-    assert got[(1, 1)][aux] != pytest.approx(base[aux], rel=1e-3)
     for layout in ((2, 1), (1, 2)):
         assert got[layout][load] == pytest.approx(base[load], rel=0.1), layout
-        assert got[layout][aux] == pytest.approx(base[aux], rel=0.05), layout
