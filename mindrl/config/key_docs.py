@@ -80,10 +80,17 @@ KEY_DOCS: dict[str, str] = {
     "megatron_training.freeze_vision_tower": "a VL model's tower and merger get no gradients "
                                              "and stay out of the optimizer; refused on text",
     "megatron_training.expert_model_parallel_size": "a MoE model's experts split over this "
-        "many ranks carved out of data parallelism: must divide the model's experts and the "
-        "role's DP (devices / (TP x PP)); expert TP is the role's TP (Megatron's default, no key). "
-        "The weight sync gathers each layer's experts over the EP group to the sending ranks; "
-        "proven over gloo on CPU (EP 2), written to Megatron's API elsewhere",
+        "many ranks: must divide the model's experts, and expert TP x EP must divide the "
+        "stage's TP x DP (devices / PP; at the default expert TP = TP: EP divides DP). The "
+        "weight sync sends each layer's experts over the EP group to the sending ranks, each "
+        "expert once; proven over gloo on CPU (EP 2), written to Megatron's API elsewhere",
+    "megatron_training.expert_tensor_parallel_size": "expert TP: each expert split over this "
+        "many ranks (Megatron's expert_tensor_parallel_size); null = the role's TP (Megatron's "
+        "default). 1 with TP > 1 keeps experts whole and spreads them over the TP x EP ranks "
+        "(MindSpeed-RL's moe_tp_extend_ep: its EP e at TP t is EP e x t here). Must divide "
+        "the TP; MoE only. On CPU (gloo) above 1 only at EP 1: at EP > 1 the alltoall "
+        "dispatcher all-gathers uneven token counts over the expert-TP ranks, which gloo "
+        "cannot",
     "megatron_training.moe_aux_loss_coeff": "the load-balancing loss's weight; 0 (off) by "
         "default, as RL peers train (it moves log-probs away from the rollout engine's); "
         "> 0 adds the loss moe_router_load_balancing_type names to the objective (summed over "

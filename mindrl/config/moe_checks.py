@@ -2,10 +2,12 @@
 checks (one job: the moe_* and expert-parallel keys against each role's model).
 
 A MoE key on a dense model would be silently ignored by Megatron, so it is refused naming the
-key. Training expert parallelism must fit the role's layout (experts divisible by EP; EP
-inside data parallelism: world = TP x PP x DP, DP divisible by EP; expert TP is the role's TP,
-Megatron's default). vLLM's expert parallelism stays refused: MindRL's engines run MoE at
-inference EP 1 (the CPU build's MoE kernel crashes with EP; on GPU/NPU it is not wired).
+key. Training expert parallelism must fit the role's layout (experts divisible by EP; the
+expert grid inside each pipeline stage: expert TP x EP divides TP x DP, world = TP x PP x DP;
+expert TP divides the TP, null = the TP, Megatron's default; on CPU no expert TP > 1 at EP > 1,
+where the alltoall dispatcher all-gathers uneven sizes, which gloo cannot). vLLM's expert
+parallelism stays refused: MindRL's engines run MoE at inference EP 1 (the CPU build's MoE
+kernel crashes with EP; on GPU/NPU it is not wired).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import fields
 from mindrl.config import names
 from mindrl.config.cluster import ClusterResources
 from mindrl.config.errors import CLUSTER, Problem
-from mindrl.config.placement import data_parallel_size, world_size
+from mindrl.config.placement import data_parallel_size, expert_tensor_parallel_size, world_size
 from mindrl.config.schema import MegatronConfig, RunConfig
 
 INFER_EP = ("vLLM's expert parallelism is not wired into MindRL's engines (they roll MoE out at "
@@ -23,7 +25,7 @@ INFER_EP = ("vLLM's expert parallelism is not wired into MindRL's engines (they 
             "with EP); training expert parallelism is actor_config.expert_model_parallel_size")
 # Each MoE key and its dense-model value (the schema's default).
 MOE_KEYS = {f.name: f.default for f in fields(MegatronConfig)
-            if f.name.startswith("moe_") or f.name == "expert_model_parallel_size"}
+            if f.name.startswith("moe_") or f.name.startswith("expert_")}
 
 
 def _dense_role(run: RunConfig, role: str) -> list[Problem]:
@@ -65,18 +67,28 @@ def _moe_role(run: RunConfig, role: str, cluster: ClusterResources) -> list[Prob
 
 
 def _expert_parallel(run: RunConfig, role: str) -> list[Problem]:
-    """EP splits the experts evenly and sits inside the role's data parallelism."""
+    """EP splits the experts evenly; expert TP divides the TP; the expert grid (expert TP x
+    EP) sits inside each pipeline stage's TP x DP ranks."""
     cfg, spec = run.role(role), run.models[role]
     ep, name = cfg.expert_model_parallel_size, names.role_key(run, role,
                                                             "expert_model_parallel_size")
     if ep < 1:
         return [Problem(name, "must be at least 1", "set it to 1 (no expert parallelism)", ep)]
-    out = []
+    out = _expert_tp(run, role)
+    if out and out[0].category != CLUSTER:
+        return out               # an expert TP that does not divide the TP: nothing else fits
     if spec.moe.num_experts % ep:
         out.append(Problem(name, f"does not divide {spec.name}'s {spec.moe.num_experts} "
                            f"experts", "use a divisor of it", ep))
-    dp = data_parallel_size(run, role)
-    if ep > 1 and dp and dp % ep:
+    dp, tp, etp = (data_parallel_size(run, role), cfg.tensor_model_parallel_size,
+                   expert_tensor_parallel_size(cfg))
+    if etp != tp and dp and (tp * dp) % (etp * ep):
+        out.append(Problem(name, f"times expert TP {etp} ({etp * ep} ranks) does not divide "
+                           f"the {tp * dp} ranks of each of the {role}'s pipeline stages (TP "
+                           f"{tp} x DP {dp}): Megatron lays the expert grid (expert TP x EP x "
+                           f"expert DP) over them", f"use a divisor of {tp * dp // etp}, or "
+                           f"give the {role} more devices", ep))
+    elif etp == tp and ep > 1 and dp and dp % ep:
         out.append(Problem(name, f"does not divide the {role}'s data parallelism {dp} "
                            f"(= {world_size(run, role)} devices / TP "
                            f"{cfg.tensor_model_parallel_size} x PP "
@@ -89,6 +101,42 @@ def _expert_parallel(run: RunConfig, role: str) -> list[Problem]:
                            f"on every EP rank, and each data-parallel rank's micro batches are "
                            f"as long as its own samples", "set it to alltoall", "allgather"))
     return out
+
+
+def _expert_tp(run: RunConfig, role: str) -> list[Problem]:
+    """Expert TP: at least 1, a divisor of the TP (the weight sync reads expert shards inside
+    the TP group), and on CPU not above 1 at EP > 1 (measured: gloo refuses the all-gather)."""
+    cfg = run.role(role)
+    etp, tp = cfg.expert_tensor_parallel_size, cfg.tensor_model_parallel_size
+    name = names.role_key(run, role, "expert_tensor_parallel_size")
+    if etp is not None and (etp < 1 or tp % etp):
+        return [Problem(name, f"must divide the {role}'s TP {tp}: an expert's shards sit on "
+                        f"TP ranks of one replica (where the weight sync reads them)",
+                        f"set it to 1 (whole experts over the TP x EP ranks, MindSpeed-RL's "
+                        f"moe_tp_extend_ep), to {tp}, or null (the TP)", etp)]
+    etp, ep = expert_tensor_parallel_size(cfg), cfg.expert_model_parallel_size
+    if etp < tp and ep == 1:
+        # Megatron marks expert weights for the expert-DP reduction only at EP > 1: at EP 1 the
+        # TP ranks' copies of an expert each step on their own tokens' gradient (measured:
+        # the updates of TP2 expert-TP 1 EP1 differ from TP2's by the whole step).
+        return [Problem(name, f"is {etp}, below the {role}'s TP {tp}, at expert parallelism "
+                        f"1: Megatron reduces expert gradients over the ranks that copy an "
+                        f"expert only at EP > 1, so the {tp // etp} copies on the TP ranks "
+                        f"would drift apart", f"raise expert_model_parallel_size to {tp // etp} "
+                        f"(or a multiple that fits) to spread the experts over the TP ranks, "
+                        f"or set it to null (the TP)", etp)]
+    res = run.resource(role)
+    on_cpu = res is not None and len(res.items()) == 1 and res.kind == "cpu"
+    if on_cpu and etp > 1 and ep > 1:
+        given = "" if cfg.expert_tensor_parallel_size is not None else " (null: the TP)"
+        return [Problem(name, f"is {etp}{given} at expert parallelism {ep} on CPU: the "
+                        f"alltoall dispatcher all-gathers over the expert-TP ranks the tokens "
+                        f"each routed to this EP rank's experts, uneven sizes that gloo (the "
+                        f"CPU backend) cannot gather",
+                        "set it to 1 (whole experts over the TP x EP ranks, MindSpeed-RL's "
+                        "moe_tp_extend_ep), or expert_model_parallel_size to 1",
+                        cfg.expert_tensor_parallel_size, CLUSTER)]
+    return []
 
 
 def check_moe(run: RunConfig, cluster: ClusterResources) -> list[Problem]:

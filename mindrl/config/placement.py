@@ -37,15 +37,17 @@ def _groups(run: RunConfig) -> list[list[str]]:
 def _layout(run: RunConfig, role: str) -> tuple:
     cfg = run.role(role)
     return (world_size(run, role), cfg.tensor_model_parallel_size,
-            cfg.pipeline_model_parallel_size, cfg.expert_model_parallel_size)
+            cfg.pipeline_model_parallel_size, cfg.expert_model_parallel_size,
+            expert_tensor_parallel_size(cfg))
 
 
 def host_of(run: RunConfig, role: str) -> Optional[str]:
     """"actor" when `role` is the reference, colocated with the actor at the actor's layout
-    (devices, TP, PP, EP) and rl_config.ref_in_actor_process is on: each actor rank then
-    builds the reference model beside its own, as MindSpeed-RL's integrated worker and verl's
-    actor-rollout-ref worker do (one process, and on a device one context, per device). Its
-    passes then run one after the other on those ranks. None: processes of its own."""
+    (devices, TP, PP, EP, expert TP) and rl_config.ref_in_actor_process is on: each actor
+    rank then builds the reference model beside its own, as MindSpeed-RL's integrated worker
+    and verl's actor-rollout-ref worker do (one process, and on a device one context, per
+    device). Its passes then run one after the other on those ranks. None: processes of its
+    own."""
     rl = run.rl_config
     if (role != "ref" or "ref" not in run.active_roles or not rl.ref_in_actor_process
             or not (rl.colocate_actor_ref or rl.colocates_all)):
@@ -101,6 +103,13 @@ def data_parallel_size(run: RunConfig, role: str) -> int:
     world = world_size(run, role)
     mp = run.role(role).model_parallel_size
     return world // mp if mp > 0 and world % mp == 0 else 0
+
+
+def expert_tensor_parallel_size(cfg) -> int:
+    """A role's expert TP (`cfg`: its MegatronConfig): its expert_tensor_parallel_size, or
+    the role's TP when null (Megatron's default)."""
+    etp = cfg.expert_tensor_parallel_size
+    return cfg.tensor_model_parallel_size if etp is None else etp
 
 
 def rollout_data_parallel_size(run: RunConfig) -> int:

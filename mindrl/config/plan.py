@@ -13,8 +13,8 @@ from mindrl.config.errors import Problem
 from mindrl.config.memory import GIB, inference_weight_bytes, train_state_bytes
 from mindrl.config.pipeline_stages import stage_layer_counts
 from mindrl.config.placement import (data_parallel_size, devices_required, engine_devices,
-                                     engines_colocated, place_roles, rollout_data_parallel_size,
-                                     rollout_devices)
+                                     engines_colocated, expert_tensor_parallel_size,
+                                     place_roles, rollout_data_parallel_size, rollout_devices)
 from mindrl.config.schema import RunConfig
 
 
@@ -158,8 +158,9 @@ def make_plan(run: RunConfig, cluster: ClusterResources,
                                                              first, last)
         if run.models[role].is_moe:
             roles[role]["ep"] = cfg.expert_model_parallel_size
+            roles[role]["etp"] = expert_tensor_parallel_size(cfg)
             roles[role]["experts"] = expert_holders(
-                run.models[role].moe.num_experts, cfg.tensor_model_parallel_size,
+                run.models[role].moe.num_experts, roles[role]["etp"],
                 cfg.expert_model_parallel_size, list(p.devices))
     gen = run.generate_config
     idp = rollout_data_parallel_size(run)
@@ -251,15 +252,16 @@ def _parameters(plan: dict[str, Any]) -> str:
     return f"{_count(total)} parameters, {_count(active)} active per token"
 
 
-def expert_holders(num_experts: int, tp: int, ep: int, devices: list) -> list[dict[str, Any]]:
-    """Which devices hold which experts of every MoE layer: Megatron orders a role's ranks
-    TP fastest, then EP (inside DP), so rank r is at EP rank (r // TP) % EP and holds that
-    rank's consecutive block of experts. Empty when EP does not divide the experts."""
-    if ep < 1 or num_experts % ep:
+def expert_holders(num_experts: int, etp: int, ep: int, devices: list) -> list[dict[str, Any]]:
+    """Which devices hold which experts of every MoE layer: Megatron lays each stage's expert
+    grid expert TP fastest, then EP, then expert DP, so rank r is at EP rank (r // ETP) % EP and
+    holds that rank's consecutive block of experts (a 1/ETP shard of each; whole at ETP 1).
+    Empty when EP does not divide the experts."""
+    if ep < 1 or etp < 1 or num_experts % ep:
         return []
     n = num_experts // ep
     return [{"experts": f"{e * n}-{(e + 1) * n - 1}",
-             "devices": [d for r, d in enumerate(devices) if (r // tp) % ep == e]}
+             "devices": [d for r, d in enumerate(devices) if (r // etp) % ep == e]}
             for e in range(ep)]
 
 
@@ -289,9 +291,11 @@ def format_plan(plan: dict[str, Any]) -> str:
         if r.get("stage_layers"):
             lines.append(f"          layers per pipeline stage: "
                          f"{', '.join(map(str, r['stage_layers']))}")
-        if r.get("ep", 1) > 1:
-            lines += [f"          EP={r['ep']}: experts {h['experts']} of every MoE layer on "
-                      f"devices {_ranges(h['devices'])}" for h in r["experts"]]
+        if r.get("ep", 1) > 1 or r.get("etp", r["tp"]) != r["tp"]:
+            held = (f" expert-TP={r['etp']} ({'whole experts' if r['etp'] == 1 else 'shards'})"
+                    if r["etp"] != r["tp"] else "")
+            lines += [f"          EP={r['ep']}{held}: experts {h['experts']} of every MoE "
+                      f"layer on devices {_ranges(h['devices'])}" for h in r["experts"]]
     ro = plan["rollout"]
     where = "on the actor's" if ro["colocated"] else "their own: generate_config.rollout_devices"
     lines.append(f"  rollout devices {_ranges(ro['devices'])} ({where}): vLLM TP="

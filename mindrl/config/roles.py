@@ -21,25 +21,38 @@ class Parallelism:
     pipeline_model_parallel_size: int = 1
     sequence_parallel: bool = False
     # Mixture-of-Experts' expert parallelism: each MoE layer's experts split over this many
-    # ranks carved out of data parallelism (config/moe_checks.py checks it fits). Expert tensor
-    # parallelism is Megatron's default, the role's TP (what the weight sync's TP gather reads).
+    # ranks; expert TP x EP ranks inside a stage's TP x DP (config/moe_checks.py checks it fits).
     expert_model_parallel_size: int = 1
     # Uneven pipeline stages: the first / last stage's own layer count (None: the even split;
     # config/pipeline_stages.py).
     first_stage_layers: Optional[int] = None
     last_stage_layers: Optional[int] = None
+    # Expert tensor parallelism: each expert split over this many ranks; None = the TP
+    # (Megatron's default). 1 at TP > 1: whole experts over the TP x EP ranks.
+    expert_tensor_parallel_size: Optional[int] = None
 
     def __post_init__(self) -> None:
         ep = self.expert_model_parallel_size
         if ep < 1:
             raise ValueError(f"expert_model_parallel_size={ep} must be >= 1")
+        etp = self.expert_tensor_parallel_size
+        if etp is not None and (etp < 1 or self.tensor_model_parallel_size % etp):
+            raise ValueError(f"expert_tensor_parallel_size={etp} must divide "
+                             f"tensor_model_parallel_size={self.tensor_model_parallel_size}")
+
+    @property
+    def expert_tp(self) -> int:
+        """The expert TP in effect (the TP when expert_tensor_parallel_size is None)."""
+        etp = self.expert_tensor_parallel_size
+        return self.tensor_model_parallel_size if etp is None else etp
 
     @property
     def model_parallel_layout(self) -> tuple:
-        """(TP, PP, EP): what the process groups are made of (sequence parallelism is a model
-        setting on the same groups), so roles with equal layouts can share a process."""
+        """(TP, PP, EP, expert TP): what the process groups are made of (sequence parallelism
+        is a model setting on the same groups), so roles with equal layouts can share a
+        process."""
         return (self.tensor_model_parallel_size, self.pipeline_model_parallel_size,
-                self.expert_model_parallel_size)
+                self.expert_model_parallel_size, self.expert_tp)
 
 
 @dataclass(frozen=True)
@@ -168,7 +181,8 @@ def role_setup(run: RunConfig, role: str, pad_id: int) -> RoleSetup:
         parallel=Parallelism(cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size,
                              cfg.sequence_parallel, cfg.expert_model_parallel_size,
                              cfg.decoder_first_pipeline_num_layers,
-                             cfg.decoder_last_pipeline_num_layers),
+                             cfg.decoder_last_pipeline_num_layers,
+                             cfg.expert_tensor_parallel_size),
         params_dtype=cfg.params_dtype, micro_batch_size=cfg.micro_batch_size, seed=cfg.seed,
         load=cfg.load, optim=optim_config(run, role) if role == "actor" else None,
         loss=loss_config(run), pad_id=pad_id, cpu_threads=cfg.cpu_threads,

@@ -71,7 +71,10 @@ class MegatronConfig:
     freeze_vision_tower: bool = False
     # Mixture-of-Experts (a model whose family has experts; refused on a dense one:
     # config/moe_checks.py). Names and meanings are Megatron's / MindSpeed-RL's.
-    expert_model_parallel_size: int = 1   # inside DP; config/moe_checks.py
+    expert_model_parallel_size: int = 1   # ETP x EP inside TP x DP; config/moe_checks.py
+    # Expert TP: each expert split over this many ranks; null = the role's TP (Megatron's
+    # default). 1 = whole experts over TP x EP ranks (MindSpeed-RL's moe_tp_extend_ep).
+    expert_tensor_parallel_size: Optional[int] = None
     moe_aux_loss_coeff: float = 0.0       # load-balancing loss; off in RL (peers agree)
     moe_router_load_balancing_type: Literal["aux_loss", "seq_aux_loss", "none"] = "seq_aux_loss"
     moe_router_dtype: Optional[Literal["fp32", "fp64"]] = None   # null: the params dtype

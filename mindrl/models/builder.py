@@ -51,6 +51,7 @@ def transformer_config(spec: ModelSpec, parallel: Parallelism, params_dtype: str
         tensor_model_parallel_size=parallel.tensor_model_parallel_size,
         pipeline_model_parallel_size=parallel.pipeline_model_parallel_size,
         expert_model_parallel_size=parallel.expert_model_parallel_size,
+        expert_tensor_parallel_size=parallel.expert_tp,
         num_layers_in_first_pipeline_stage=parallel.first_stage_layers,
         num_layers_in_last_pipeline_stage=parallel.last_stage_layers,
         sequence_parallel=parallel.sequence_parallel and parallel.tensor_model_parallel_size > 1,
@@ -171,7 +172,9 @@ def initialize_parallel(parallel: Parallelism, seed: int = 1234) -> None:
     parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=parallel.tensor_model_parallel_size,
         pipeline_model_parallel_size=parallel.pipeline_model_parallel_size,
-        # Experts over EP ranks carved out of DP; expert TP stays Megatron's default (the TP).
+        # Experts over EP ranks; each expert split over expert TP ranks (the TP by default;
+        # 1: whole experts, the ETP x EP grid inside a stage's TP x DP ranks).
         expert_model_parallel_size=parallel.expert_model_parallel_size,
+        expert_tensor_parallel_size=parallel.expert_tp,
     )
     device.seed_model_parallel(seed)
