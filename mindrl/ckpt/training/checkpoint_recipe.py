@@ -30,19 +30,23 @@ LAYOUT_PREFIX = "layout."
 STALENESS = "max_staleness"
 
 
-def layout(tp: int, pp: int, dp: int, ep: int = 1) -> Dict[str, int]:
+def layout(tp: int, pp: int, dp: int, ep: int = 1, etp: Optional[int] = None) -> Dict[str, int]:
     """The sizes a checkpoint records; expert parallelism only above 1 (a record without it,
-    older checkpoints' included, is at EP 1)."""
+    older checkpoints' included, is at EP 1), expert TP only where it is not the TP (a
+    record without it is at expert TP = TP)."""
     out = {"tp": int(tp), "pp": int(pp), "dp": int(dp)}
     if ep > 1:
         out["ep"] = int(ep)
+    if etp is not None and etp != tp:
+        out["etp"] = int(etp)
     return out
 
 
 def describe_layout(lay: Mapping[str, Any]) -> str:
-    """"TP2 PP1 DP1" ("TP1 PP1 EP2 DP2" with experts split); a size the record lacks is left
-    out (older checkpoints know no DP)."""
-    return " ".join(f"{k.upper()}{lay[k]}" for k in ("tp", "pp", "ep", "dp") if k in lay)
+    """"TP2 PP1 DP1" ("TP1 PP1 EP2 DP2" with experts split, "TP2 PP1 EP2 ETP1 DP1" with
+    whole experts over the TP ranks); a size the record lacks is left out (older checkpoints
+    know no DP)."""
+    return " ".join(f"{k.upper()}{lay[k]}" for k in ("tp", "pp", "ep", "etp", "dp") if k in lay)
 
 
 def model_recipe(spec) -> Dict[str, Any]:
@@ -56,7 +60,8 @@ def run_recipe(run) -> Dict[str, Any]:
     cfg, res = run.actor_config, run.resource("actor")
     tp, pp = cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size
     return {**trainer_recipe(run), "model": model_recipe(run.models["actor"]),
-            "layout": layout(tp, pp, res.count // (tp * pp), cfg.expert_model_parallel_size),
+            "layout": layout(tp, pp, res.count // (tp * pp), cfg.expert_model_parallel_size,
+                             cfg.expert_tensor_parallel_size),
             "params_dtype": cfg.params_dtype, "micro_batch_size": cfg.micro_batch_size}
 
 

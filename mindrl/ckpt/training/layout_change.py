@@ -8,9 +8,9 @@ loader (a KeyError for a distributed-optimizer bucket, a global shape mismatch):
   which only load at the TP/PP they were saved at;
 - the RNG state: one stream per (PP, TP) rank, which maps onto nothing at another TP/PP
   (Megatron-LM skips it there too).
-Expert parallelism counts as model parallelism here: experts are stored under global numbers
-(Megatron's sharded state dict), so the weights load at another EP, while the expert-parallel
-RNG streams do not carry over. Between EP 1 and EP > 1 Megatron's optimizer changes shape: above
+Expert parallelism and expert TP count as model parallelism here: experts are stored under
+global numbers and whole shapes (Megatron's sharded state dict), so the weights load at another
+EP or expert TP, while the expert-parallel RNG streams do not carry over. Between EP 1 and EP > 1 Megatron's optimizer changes shape: above
 1 it keeps two (dense and expert parameters, saved as chained_0 / chained_1), at 1 one. Their
 model-space moments are the same tensors under another key prefix, so such a load renames the
 requested keys to the saved ones (`LoadPlan.rename_optimizer_keys`) and keeps the current
@@ -37,8 +37,15 @@ class LoadPlan:
     rename_optimizer_keys: bool = False
 
 
-def _model_parallel(lay: Mapping[str, Any]) -> Tuple[Any, Any, Any]:
-    return lay.get("tp"), lay.get("pp"), lay.get("ep", 1)
+def _model_parallel(lay: Mapping[str, Any]) -> Tuple[Any, Any, Any, Any]:
+    return lay.get("tp"), lay.get("pp"), lay.get("ep", 1), lay.get("etp", lay.get("tp"))
+
+
+def _expert_sizes(lay: Mapping[str, Any]) -> str:
+    """The saved expert sizes a resume must also keep (", EP ... and expert TP ..."), where
+    the record has them."""
+    out = f", expert_model_parallel_size={lay['ep']}" if "ep" in lay else ""
+    return out + (f", expert_tensor_parallel_size={lay['etp']}" if "etp" in lay else "")
 
 
 def plan_load(saved_layout: Optional[Mapping[str, Any]], saved_format: str,
@@ -62,16 +69,17 @@ def plan_load(saved_layout: Optional[Mapping[str, Any]], saved_format: str,
     if load_optim and saved_format not in RESHARDABLE_OPTIM_FORMATS:
         raise ValueError(
             f"{ckpt_dir} was saved at {old} with its distributed-optimizer state in the "
-            f"{saved_format} format, which loads only at TP{saved_layout['tp']} "
-            f"PP{saved_layout['pp']}; this run is at {new}. Resume at "
-            f"actor_config.tensor_model_parallel_size={saved_layout['tp']} and "
-            f"pipeline_model_parallel_size={saved_layout['pp']} (save once there to get a "
+            f"{saved_format} format, which loads only at the layout it was saved at; this run "
+            f"is at {new}. Resume at actor_config.tensor_model_parallel_size="
+            f"{saved_layout['tp']} and pipeline_model_parallel_size={saved_layout['pp']}"
+            f"{_expert_sizes(saved_layout)} (save once there to get a "
             f"reshardable checkpoint), or set actor_config.no_load_optim: true to keep the "
             f"weights and start Adam afresh")
     notes = ()
     if load_rng:
         notes = (f"RNG state of {ckpt_dir} not restored: saved at {old}, loading at {new}, and "
-                 f"its per-rank streams do not map across TP/PP/EP layouts (fresh RNG state)",)
+                 f"its per-rank streams do not map across TP/PP/EP/ETP layouts (fresh RNG "
+                 f"state)",)
     if rechained:
         held = {True: "one optimizer", False: "dense and expert optimizers"}
         notes += (f"Adam's state of {ckpt_dir}: saved at {old} ({held[saved_ep == 1]}), loaded "

@@ -141,7 +141,8 @@ def current_layout(ps) -> Dict[str, int]:
     return checkpoint_recipe.layout(ps.get_tensor_model_parallel_world_size(),
                                     ps.get_pipeline_model_parallel_world_size(),
                                     ps.get_data_parallel_world_size(),
-                                    ps.get_expert_model_parallel_world_size())
+                                    ps.get_expert_model_parallel_world_size(),
+                                    ps.get_expert_tensor_parallel_world_size())
 
 
 def _format_of(optimizer) -> str:
