@@ -2,12 +2,16 @@
 
     python bench/bench_moe.py                              # qwen3-moe-bench shape, fp32
     python bench/bench_moe.py --model tiny-qwen3-moe --samples 8 --response 32   # smoke
+    python bench/bench_moe.py --hidden 512 --expert-width 512     # the same model, wider
 
 The dense baseline is the MoE spec with its expert MLPs replaced by one dense SwiGLU of width
 router_topk x the expert width (architecture qwen3): per token it does the same matmuls as the
 MoE layer's top-k experts, so the two differ by the router (hidden x experts per layer, reported
 as `router_parameters`) and by what MoE costs beyond its FLOPs: routing, the token dispatch,
-experts run one by one (SequentialMLP on CPU) on uneven token counts.
+experts on uneven token counts. The MoE update runs twice: with the experts as the device
+chooses (`expert_kernel`: "grouped", two grouped GEMMs per layer, where the device has them; else
+"sequential") and one by one (Megatron's SequentialMLP); `grouped_ratio` = the first's
+tokens/s over the second's (1.0 where both ran sequentially).
 
 Per model: one rank builds the Megatron engine (packed rows, a token budget of 4 x the longest
 sample; bench/common/update_engine.py), runs a warm-up update, then `--repeats` updates of the
@@ -52,10 +56,13 @@ def router_parameters(spec) -> int:
         [i for i in range(spec.num_layers) if spec.moe.is_moe_layer(i)])
 
 
-def time_updates(spec, batch, budget: int, dtype: str, repeats: int) -> list:
+def time_updates(spec, batch, budget: int, dtype: str, repeats: int, moe=None) -> list:
     from mindrl import device
 
-    engine = pack_engine(spec, dtype, budget)
+    engine = pack_engine(spec, dtype, budget, moe=moe)
+    if spec.is_moe:
+        grouped = engine.module.config.moe_grouped_gemm
+        time_updates.experts = "grouped" if grouped else "sequential"
     engine.update(batch, mini_batch_size=len(batch))        # warm-up
     seconds = []
     for _ in range(repeats):
@@ -97,6 +104,8 @@ def main(argv=None) -> int:
     ap.add_argument("--prompt", type=int, default=64)
     ap.add_argument("--response", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--hidden", type=int, help="the model's hidden size instead of its own")
+    ap.add_argument("--expert-width", type=int, help="each expert's width instead of its own")
     add_results_argument(ap)
     args = ap.parse_args(argv)
 
@@ -111,6 +120,13 @@ def main(argv=None) -> int:
                          f"(e.g. tiny-qwen3-moe)")
     spec = dataclasses.replace(spec, max_position_embeddings=max(
         spec.max_position_embeddings, args.prompt + args.response))
+    if args.hidden or args.expert_width:    # the same model at another width
+        spec = dataclasses.replace(
+            spec, name=f"{spec.name}-h{args.hidden or spec.hidden_size}"
+                       f"-e{args.expert_width or spec.moe.ffn_hidden_size}",
+            hidden_size=args.hidden or spec.hidden_size,
+            moe=dataclasses.replace(spec.moe, ffn_hidden_size=args.expert_width
+                                    or spec.moe.ffn_hidden_size))
     dense = dense_twin(spec)
     b = natural_batch(spec.vocab_size, args.samples, args.prompt, args.response, seed=7)
     layout = pack_layout(b)
@@ -122,16 +138,24 @@ def main(argv=None) -> int:
            "dense_parameters": dense.num_parameters(),
            "router_parameters": router_parameters(spec),
            "experts": spec.moe.num_experts, "top_k": spec.moe.router_topk}
-    for label, model in (("moe", spec), ("dense", dense)):
-        seconds, sync = time_updates(model, batch, layout["budget"], args.dtype, args.repeats)
+    from mindrl.config.roles import MoETraining
+
+    for label, model, moe in (("moe", spec, None), ("moe_sequential", spec,
+                                                     MoETraining(grouped_gemm=False)),
+                              ("dense", dense, None)):
+        seconds, sync = time_updates(model, batch, layout["budget"], args.dtype, args.repeats,
+                                     moe)
+        if label == "moe":
+            out["expert_kernel"] = time_updates.experts
         median = statistics.median(seconds)
         out[f"{label}_update_s"] = median
         out[f"{label}_tokens_per_s"] = layout["real_tokens"] / median
         out[f"{label}_sync_bytes"] = sync["bytes"]
         out[f"{label}_sync_s_per_gb"] = sync["s_per_gb"]
-        print(f"{label:5s} update {median:.3f} s ({out[f'{label}_tokens_per_s']:.0f} tokens/s), "
+        print(f"{label:14s} update {median:.3f} s ({out[f'{label}_tokens_per_s']:.0f} tokens/s), "
               f"sync source {sync['s_per_gb']:.3f} s/GB of {sync['bytes'] / 1e6:.1f} MB")
     out["update_ratio"] = out["moe_tokens_per_s"] / out["dense_tokens_per_s"]
+    out["grouped_ratio"] = out["moe_tokens_per_s"] / out["moe_sequential_tokens_per_s"]
     out["sync_ratio"] = out["moe_sync_s_per_gb"] / out["dense_sync_s_per_gb"]
     emit(out, None, args.results)
     return 0

@@ -242,6 +242,17 @@ def bf16_supported() -> bool:
                for name in ("avx512_bf16", "amx_bf16", "bf16", "sve_bf16"))
 
 
+@functools.lru_cache(maxsize=None)
+def grouped_gemm(dtype: torch.dtype):
+    """This device's grouped GEMM in `dtype` (grouped_mm(x, weights [E, in, out], ends) ->
+    every group's rows times its weights in one call: a MoE layer's experts at once,
+    models/grouped_experts.py), or None where it does not run (then experts go one by one);
+    probed once per dtype (mindrl/platforms/grouped_gemm.py)."""
+    from mindrl.platforms.grouped_gemm import grouped_mm, grouped_mm_works
+
+    return grouped_mm if grouped_mm_works(current_device(), dtype) else None
+
+
 def megatron_config() -> dict:
     """TransformerConfig values this platform decides (host initialisation, fused kernels,
     pipeline stream sync: mindrl/platforms/cpu/megatron_settings.py)."""

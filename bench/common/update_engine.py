@@ -7,9 +7,10 @@ from bench.common.batches import PACK_MICRO_BATCH
 
 
 def pack_engine(spec, dtype: str, budget=None, lr=1e-6, distributed_optimizer=False,
-                micro_batch_size=None):
+                micro_batch_size=None, moe=None):
     """A trainable one-rank engine: padded rows of `micro_batch_size` (PACK_MICRO_BATCH)
-    samples, or (`budget`) packed rows of at most that many real tokens."""
+    samples, or (`budget`) packed rows of at most that many real tokens; `moe`: a MoE
+    model's MoETraining settings (None: the defaults)."""
     from mindrl.engines.megatron_engine import MegatronEngine, OptimConfig
     from mindrl.models.builder import Parallelism, initialize_parallel
 
@@ -17,7 +18,7 @@ def pack_engine(spec, dtype: str, budget=None, lr=1e-6, distributed_optimizer=Fa
     return MegatronEngine(spec, Parallelism(), params_dtype=dtype,
                           micro_batch_size=micro_batch_size or PACK_MICRO_BATCH,
                           packed=budget is not None,
-                          max_tokens_per_micro_batch=budget,
+                          max_tokens_per_micro_batch=budget, moe=moe,
                           optim=OptimConfig(lr=lr, clip_grad=0.0,
                                             use_distributed_optimizer=distributed_optimizer))
 

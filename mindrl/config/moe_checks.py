@@ -38,7 +38,7 @@ def _dense_role(run: RunConfig, role: str) -> list[Problem]:
 
 
 def _moe_role(run: RunConfig, role: str, cluster: ClusterResources) -> list[Problem]:
-    cfg, spec = run.role(role), run.models[role]
+    cfg = run.role(role)
     key = lambda name: names.role_key(run, role, name)  # noqa: E731
     out = []
     out += _expert_parallel(run, role)
@@ -56,13 +56,6 @@ def _moe_role(run: RunConfig, role: str, cluster: ClusterResources) -> list[Prob
                            "moe_router_load_balancing_type: none turns off",
                            "set moe_router_load_balancing_type: seq_aux_loss, or the coefficient "
                            "to 0", cfg.moe_aux_loss_coeff))
-    if cfg.moe_grouped_gemm:
-        # Megatron's grouped experts hold stacked weight1/weight2 where the tensor tables
-        # (conversion, weight sync, fingerprints) name one linear_fc1/fc2 per expert.
-        out.append(Problem(key("moe_grouped_gemm"), "asks for Megatron's grouped expert GEMM, "
-                           "whose stacked weights the checkpoint and sync tables do not map "
-                           "yet; the experts run one by one (SequentialMLP, the same maths)",
-                           "set it to false or null", True))
     return out
 
 

@@ -42,6 +42,8 @@ def test_bench_runs_on_the_tiny_shapes(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = json.loads(proc.stdout.strip().splitlines()[-1])
     assert line["bench"] == "moe" and line["experts"] == 8 and line["top_k"] == 2
-    for key in ("moe_tokens_per_s", "dense_tokens_per_s", "update_ratio", "sync_ratio"):
+    for key in ("moe_tokens_per_s", "moe_sequential_tokens_per_s", "dense_tokens_per_s",
+                "update_ratio", "grouped_ratio", "sync_ratio"):
         assert line[key] > 0, key
+    assert line["expert_kernel"] in ("grouped", "sequential")
     assert line["moe_sync_bytes"] > line["dense_sync_bytes"]   # every expert is sent

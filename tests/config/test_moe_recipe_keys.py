@@ -9,7 +9,6 @@ import pytest
 
 from mindrl.config import (ClusterResources, ConfigError, compose_recipe, load_recipe,
                            make_plan, validate_lenient)
-from mindrl.config.errors import CLUSTER
 from mindrl.config.moe_checks import check_moe
 from mindrl.config.roles import MoETraining, role_setup
 
@@ -106,14 +105,16 @@ def test_bad_moe_values_are_refused(overrides, key, words):
     assert key in err.keys and words in str(err), str(err)
 
 
-def test_grouped_gemm_is_refused_on_every_device_until_the_tables_map_it():
-    for cluster in (CPU2, ClusterResources("cuda", 2)):
-        p = problem(refused(MOE, ["+megatron_training.moe_grouped_gemm=true"], cluster),
-                    "megatron_training.moe_grouped_gemm")
-        assert p.category != CLUSTER and "do not map" in p.message
-    run, _ = validate_lenient(compose_recipe(MOE, ["+megatron_training.moe_grouped_gemm=false"]),
-                              CPU2, check_paths=False)
-    assert check_moe(run, ClusterResources("cuda", 2)) == []
+def test_grouped_gemm_passes_to_the_engine_on_every_device():
+    """true / false / null all pass the checks: the model build asks the device
+    (tests/models/test_grouped_experts.py) and stops on a true it cannot run."""
+    for value in ("true", "false", "null"):
+        run, _ = validate_lenient(compose_recipe(
+            MOE, [f"+megatron_training.moe_grouped_gemm={value}"]), CPU2, check_paths=False)
+        for cluster in (CPU2, ClusterResources("cuda", 2)):
+            assert check_moe(run, cluster) == []
+        want = {"true": True, "false": False, "null": None}[value]
+        assert role_setup(run, "actor", 0).moe.grouped_gemm is want
 
 
 def test_the_tiny_moe_default_reaches_its_engines():

@@ -3,8 +3,9 @@ Mixture-of-Experts MLP: a softmax router over `num_experts` experts, the top `ro
 per token (renormalised to sum 1 when `norm_topk_prob`), each expert a SwiGLU of width
 `moe.ffn_hidden_size`; the layers in `moe.dense_layers` keep a dense MLP.
 
-On Megatron: the local spec's MoELayer (SequentialMLP, experts one by one: the grouped GEMM's
-stacked weight1/weight2 are not in the tensor table, config/moe_checks.py), its top-k router with
+On Megatron: the local spec's MoELayer (its experts a SequentialMLP, or where the device has a
+grouped GEMM the same parameters run in two grouped GEMMs: models/grouped_experts.py), its
+top-k router with
 `moe_router_pre_softmax` set so that it equals HF's routing, the allgather dispatcher (no
 side streams or collective split sizes at expert parallelism 1, so it runs the same on CPU
 and GPU) and `moe_layer_freq` as a 0/1 list from dense_layers. Parity with transformers'
@@ -92,16 +93,22 @@ class Qwen3MoeFamily(Qwen3Family):
                     moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=0.0,
                     moe_layer_freq=moe_layer_freq(spec),
                     moe_token_dispatcher_type="allgather",
-                    moe_grouped_gemm=False)
+                    moe_grouped_gemm=None)     # None: the device's (grouped_experts.choose)
 
     def layer_spec(self, config):
-        """A MoE layer: the local spec's MoELayer (grouped experts when the config asks)."""
+        """A MoE layer: the local spec's MoELayer, its experts grouped where
+        grouped_experts.choose says (config.moe_grouped_gemm then records the choice)."""
         from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
-        return get_gpt_layer_local_spec(num_experts=config.num_moe_experts,
-                                        moe_grouped_gemm=config.moe_grouped_gemm,
-                                        normalization="RMSNorm",
+        from mindrl.models import grouped_experts
+
+        config.moe_grouped_gemm = grouped_experts.choose(config, config.moe_grouped_gemm)
+        spec = get_gpt_layer_local_spec(num_experts=config.num_moe_experts,
+                                        moe_grouped_gemm=False, normalization="RMSNorm",
                                         qk_layernorm=self.features.qk_norm)
+        if config.moe_grouped_gemm:
+            spec.submodules.mlp.submodules.experts.module = grouped_experts.grouped_experts_class()
+        return spec
 
     def dense_layer_spec(self, config):
         """A layer of `moe.dense_layers`: Qwen3's dense layer."""
