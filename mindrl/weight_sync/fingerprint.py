@@ -20,6 +20,7 @@ import torch
 
 from mindrl.ckpt import mapping
 from mindrl.ckpt.fingerprint import digest, probe
+from mindrl.models.expert_names import expert_number
 
 PROBE_SLAB_BYTES = 64 * 2**20
 ProbeRows = Dict[int, torch.Tensor]      # unit index -> this rank's W_local p (or 1-D shard)
@@ -65,12 +66,12 @@ def expected_fingerprints(source, dtype: Optional[torch.dtype]) -> Optional[Dict
     expected fingerprint of every HF tensor on the host, None on the other ranks."""
     rows: ProbeRows = {}
     for index, unit in enumerate(source.units):
-        if unit.stage != source.pp_rank:
+        place = source.shard_place(unit)      # an expert: its expert-TP shard, or none here
+        if unit.stage != source.pp_rank or place is None:
             continue
-        if unit.rule.tp_dim is None and source.tp_rank != 0:
+        if unit.rule.tp_dim is None and place[0] != 0:
             continue                                  # replicated: TP rank 0 speaks for it
-        rows[index] = probe_rows(unit.rule, source.params[unit.local_name], source.tp_rank,
-                                 source.tp_size, dtype)
+        rows[index] = probe_rows(unit.rule, source.params[unit.local_name], *place, dtype)
     mine: Tuple[int, int, ProbeRows] = (source.pp_rank, source.tp_rank, rows)
     if len(source.mp_ranks) == 1:
         gathered = [mine]
@@ -85,7 +86,9 @@ def expected_fingerprints(source, dtype: Optional[torch.dtype]) -> Optional[Dict
     by_place = {(pp, tp): r for pp, tp, r in gathered}
     expected: Dict[str, torch.Tensor] = {}
     for index, unit in enumerate(source.units):
-        ranks = 1 if unit.rule.tp_dim is None else source.tp_size
+        # an expert's shards: on the TP ranks below expert TP (their expert-TP ranks)
+        size = source.etp_size if expert_number(unit.local_name) is not None else source.tp_size
+        ranks = 1 if unit.rule.tp_dim is None else size
         shards = [by_place[(unit.stage, tp)][index] for tp in range(ranks)]
         expected.update(unit_digests(unit.rule, source.spec, unit.layer, shards))
     return expected

@@ -5,14 +5,19 @@ TP0 / PP0 of data-parallel replica 0 (global rank 0 in Megatron's default order)
 are the other ranks of that replica's model-parallel group. Other replicas hold the same
 weights and take no part (`active` is False).
 
-Expert parallelism (EP > 1) carves its ranks out of data parallelism, so replica 0 holds only
-its EP rank's block of each layer's experts. Before each sync every EP group of expert-data-
-parallel rank 0 all-gathers its experts (`gather_experts`: every expert tensor from the EP rank
-that holds it), and each of those ranks then holds all of its TP shard's experts under the
-tables' global numbers; the transports read `params` as at EP 1, so vLLM's fused w13/w2 of a
-layer arrive whole, each expert once. `release_experts` drops the copies after the sync. The
-cost: every gathering rank holds all experts of its TP shard during a sync (EP-fold its own);
-sending each expert from its holder straight to the host would avoid that copy.
+Expert parallelism (EP > 1) lays its ranks inside each stage's TP x DP ones, so replica 0
+holds only some EP ranks' blocks of each layer's experts. Each expert is split over the
+expert-TP ranks (expert TP, by default the TP; it divides the TP, so with Megatron's TP-fastest
+order expert-TP rank r of the replica's expert shards is its TP rank r < expert TP). Before
+each sync every EP group of expert-data-parallel rank 0 sends its experts to that group's EP
+rank 0 (`gather_experts`, point to point: each expert shard travels once, from the EP rank that
+holds it), and those receivers, the replica's TP ranks below expert TP, then hold all of their
+expert-TP shard's experts under the tables' global numbers; the transports read `params` as at
+EP 1, taking an expert's shards from those ranks (`shard_place`): whole from TP rank 0 at
+expert TP 1, so vLLM's fused w13/w2 of a layer arrive whole, each expert once.
+`release_experts` drops the copies after the sync. The cost: every receiving rank holds all
+experts of its expert-TP shard during a sync (EP-fold its own); sending each expert from its
+holder straight to the host would avoid that copy.
 """
 
 from __future__ import annotations
@@ -69,11 +74,20 @@ class MegatronShards:
         self.own = dict(self.module.named_parameters())
         self.params = dict(self.own)    # under the tables' names (experts: global numbers)
         self.ep_size = ps.get_expert_model_parallel_world_size() if spec.is_moe else 1
+        self.etp_size = (ps.get_expert_tensor_parallel_world_size() if spec.is_moe
+                         else self.tp_size)
+        self.etp_rank = ps.get_expert_tensor_parallel_rank() if spec.is_moe else self.tp_rank
+        if self.tp_size % self.etp_size:
+            raise NotImplementedError(f"the weight sync reads expert shards inside the TP "
+                                      f"group: expert TP {self.etp_size} must divide TP "
+                                      f"{self.tp_size}")
         self.local_experts = [n for n in self.own if expert_number(n) is not None]
         if self.ep_size > 1:
             self.ep_rank = ps.get_expert_model_parallel_rank()
-            self.ep_group = ps.get_expert_model_parallel_group()
-            # EP groups of expert-DP rank 0 hold replica 0's experts (and gather them).
+            self.ep_ranks = torch.distributed.get_process_group_ranks(
+                ps.get_expert_model_parallel_group())
+            # EP groups of expert-DP rank 0 hold replica 0's experts; their EP rank 0 (a TP
+            # rank of replica 0 below expert TP) receives them.
             self.gathers_experts = ps.get_expert_data_parallel_rank() == 0
             for name in self.local_experts:
                 del self.params[name]
@@ -85,21 +99,25 @@ class MegatronShards:
         self.rank = torch.distributed.get_rank()
 
     def gather_experts(self) -> int:
-        """EP > 1: every expert of this rank's TP shard into `params` under its global number
-        (a collective over the EP group, on every rank of expert-DP rank 0). Returns the
-        elements received from other EP ranks."""
+        """EP > 1: every expert of this rank's expert-TP shard into `params` under its global
+        number on EP rank 0 of each EP group of expert-DP rank 0 (point to point from the other
+        EP ranks, which send each of theirs once). Returns the elements received."""
         if self.ep_size == 1 or not self.gathers_experts:
             return 0
         n_local = self.spec.moe.num_experts // self.ep_size
+        if self.ep_rank != 0:
+            for name in self.local_experts:
+                torch.distributed.send(self.own[name].detach().contiguous(), self.ep_ranks[0])
+            return 0
         received = 0
-        for name in self.local_experts:
-            local = self.own[name].detach().contiguous()
-            parts = [local if r == self.ep_rank else torch.empty_like(local)
-                     for r in range(self.ep_size)]
-            torch.distributed.all_gather(parts, local, group=self.ep_group)
-            for r, part in enumerate(parts):
+        for name in self.local_experts:     # the senders' order: no send waits on another
+            local = self.own[name].detach()
+            self.params[global_name(name, 0, n_local)] = local
+            for r in range(1, self.ep_size):
+                part = torch.empty_like(local)
+                torch.distributed.recv(part, self.ep_ranks[r])
                 self.params[global_name(name, r, n_local)] = part
-            received += local.numel() * (self.ep_size - 1)
+                received += part.numel()
         return received
 
     def release_experts(self) -> None:
@@ -118,28 +136,44 @@ class MegatronShards:
 
     # ---------------------------------------------------------------- full tensors
 
+    def shard_place(self, unit: Unit) -> Optional[Tuple[int, int]]:
+        """(shard rank, shard count) of this rank's part of a unit: its TP rank and the TP,
+        an expert's its expert-TP rank and the expert TP; None where this rank holds no part
+        of it in the sync (an expert on a TP rank at or above expert TP: the copies there
+        are another expert-DP replica's)."""
+        if expert_number(unit.local_name) is None:
+            return self.tp_rank, self.tp_size
+        if self.tp_rank >= self.etp_size:
+            return None
+        return self.etp_rank, self.etp_size
+
     def gather_tp(self, unit: Unit, alloc: Alloc = plain_alloc) -> Optional[torch.Tensor]:
         """The full Megatron tensor on this stage's TP rank 0 (None on the others).
 
         Point to point rather than a gather collective: gloo's gather stages everything in a
         temporary of the full size, while recv writes straight into the destination (row-block
-        shards land in place; others are put in order by `mapping.gather`).
+        shards land in place; others are put in order by `mapping.gather`). An expert's shards
+        come from the first expert-TP TP ranks (`shard_place`).
         """
+        place = self.shard_place(unit)
+        if place is None:
+            return None
+        rank, size = place
         local = self.params[unit.local_name].detach()
-        if self.tp_size == 1 or unit.rule.tp_dim is None:
-            return local if self.tp_rank == 0 else None
+        if size == 1 or unit.rule.tp_dim is None:
+            return local if rank == 0 else None
         local = local.contiguous()
-        if self.tp_rank != 0:
+        if rank != 0:
             torch.distributed.send(local, self.tp_ranks[0])
             return None
         full = None
         if mapping.shards_are_row_blocks(unit.rule):
-            full = alloc((local.shape[0] * self.tp_size, *local.shape[1:]), local.dtype)
-            shards = list(torch.chunk(full, self.tp_size, dim=0))
+            full = alloc((local.shape[0] * size, *local.shape[1:]), local.dtype)
+            shards = list(torch.chunk(full, size, dim=0))
         else:
-            shards = [torch.empty_like(local) for _ in range(self.tp_size)]
+            shards = [torch.empty_like(local) for _ in range(size)]
         shards[0].copy_(local)
-        for r in range(1, self.tp_size):
+        for r in range(1, size):
             torch.distributed.recv(shards[r], self.tp_ranks[r])
         return full if full is not None else mapping.gather(unit.rule, shards)
 
@@ -171,11 +205,12 @@ class MegatronShards:
         (`mapping.write_shard`). None, or (index of the unit that failed, a message naming
         it) at the first failure."""
         for index, (unit, views) in enumerate(destinations):
-            if unit.stage != self.pp_rank:
+            place = self.shard_place(unit)
+            if unit.stage != self.pp_rank or place is None:
                 continue
             try:
                 mapping.write_shard(unit.rule, self.spec, self.params[unit.local_name].detach(),
-                                    self.tp_rank, self.tp_size, views)
+                                    *place, views)
             except Exception as exc:
                 return index, (f"rank {self.rank} failed to write {unit.local_name} "
                                f"({', '.join(unit.rule.hf_names(unit.layer))}) into {where}: "

@@ -3,6 +3,8 @@ an engine at TP x expert TP x EP loaded from a full Megatron state dict (the den
 shards, each expert an expert-TP shard on the EP rank that holds it), and the full parameters
 put back together under the tables' global names."""
 
+import os
+
 import torch
 
 from mindrl.ckpt import mapping
@@ -122,3 +124,58 @@ def resume_across_etp(rank, world, spec, full, batches, save, load, save_dir):
     out = {"saved": saved, "loaded": {**after_load(fresh), "notes": meta.get("notes", [])}}
     ps.destroy_model_parallel()
     return out if rank == 0 else None
+
+
+def sync_from_etp(rank, world, spec, vllm_dir, layout_dir, full, prompts, gen_cfg, layout):
+    """An actor at `layout` (tp, etp, ep, dispatcher) over 2 ranks syncs into a vLLM TP1 on
+    rank 0, verified per expert; vLLM's log-probs against the actor's before and after a
+    step; how many expert tensors each rank kept (sent from) and received."""
+    from megatron.core import parallel_state as ps
+
+    from mindrl.ckpt.fingerprint import checkpoint_fingerprint
+    from mindrl.engines.vllm_process import VLLMEngineProcess
+    from mindrl.weight_sync.resharder import Resharder
+    from support.reshard_worker import _max_diff, _rollout
+
+    vllm = VLLMEngineProcess(vllm_dir, gen_cfg) if rank == 0 else None
+    try:
+        engine = etp_engine(spec, full, *layout, lr=1e-2, clip=0.0)
+        resharder = Resharder(engine.model, spec, target=vllm, bucket_mb=0.1)
+        res = {"sync": resharder.sync(verify=True),
+               "experts_kept": sum(expert_number(n) is not None for n in resharder.source.params)}
+        if vllm is not None:     # mapping-free: vLLM now equals the converted HF dir
+            vllm.check_fingerprint(checkpoint_fingerprint(layout_dir, vllm.dtype))
+        batch = _rollout(vllm, prompts, seed=300)
+        mask = batch["response_mask"].float()
+        old = engine.compute_log_probs(Batch.of(**batch))["log_probs"]
+        res["diff_before"] = _max_diff(batch["rollout_log_probs"], old, mask)
+        g = torch.Generator().manual_seed(0)
+        adv = torch.randn(batch["response_ids"].shape[0], 1, generator=g).sign()
+        engine.update(Batch.of(**batch, advantages=adv.expand_as(mask) * mask),
+                      mini_batch_size=batch["response_ids"].shape[0])
+        res["sync_after"] = resharder.sync(verify=True)
+        batch2 = _rollout(vllm, prompts, seed=301)
+        new = engine.compute_log_probs(Batch.of(**batch2))["log_probs"]
+        moved = engine.compute_log_probs(Batch.of(**batch))["log_probs"]
+        res["diff_after"] = _max_diff(batch2["rollout_log_probs"], new,
+                                      batch2["response_mask"].float())
+        res["diff_new_vs_old"] = _max_diff(moved, old, mask)
+        resharder.close()
+        # The transport for engines the ranks cannot reach through host memory: full
+        # tensors put together on the host over the collective backend (gather_tp).
+        os.environ["MINDRL_RESHARD_SHM"] = "0"
+        try:
+            collective = Resharder(engine.model, spec, target=vllm, bucket_mb=0.1)
+            res["sync_collective"] = collective.sync(verify=True)
+            collective.close()
+        finally:
+            del os.environ["MINDRL_RESHARD_SHM"]
+        batch3 = _rollout(vllm, prompts, seed=302)
+        res["diff_collective"] = _max_diff(
+            batch3["rollout_log_probs"], engine.compute_log_probs(Batch.of(**batch3))[
+                "log_probs"], batch3["response_mask"].float())
+        ps.destroy_model_parallel()
+    finally:
+        if vllm is not None:
+            vllm.close()
+    return res if rank == 0 else None
