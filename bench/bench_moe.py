@@ -8,10 +8,10 @@ The dense baseline is the MoE spec with its expert MLPs replaced by one dense Sw
 router_topk x the expert width (architecture qwen3): per token it does the same matmuls as the
 MoE layer's top-k experts, so the two differ by the router (hidden x experts per layer, reported
 as `router_parameters`) and by what MoE costs beyond its FLOPs: routing, the token dispatch,
-experts on uneven token counts. The MoE update runs twice: with the experts as the device
-chooses (`expert_kernel`: "grouped", two grouped GEMMs per layer, where the device has them; else
-"sequential") and one by one (Megatron's SequentialMLP); `grouped_ratio` = the first's
-tokens/s over the second's (1.0 where both ran sequentially).
+experts on uneven token counts. The MoE update runs with its experts one by one (Megatron's
+SequentialMLP) and, where the device has torch's grouped GEMM in the dtype, grouped (two grouped
+GEMMs per layer, models/grouped_experts.py): `grouped_ratio` = grouped tokens/s over one by
+one; `moe_*` are the keys of what `moe_grouped_gemm: null` runs here (`expert_kernel`).
 
 Per model: one rank builds the Megatron engine (packed rows, a token budget of 4 x the longest
 sample; bench/common/update_engine.py), runs a warm-up update, then `--repeats` updates of the
@@ -60,9 +60,6 @@ def time_updates(spec, batch, budget: int, dtype: str, repeats: int, moe=None) -
     from mindrl import device
 
     engine = pack_engine(spec, dtype, budget, moe=moe)
-    if spec.is_moe:
-        grouped = engine.module.config.moe_grouped_gemm
-        time_updates.experts = "grouped" if grouped else "sequential"
     engine.update(batch, mini_batch_size=len(batch))        # warm-up
     seconds = []
     for _ in range(repeats):
@@ -139,14 +136,14 @@ def main(argv=None) -> int:
            "router_parameters": router_parameters(spec),
            "experts": spec.moe.num_experts, "top_k": spec.moe.router_topk}
     from mindrl.config.roles import MoETraining
+    from mindrl.models.builder import torch_dtype
 
-    for label, model, moe in (("moe", spec, None), ("moe_sequential", spec,
-                                                     MoETraining(grouped_gemm=False)),
-                              ("dense", dense, None)):
+    runs = [("moe_sequential", spec, MoETraining(grouped_gemm=False)), ("dense", dense, None)]
+    if device.grouped_gemm(torch_dtype(args.dtype)) is not None:
+        runs.insert(0, ("moe_grouped", spec, MoETraining(grouped_gemm=True)))
+    for label, model, moe in runs:
         seconds, sync = time_updates(model, batch, layout["budget"], args.dtype, args.repeats,
                                      moe)
-        if label == "moe":
-            out["expert_kernel"] = time_updates.experts
         median = statistics.median(seconds)
         out[f"{label}_update_s"] = median
         out[f"{label}_tokens_per_s"] = layout["real_tokens"] / median
@@ -154,8 +151,14 @@ def main(argv=None) -> int:
         out[f"{label}_sync_s_per_gb"] = sync["s_per_gb"]
         print(f"{label:14s} update {median:.3f} s ({out[f'{label}_tokens_per_s']:.0f} tokens/s), "
               f"sync source {sync['s_per_gb']:.3f} s/GB of {sync['bytes'] / 1e6:.1f} MB")
+    grouped = "moe_grouped_tokens_per_s" in out and device.grouped_gemm_by_default()
+    out["expert_kernel"] = "grouped" if grouped else "sequential"     # what null runs here
+    for key in ("update_s", "tokens_per_s", "sync_bytes", "sync_s_per_gb"):
+        out[f"moe_{key}"] = out[f"moe_{'grouped' if grouped else 'sequential'}_{key}"]
     out["update_ratio"] = out["moe_tokens_per_s"] / out["dense_tokens_per_s"]
-    out["grouped_ratio"] = out["moe_tokens_per_s"] / out["moe_sequential_tokens_per_s"]
+    if "moe_grouped_tokens_per_s" in out:
+        out["grouped_ratio"] = (out["moe_grouped_tokens_per_s"]
+                                / out["moe_sequential_tokens_per_s"])
     out["sync_ratio"] = out["moe_sync_s_per_gb"] / out["dense_sync_s_per_gb"]
     emit(out, None, args.results)
     return 0

@@ -253,6 +253,14 @@ def grouped_gemm(dtype: torch.dtype):
     return grouped_mm if grouped_mm_works(current_device(), dtype) else None
 
 
+def grouped_gemm_by_default() -> bool:
+    """Whether MoE experts run grouped here when the recipe leaves moe_grouped_gemm null
+    (where it runs at all): a measured choice per device kind (platforms/grouped_gemm.py)."""
+    from mindrl.platforms.grouped_gemm import DEFAULT_ON
+
+    return DEFAULT_ON.get(device_type(), False)
+
+
 def megatron_config() -> dict:
     """TransformerConfig values this platform decides (host initialisation, fused kernels,
     pipeline stream sync: mindrl/platforms/cpu/megatron_settings.py)."""

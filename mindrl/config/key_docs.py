@@ -107,10 +107,11 @@ KEY_DOCS: dict[str, str] = {
                                            "out of the optimizer (experts still train)",
     "megatron_training.moe_token_dispatcher_type": "how tokens reach experts: allgather (the "
         "one that runs on CPU) or alltoall",
-    "megatron_training.moe_grouped_gemm": "null: each MoE layer's experts run as two grouped "
-        "GEMMs where the device has torch's grouped GEMM in the params dtype (probed at model "
-        "build), one by one elsewhere; true: grouped or the build stops naming this key; "
-        "false: one by one (Megatron's SequentialMLP). The same parameters either way",
+    "megatron_training.moe_grouped_gemm": "true: each MoE layer's experts run as two grouped "
+        "GEMMs (torch's, probed at model build in the params dtype; where it cannot run the "
+        "build stops naming this key); false: one by one (Megatron's SequentialMLP); null: "
+        "the device kind's measured default (CUDA grouped where it runs, CPU one by one: "
+        "the same speed there). The same parameters and results either way",
     "megatron_training.stage": "MindSpeed-RL's algorithm key: `ray_grpo` only",
     "megatron_training.recompute_granularity": "null only: MindRL has no activation "
                                                "recomputation",

@@ -80,7 +80,7 @@ class MegatronConfig:
     moe_router_dtype: Optional[Literal["fp32", "fp64"]] = None   # null: the params dtype
     moe_router_freeze: bool = False       # router weights out of the optimizer
     moe_token_dispatcher_type: Literal["allgather", "alltoall"] = "allgather"
-    moe_grouped_gemm: Optional[bool] = None   # null: grouped where the device has it
+    moe_grouped_gemm: Optional[bool] = None   # null: the device kind's default
     # MindSpeed-RL keys (config/ported.py): accepted at the one value MindRL implements.
     stage: str = "ray_grpo"                       # the algorithm; GRPO is the only one
     recompute_granularity: Optional[str] = None   # no activation recomputation: null only

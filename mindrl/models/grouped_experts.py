@@ -7,8 +7,9 @@ hold the experts as stacked weights the checkpoint and sync tables would have to
 and sync paths) whose forward stacks the local experts' fc1 and fc2 weights and runs each as
 one grouped GEMM over the permuted tokens (the device's, `device.grouped_gemm`); the activation
 and the routing-probability scale between them are the MLP's own elementwise maths on all
-tokens at once. Chosen per device and dtype (`moe_grouped_gemm: null`), asked for
-(`true`: refused where the device has none) or turned off (`false`).
+tokens at once. Chosen per device and dtype (`moe_grouped_gemm: null`: where it runs and the
+device kind's measured default says so), asked for (`true`: refused where the device has none)
+or turned off (`false`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,10 @@ def supports(config) -> bool:
 
 def choose(config, asked) -> bool:
     """Whether the MoE layers run GroupedExperts: `asked` (the recipe's moe_grouped_gemm)
-    true / false, or None: where the device has a grouped GEMM in the params dtype."""
+    true / false, or None: where the device has a grouped GEMM in the params dtype and it is
+    this device's default (device.grouped_gemm_by_default: CUDA yes, CPU no, measured)."""
+    if asked is False:
+        return False
     available = supports(config) and device.grouped_gemm(config.params_dtype) is not None
     if asked and not available:
         why = ("its MLP settings (biases, activation or FP8) are not the SwiGLU experts the "
@@ -43,7 +47,7 @@ def choose(config, asked) -> bool:
         raise ValueError(f"moe_grouped_gemm: true, but {why}; set "
                          "megatron_training.moe_grouped_gemm: null (the device's choice) or "
                          "false (experts one by one)")
-    return available if asked is None else bool(asked)
+    return available and (bool(asked) or device.grouped_gemm_by_default())
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,14 +1,19 @@
 """torch's grouped matrix multiply (`torch._grouped_mm`): many experts' GEMMs in one call.
 
-Asked of the device, never assumed: torch 2.13 runs it on CPU (fp32 and bf16, forward and
-backward: bit-identical to a loop of matmuls, 1.5x faster fwd+bwd measured at 8 experts x
-256 tokens, hidden 256, width 512: docs/benchmarks.md#bench_moe) and on CUDA where its kernels cover
-the GPU and dtype; a device or dtype where the probe fails (an NPU's torch, an old GPU) keeps
-Megatron's experts one by one."""
+Whether it runs is asked of the device, never assumed: torch 2.13 runs it on CPU (fp32 and
+bf16, forward and backward, bit-identical to a loop of matmuls) and on CUDA where its kernels
+cover the GPU and dtype; a device or dtype where the probe fails (an NPU's torch, an old GPU)
+keeps Megatron's experts one by one. Whether it is the default is measured: on CPU a whole MoE
+update ran within +-10% of the experts one by one (the GEMMs alone 1.5x faster, the weight
+stacking eating it: docs/benchmarks.md#bench_moe), so there the recipe has to ask for it
+(`moe_grouped_gemm: true`); on CUDA it is one kernel for all experts instead of one launch
+each, the default (not yet measured here: a GPU session's bench_moe says)."""
 
 from __future__ import annotations
 
 import torch
+
+DEFAULT_ON = {"cpu": False, "cuda": True, "npu": False}   # null's choice per device kind
 
 
 def grouped_mm(x: torch.Tensor, weights: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,8 @@
 """GroupedExperts (models/grouped_experts.py): a MoE layer's experts in two grouped GEMMs give
 the logits and gradients of Megatron's experts one by one, at TP1, TP2 with sequence
-parallelism and EP2, on the same parameters; which one runs is the device's answer unless the
-recipe says, and asking for grouped where it cannot run stops the build naming the key."""
+parallelism and EP2, on the same parameters; which one runs is the device's answer (can it,
+and is it that device kind's default) unless the recipe says, and asking for grouped where it
+cannot run stops the build naming the key."""
 
 import dataclasses
 
@@ -65,8 +66,12 @@ def test_the_choice_asks_the_device_and_refuses_an_impossible_true(monkeypatch):
     with pytest.raises(ValueError, match="moe_grouped_gemm.*no grouped GEMM"):
         grouped_experts.choose(config, True)
     monkeypatch.setattr(device, "grouped_gemm", lambda dtype: (lambda *a: None))
+    monkeypatch.setattr(device, "grouped_gemm_by_default", lambda: True)     # CUDA's
     assert grouped_experts.choose(config, None) is True
     assert grouped_experts.choose(config, False) is False      # the recipe turns it off
+    monkeypatch.setattr(device, "grouped_gemm_by_default", lambda: False)    # CPU's
+    assert grouped_experts.choose(config, None) is False
+    assert grouped_experts.choose(config, True) is True        # asked for: runs where it can
     biased = dataclasses.replace(config, add_bias_linear=True)
     assert grouped_experts.choose(biased, None) is False       # not the SwiGLU it reproduces
     with pytest.raises(ValueError, match="MLP settings"):

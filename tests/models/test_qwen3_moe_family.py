@@ -120,7 +120,7 @@ def test_megatron_config_routes_as_transformers_does():
     # norm_topk_prob: softmax over the top-k logits == HF's softmax -> top-k -> renormalise.
     assert config.moe_router_pre_softmax is False and config.moe_aux_loss_coeff == 0.0
     assert config.moe_layer_freq == [1, 1] and config.moe_token_dispatcher_type == "allgather"
-    assert config.moe_grouped_gemm is None    # the device's, chosen with the layer spec
+    assert config.moe_grouped_gemm is None    # the device kind's, chosen with the layer spec
     unnormalised = dataclasses.replace(spec, moe=dataclasses.replace(
         spec.moe, norm_topk_prob=False, dense_layers=(0,)))
     config = transformer_config(unnormalised, Parallelism())
