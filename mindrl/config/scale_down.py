@@ -20,8 +20,13 @@ step takes the fewest prompts that still give every actor DP rank a full micro b
 mini batch and pass the recipe's batch checks (every engine a prompt): a miniature proves the
 layout and the flags, and 512 prompts of a tiny model prove nothing more than 8 do. Precision
 becomes fp32, the CPU platform's. Training expert parallelism stays (the tiny MoE's 8 experts
-split as the recipe splits them); vLLM's expert parallelism becomes 1 (it is not wired into
-MindRL's engines, and the CPU MoE kernel crashes with it), logged.
+split as the recipe splits them). An expert TP below the TP (whole experts over the TP x EP
+ranks, MindSpeed-RL's moe_tp_extend_ep) is divided like a TP (1 stays 1) and the EP shrinks
+with the TP, so EP x expert TP / TP (MindSpeed-RL's own EP: the experts' split over the DP
+ranks) stays; at a miniature's TP 1 the experts are then whole over EP ranks (their split
+over TP ranks is proven at TP 2 on 2 processes by tests/engines/test_megatron_engine_etp.py
+and tests/weight_sync/test_etp_sync.py). vLLM's expert parallelism becomes 1 (it is not wired
+into MindRL's engines, and the CPU MoE kernel crashes with it), logged.
 
 This is how the shipped multi-device recipes are proven on a CPU box (tests/config and
 tests/trainer run them this way), and how a user tries a recipe's topology before renting it.
@@ -46,6 +51,8 @@ TINY_VL_MODEL = "tiny-qwen25vl"      # a recipe on a vision-language model keeps
 ROLE_SECTIONS = ("megatron_training", "actor_config", "ref_config", "reward_config")
 ROLES = ("actor", "ref", "reward")       # ROLE_SECTIONS[1:]'s roles
 PP_KEY = "pipeline_model_parallel_size"
+TP_KEY, EP_KEY = "tensor_model_parallel_size", "expert_model_parallel_size"
+ETP_KEY = "expert_tensor_parallel_size"
 SPLIT_KEYS = ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
 RESOURCES = ("actor_resource", "reference_resource", "reward_resource")
 DEVICE_KEYS = ("num_npus", "num_gpus", "num_cpus")
@@ -90,6 +97,7 @@ def scale_down(raw: Any) -> Any:
                                    divisor, STRUCTURE)])
     data = OmegaConf.to_container(raw, resolve=False)
     problems: list[Problem] = []
+    _shrink_expert_parallel(data, divisor, problems)
     for section in ROLE_SECTIONS:
         values = data.get(section) or {}
         if "tensor_model_parallel_size" in values:
@@ -165,6 +173,41 @@ def scale_down(raw: Any) -> Any:
     if rl.get("filter_groups_train_batch_size") is not None:   # MindSpeed-RL's copy of it
         rl["filter_groups_train_batch_size"] = data["megatron_training"]["global_batch_size"]
     return OmegaConf.create(data)
+
+
+def _shrink_expert_parallel(data: dict, divisor: int, problems: list) -> None:
+    """Expert TP below the TP keeps its meaning (see the module docstring): expert TP divided
+    as a TP is, and EP x expert TP / TP kept, in each section that sets any of the three (a
+    role that sets none inherits megatron_training's). Logged; runs before the TPs divide."""
+    shared = data.get("megatron_training") or {}
+    for section in ROLE_SECTIONS:
+        values = data.get(section) or {}
+        if section != ROLE_SECTIONS[0] and not {TP_KEY, EP_KEY, ETP_KEY} & set(values):
+            continue
+        tp = values.get(TP_KEY, shared.get(TP_KEY, 1))
+        ep = values.get(EP_KEY, shared.get(EP_KEY, 1))
+        etp = values.get(ETP_KEY, shared.get(ETP_KEY))
+        if not all(isinstance(v, int) for v in (tp, ep, etp)) or etp >= tp:
+            continue
+        if tp % divisor:
+            continue                      # the TP's own division names the problem
+        new_tp, new_etp = tp // divisor, _divide(etp, divisor, f"{section}.{ETP_KEY}", problems)
+        if problems:
+            return
+        new_ep, rest = divmod(ep * etp * new_tp, tp * new_etp)
+        if rest or new_ep < 1:
+            problems.append(Problem(f"{section}.{EP_KEY}", f"cannot keep its experts' split "
+                                    f"over the DP ranks at scale_down={divisor} (TP {tp} -> "
+                                    f"{new_tp}, expert TP {etp} -> {new_etp})", "pick a "
+                                    "scale_down that divides EP x expert TP", ep, STRUCTURE))
+            return
+        if ETP_KEY in values:
+            values[ETP_KEY] = new_etp
+        if new_ep != ep:
+            values[EP_KEY] = new_ep
+            logger.warning("scale_down: %s's expert parallelism %d becomes %d with its TP %d "
+                           "-> %d (expert TP %d: the experts' split over the DP ranks stays)",
+                           section, ep, new_ep, tp, new_tp, new_etp)
 
 
 def _deepest(pp: int, layers: int) -> int:

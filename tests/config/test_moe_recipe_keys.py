@@ -145,16 +145,21 @@ def test_dapo_qwen3_30b_a3b_refuses_only_vllm_ep8_naming_the_keys():
     for key in ("generate_config.infer_expert_parallel_size",
                 "generate_config.enable_expert_parallel"):
         assert "not wire" in problem(err, key).message, key
-    assert not [p for p in err.problems if "expert_model_parallel_size" in p.key], str(err)
+    assert not [p for p in err.problems if "_config.expert_" in p.key], str(err)
     run = load_recipe(A3B, ["generate_config.infer_expert_parallel_size=1",
                             "generate_config.enable_expert_parallel=false"],
                       cluster=RECIPE_CLUSTERS[A3B], check_paths=False)
-    assert run.actor_config.expert_model_parallel_size == 2
+    # MindSpeed-RL's EP2 with moe_tp_extend_ep at TP4: whole experts over TP4 x EP2 ranks
+    actor = run.actor_config
+    assert (actor.expert_tensor_parallel_size, actor.expert_model_parallel_size) == (1, 8)
+    plan = make_plan(run, RECIPE_CLUSTERS[A3B], [])["roles"]["actor"]
+    assert [h["devices"] for h in plan["experts"]][:2] == [[0, 8], [1, 9]]   # 16 experts each
 
 
 def test_dapo_qwen3_30b_a3b_at_ep1_keeps_mindspeed_rls_values_and_plans():
     cluster = RECIPE_CLUSTERS[A3B]
     run = load_recipe(A3B, ["actor_config.expert_model_parallel_size=1",
+                            "actor_config.expert_tensor_parallel_size=null",
                             "generate_config.infer_expert_parallel_size=1",
                             "generate_config.enable_expert_parallel=false"],
                       cluster=cluster, check_paths=False)
@@ -180,8 +185,10 @@ def test_grpo_qwen3_235b_a22b_keeps_mindspeed_rls_layout_with_94_layers_on_16_st
                       check_paths=False)
     for role in ("actor", "ref"):
         cfg = run.role(role)
+        # MindSpeed-RL's EP4 with moe_tp_extend_ep at TP2: expert TP 1 x EP 8
         assert (cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size,
-                cfg.expert_model_parallel_size, cfg.sequence_parallel) == (2, 16, 4, True)
+                cfg.expert_model_parallel_size, cfg.expert_tensor_parallel_size,
+                cfg.sequence_parallel) == (2, 16, 8, 1, True)
         assert (cfg.decoder_first_pipeline_num_layers,
                 cfg.decoder_last_pipeline_num_layers) == (5, 5)
     assert run.models["actor"].num_layers == 94 and run.rl_config.router_replay == "r3"

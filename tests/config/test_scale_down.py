@@ -53,7 +53,8 @@ def test_scale_down_divides_devices_and_tp_and_keeps_the_rest(recipe, divisor, s
 
 
 def test_a_pipeline_deeper_than_the_tiny_model_shortens_on_fewer_devices(cpu2, caplog):
-    # grpo_qwen3_235b_a22b: TP2 x PP16 (5 + 6 x 14 + 5 layers) x DP4 on 128 devices, EP4
+    # grpo_qwen3_235b_a22b: TP2 x PP16 (5 + 6 x 14 + 5 layers) x DP4 on 128 devices, expert
+    # TP 1 x EP 8 (MindSpeed-RL's EP4 with moe_tp_extend_ep): EP 4 at TP 1
     mini = load_recipe("grpo_qwen3_235b_a22b", ["+scale_down=2"], cluster=cpu2)
     for role in ("actor", "ref"):
         cfg = mini.role(role)
@@ -143,3 +144,27 @@ def test_dapo_lengths_follow_the_tiny_response_limit(cpu2):
     assert rl.filter_groups_train_batch_size == mini.megatron_training.global_batch_size == 2
     assert _layout(mini, "actor") == (1, 2, 1) and rollout_data_parallel_size(mini) == 2
     assert rl.dynamic_sampling and mini.model.name == "tiny-qwen3"
+
+
+def test_whole_experts_over_tp_ranks_keep_their_split_over_dp_in_miniature(cpu2, caplog):
+    # dapo_qwen3_30b_a3b: TP4 x DP4 with expert TP 1 x EP 8 (MindSpeed-RL's EP2 with
+    # moe_tp_extend_ep) on 16 devices -> TP1 x DP4 on 4 slots, EP 8 -> 2: EP x expert TP / TP
+    # (each DP rank's share of a layer's experts) stays 2
+    mini = load_recipe("dapo_qwen3_30b_a3b", ["+scale_down=4"], cluster=cpu2)
+    actor = mini.actor_config
+    assert (actor.tensor_model_parallel_size, actor.expert_tensor_parallel_size,
+            actor.expert_model_parallel_size, mini.resource("actor").count) == (1, 1, 2, 4)
+    assert "expert parallelism 8 becomes 2 with its TP 4 -> 1" in caplog.text
+    # at expert TP = TP (null) the EP is the DP ranks' split already: it stays
+    same = load_recipe("dapo_qwen3_30b_a3b", ["+scale_down=4",
+                                              "actor_config.expert_tensor_parallel_size=null",
+                                              "actor_config.expert_model_parallel_size=2"],
+                       cluster=cpu2)
+    assert same.actor_config.expert_model_parallel_size == 2
+    # EP 2 x expert TP 1 over TP4 is half an expert block per DP rank: no miniature keeps it
+    with pytest.raises(ConfigError) as e:
+        load_recipe("dapo_qwen3_30b_a3b", ["+scale_down=4",
+                                           "actor_config.expert_model_parallel_size=2"],
+                    cluster=cpu2)
+    assert "actor_config.expert_model_parallel_size" in str(e.value)
+    assert "scale_down=4" in str(e.value)

@@ -1,8 +1,11 @@
 """The MoE recipes run: grpo_tiny_moe_cpu (tiny Qwen3-MoE, 8 experts, top-2, EP 1) learns the
-embedded default's task on 2 cores, and dapo_qwen3_30b_a3b at its expert parallelism 2 (4 DP
-ranks, 4 of the tiny model's 8 experts a layer on each; vLLM at EP 1) runs two steps in
-miniature, as does grpo_qwen3_235b_a22b at EP 4 over a 2-stage pipeline. Each logs the routing
-load every step, and vLLM's log-probs stay those of the synced experts.
+embedded default's task on 2 cores, and dapo_qwen3_30b_a3b (expert TP 1 x EP 8 at TP4, whole
+experts over the TP x EP ranks; in miniature TP1 x EP2: 4 DP ranks, 4 of the tiny model's 8
+experts a layer on each, MindSpeed-RL's EP2 kept; vLLM at EP 1) runs two steps in miniature,
+as does grpo_qwen3_235b_a22b (expert TP 1 x EP 8 at TP2 -> EP 4 at TP1) over a 2-stage
+pipeline. Whole experts over TP ranks (TP2) run in tests/engines/test_megatron_engine_etp.py and
+tests/weight_sync/test_etp_sync.py: a miniature at TP 1 has no TP ranks to spread them over.
+Each logs the routing load every step, and vLLM's log-probs stay those of the synced experts.
 
 One seed in the suite (time); the 3-seed figures measured by hand are in
 docs/guides/demo.md#the-moe-default. 160 steps as the dense learning test, whose bars
@@ -51,7 +54,9 @@ def test_dapo_qwen3_30b_a3b_at_ep2_runs_two_steps_in_miniature(work):
     overrides = ["+scale_down=4"]
     mini = load_recipe("dapo_qwen3_30b_a3b", overrides)
     assert mini.models["actor"].name == "tiny-qwen3-moe"
-    assert mini.actor_config.expert_model_parallel_size == 2      # kept in miniature
+    # expert TP 1 x EP 8 at TP4 -> EP 2 at TP1: each DP rank's share of the experts kept
+    assert (mini.actor_config.expert_tensor_parallel_size,
+            mini.actor_config.expert_model_parallel_size) == (1, 2)
     assert (mini.generate_config.infer_expert_parallel_size, mini.generate_config
             .enable_expert_parallel) == (1, False)                # vLLM EP 1 on CPU
     assert mini.actor_config.moe_token_dispatcher_type == "alltoall"
@@ -73,9 +78,10 @@ def test_dapo_qwen3_30b_a3b_at_ep2_runs_two_steps_in_miniature(work):
 
 
 def test_grpo_qwen3_235b_a22b_at_pp16_ep4_runs_two_steps_in_miniature(work):
-    # TP2 x PP16 x EP4 on 128 devices: TP -> 1 (scale_down=2), the 16 stages -> the tiny
-    # model's 2 on 8-fold fewer devices, so DP4 and EP4 stay (each rank 2 of the 8 experts a
-    # layer, the experts of a layer on both stages' ranks); vLLM TP4 -> 2 at EP 1, 4 engines.
+    # TP2 x PP16 x DP4, expert TP 1 x EP8 on 128 devices: TP -> 1 (scale_down=2) and EP8 -> 4
+    # with it, the 16 stages -> the tiny model's 2 on 8-fold fewer devices, so DP4 stays (each
+    # rank 2 of the 8 experts a layer, the experts of a layer on both stages' ranks); vLLM
+    # TP4 -> 2 at EP 1, 4 engines.
     # Top-p, top-k and min-p off in this run: vLLM's log-probs are then the full
     # distribution's, equal to the actor's (fp32) when every synced expert is right.
     run_dir = work / "runs" / "grpo_qwen3_235b_a22b"
