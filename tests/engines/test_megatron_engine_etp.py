@@ -3,7 +3,8 @@ in a world of 2 over gloo: at TP2 + SP, expert TP 1 and EP 2 lay whole experts o
 ranks (4 each a layer; MindSpeed-RL's moe_tp_extend_ep), and two GRPO updates fed the same
 micro batches equal TP2's own layout (expert TP 2, EP 1: every expert split over both ranks),
 losses to 1e-6 and grad norms to 1e-5, every parameter put back together from its shards. A
-checkpoint saved at one expert layout resumes at the other with Adam's state. Both run the
+checkpoint saved at one expert layout resumes at the other with Adam's state, and the
+converter's checkpoint loads at expert TP 1 equal to the HF weights. Both layouts run the
 alltoall dispatcher (EP 2 needs it); at EP 1 its expert-TP all-gather has even sizes."""
 
 import pytest
@@ -13,7 +14,7 @@ from mindrl.config.model_spec import load_model_spec
 from mindrl.distributed import spawn_local
 
 from support.engine_batch import make_batch
-from support.etp_worker import etp_steps, resume_across_etp
+from support.etp_worker import etp_steps, load_converted, resume_across_etp
 from support.hf_reference import reference_hf_model
 
 pytestmark = pytest.mark.slow   # spawned Megatron worlds (tests/conftest.py)
@@ -82,3 +83,24 @@ def test_a_checkpoint_saved_at_one_expert_layout_resumes_at_the_other(setup, tmp
     print(f"{save} -> {load}: params after the next update vs the uninterrupted run {after:.2e}")
     # Adam's state carried (measured 4e-7; started afresh the step differs by ~lr = 1e-3)
     assert after <= 2e-5
+
+
+def test_the_converters_checkpoint_loads_whole_experts_over_the_tp_ranks(tmp_path):
+    """A `load:` checkpoint (the converter's, stored at no layout) at expert TP 1 x EP 2:
+    every tensor, each expert whole on the TP rank that holds it, equals the HF weights'."""
+    from transformers import AutoModelForCausalLM
+
+    from mindrl.models.tiny import make_tiny_model
+    from support.ckpt_convert_worker import run_conversions
+
+    spec = load_model_spec("tiny-qwen3-moe")
+    hf_dir = make_tiny_model("tiny-qwen3-moe", "char", tmp_path / "hf", seed=3)
+    spawn_local(run_conversions, 1, [("hf2mg", dict(load_dir=hf_dir, save_dir=tmp_path / "mg",
+                                                    model_type_hf="qwen3_moe",
+                                                    add_qkv_bias=False))])
+    expected = mapping.full_mcore_from_hf(
+        AutoModelForCausalLM.from_pretrained(hf_dir).state_dict(), spec, 2)
+    got = spawn_local(load_converted, 2, spec, str(tmp_path / "mg"), WHOLE)[0]
+    assert got.keys() == {n for n in expected if not n.endswith("_extra_state")}
+    assert all(got[n].shape == expected[n].shape for n in got)
+    assert max((got[n] - expected[n]).abs().max().item() for n in got) == 0.0

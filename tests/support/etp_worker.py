@@ -179,3 +179,20 @@ def sync_from_etp(rank, world, spec, vllm_dir, layout_dir, full, prompts, gen_cf
         if vllm is not None:
             vllm.close()
     return res if rank == 0 else None
+
+
+def load_converted(rank, world, spec, ckpt_dir, layout):
+    """The converter's checkpoint loaded (as the workers load `load:`) into an engine at
+    `layout` (tp, etp, ep, dispatcher): its full parameters, on rank 0."""
+    from megatron.core import parallel_state as ps
+
+    from mindrl.ckpt.mcore_io import load_mcore_checkpoint
+
+    tp, etp, ep, dispatcher = layout
+    initialize_parallel(layout_parallel(tp, etp, ep))
+    engine = MegatronEngine(spec, layout_parallel(tp, etp, ep), micro_batch_size=2,
+                            loss=LossConfig(), moe=MoETraining(token_dispatcher_type=dispatcher))
+    load_mcore_checkpoint(engine.module, ckpt_dir)
+    params = full_params(engine, spec)
+    ps.destroy_model_parallel()
+    return params if rank == 0 else None
