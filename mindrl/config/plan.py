@@ -87,7 +87,9 @@ def _memory(run: RunConfig, cluster: ClusterResources,
         states = train_state_bytes(spec, tp, pp, dp, cfg.params_dtype,
                                    cfg.use_distributed_optimizer,
                                    cfg.decoder_first_pipeline_num_layers,
-                                   cfg.decoder_last_pipeline_num_layers)
+                                   cfg.decoder_last_pipeline_num_layers,
+                                   expert_tensor_parallel_size(cfg),
+                                   cfg.expert_model_parallel_size)
         if role != "actor":  # forward only: no gradients or optimizer
             states = {"params": states["params"]}
         raw[role] = states | {"total": sum(states.values())}

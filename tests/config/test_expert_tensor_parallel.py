@@ -134,3 +134,24 @@ def test_a_parallelism_with_an_expert_tp_that_does_not_divide_tp_is_refused():
     with pytest.raises(ValueError, match="expert_tensor_parallel_size=3 must divide"):
         Parallelism(tensor_model_parallel_size=2, expert_tensor_parallel_size=3)
     assert Parallelism(tensor_model_parallel_size=4, expert_tensor_parallel_size=2).expert_tp == 2
+
+
+def test_the_memory_estimate_splits_experts_over_expert_tp_x_ep():
+    from mindrl.config.memory import _layer_expert_params, params_per_device, train_state_bytes
+    from mindrl.config.model_spec import load_model_spec
+
+    spec = load_model_spec("qwen3-30b-a3b")
+    experts = spec.num_layers * _layer_expert_params(spec)     # 48 x 128 x 3 x 2048 x 768
+    assert experts == 48 * 128 * 3 * 2048 * 768
+    # TP4 (experts split over TP by default) vs expert TP 1 x EP 8: the experts 8-fold, not
+    # 4-fold, the rest as before
+    default, whole = params_per_device(spec, 4, 1), params_per_device(spec, 4, 1, None, None, 8)
+    assert default - whole == experts // 4 - experts // 8
+    assert params_per_device(spec, 4, 1, None, None, 4) == default
+    # the distributed optimizer shards the experts' moments over expert DP (TP4 x DP4 / 8 = 2)
+    split = train_state_bytes(spec, 4, 1, 4, "bfloat16", True)
+    ep8 = train_state_bytes(spec, 4, 1, 4, "bfloat16", True, etp=1, ep=8)
+    assert split == train_state_bytes(spec, 4, 1, 4, "bfloat16", True, etp=4, ep=1)
+    dense = whole - experts // 8
+    assert ep8["optimizer"] == dense * 12 // 4 + (experts // 8) * 12 // 2
+    assert ep8["params"] == whole * 2 < split["params"]
