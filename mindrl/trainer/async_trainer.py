@@ -24,6 +24,13 @@ The loop is GRPOTrainer's step over the same assembled parts and lifecycle; what
     the weights before the update: the old-log-prob pass where a batch feeds several updates,
     else the update's own detached log-probs, the same numbers (the pass plans like the
     update), so no pass is forced (docs/guides/async.md#the-objective);
+  - scoring ahead: while the actor updates, the driver scores the next step's batch if the
+    engines finish it first (rule verifiers only: a reward model's passes would queue behind
+    the update on a shared actor; not in chunks), so the verifiers' time leaves the step;
+  - a verified sync does not wait for the engines' verdict: they compare while the run goes
+    on, and the actor's next update waits for it first (weight_sync/resharder.settle), so
+    nothing generated on unverified weights is trained on; validation and the last step's
+    sync wait for it at once;
   - checkpoints record the loader's position before the first batch not yet trained on: a
     resume generates the batches that were in flight again (nothing of the buffer is saved).
 
@@ -59,6 +66,7 @@ class AsyncGRPOTrainer(GRPOTrainer):
         self._window = {}                         # the step's times (perf_counter)
         self._chunk = self.rl.partial_rollout_tokens   # None: whole generations
         self._inflight = self.rl.inflight_sync != "off"   # syncs land between decode steps
+        self._ahead: Dict[int, tuple] = {}        # step -> its batch scored during an update
 
     # ------------------------------------------------------------------ sampling
 
@@ -89,13 +97,37 @@ class AsyncGRPOTrainer(GRPOTrainer):
         with timed(timings, "gen"):               # the actor waits for its samples
             batch = entry.handle.wait()
         self._window["wait"] = timings["timing_s/gen"]
-        with timed(timings, "reward"):
-            scores, metrics = self._score(batch)
+        ahead = self._ahead.pop(step, None)
+        timings["timing_s/reward_ahead"] = 0.0    # scored during the last update (not a phase)
+        if ahead is None:
+            with timed(timings, "reward"):
+                scores, metrics = self._score(batch)
+        else:
+            scores, metrics, timings["timing_s/reward_ahead"] = ahead
+            timings["timing_s/reward"] = 0.0
         batch = batch.add(scores=torch.tensor(scores, dtype=torch.float32))
         batch, metrics = self._fill(batch, metrics, entry.extra["prompts"],
                                     entry.extra["seed"], timings)
         self._window["train"] = time.perf_counter()
         return batch, metrics
+
+    def _update(self, refs, step: int) -> Dict[str, float]:
+        """The update started; meanwhile score the next step's batch if it is done before the
+        update is (the driver never makes the update wait for a generation)."""
+        nxt = self._next_to_score(step + 1)
+        if nxt is not None and _first_done(nxt.handle, refs, self.rl.phase_timeout_s):
+            start = time.perf_counter()
+            scores, metrics = self._score(nxt.handle.wait())
+            self._ahead[step + 1] = (scores, metrics, time.perf_counter() - start)
+        return super()._update(refs, step)
+
+    def _next_to_score(self, step: int):
+        """Step's admitted batch when it may be scored ahead: rule verifiers only, whole
+        generations, not already scored."""
+        if (self.parts.reward_model is not None or self._chunk is not None
+                or step in self._ahead):
+            return None
+        return next((a for a in self.buffer.held() if a.step == step), None)
 
     def _generate_and_score(self, rows, seed: int, timings: Dict[str, float]):
         """Dynamic sampling's extra rounds: whole generations on the current weights. Beside
@@ -132,6 +164,15 @@ class AsyncGRPOTrainer(GRPOTrainer):
             generating, (self._window["train"], trained), (self._window["start"], end),
             self._window["wait"] + timings["timing_s/drain"]))
 
+    def _sync_options(self, step: int) -> dict:
+        """Defer the engines' check, but not the run's last (nothing follows to settle it)."""
+        return {"defer_check": step < self.run.megatron_training.train_iters}
+
+    def validate(self, step: int) -> Dict[str, float]:
+        """Validation generates on the synced weights: their check decides first."""
+        self.parts.weights.settle()
+        return super().validate(step)
+
     def _after_sync(self) -> None:
         """Partial rollouts paused for the sync continue on the new weights."""
         if self._chunk is not None:
@@ -156,6 +197,26 @@ class AsyncGRPOTrainer(GRPOTrainer):
         """The loader's position before the first batch drawn and not yet trained on."""
         held = self.buffer.held() if self.buffer is not None else []
         return dict(held[0].extra["loader"]) if held else None
+
+
+def _first_done(handle, refs, timeout_s: float) -> bool:
+    """Wait until the generate behind `handle` or every one of `refs` is done; True if the
+    generate was (then or before). After timeout_s, False: the update's own wait then
+    applies the phase deadline and names whoever hangs."""
+    import ray
+
+    if handle.done():
+        return True
+    generating, updating = list(handle.refs), list(refs)
+    while True:
+        generating = ray.wait(generating, num_returns=len(generating), timeout=0)[1]
+        if not generating:
+            return True
+        updating = ray.wait(updating, num_returns=len(updating), timeout=0)[1]
+        if not updating:
+            return False
+        if not ray.wait(generating + updating, num_returns=1, timeout=timeout_s)[0]:
+            return False                          # (neither list held a ready one)
 
 
 def trainer_for(run: RunConfig):

@@ -162,15 +162,16 @@ class GRPOTrainer:
         entropy_coeff = entropy_coeff_at(step, rl.entropy_coeff, rl.entropy_coeff_final,
                                          rl.entropy_decay_steps)
         with timed(timings, "update_actor"):   # from the weights of step - 1's update
-            update = actor.update(ray.put(prompts.for_workers(batch)),
-                                  rl.mini_batch_size * self.n, rl.shuffle_mini_batch,
-                                  step, entropy_coeff, update_replay(rl))
+            update = self._update(actor.submit_update(
+                ray.put(prompts.for_workers(batch)), rl.mini_batch_size * self.n,
+                rl.shuffle_mini_batch, step, entropy_coeff, update_replay(rl)), step)
         update["actor/entropy_coeff"] = entropy_coeff
         self._before_sync(step, timings)
         with timed(timings, "reshard"):
             rollout.wake(["weights"])
             sync = parts.sync_weights(
-                step, after_discarded_weights=slept and self.gen.sleep_level == 2)
+                step, after_discarded_weights=slept and self.gen.sleep_level == 2,
+                **self._sync_options(step))
             rollout.wake(["kv_cache"])
         self._after_sync()
         metrics = {**batch_metrics(batch, scores, batch["finish_reason"]), **reward_metrics,
@@ -187,6 +188,14 @@ class GRPOTrainer:
 
     def _sleep_engines(self) -> bool:
         return self.parts.rollout.sleep()
+
+    def _sync_options(self, step: int) -> dict:
+        """The sync's options beyond the policy's: here none (every check waited for)."""
+        return {}
+
+    def _update(self, refs, step: int) -> Dict[str, float]:
+        """The actor's update, started (`refs`): here the driver just waits for it."""
+        return self.parts.actor.wait_update(refs)
 
     def _before_sync(self, step: int, timings: Dict[str, float]) -> None:
         """Nothing is in flight here: the step's generate was waited for."""

@@ -112,6 +112,22 @@ class EngineFanout:
         self._wait(started, "start_fingerprint")
         self._all("check_fingerprint", ray.put(dict(expected)), strict)
 
+    def submit_check(self, expected: Mapping[str, torch.Tensor],
+                     strict: bool = True) -> Callable[[], None]:
+        """`check_fingerprint` started on every engine (after the digests `start_fingerprint`
+        began); the returned function waits for the verdicts and raises the first failure.
+        The engines' weights must not change before it is called (the next sync waits)."""
+        import ray
+
+        started, self._digests = self._digests, []
+        refs = self._submit("check_fingerprint", ray.put(dict(expected)), strict)
+
+        def verdict() -> None:
+            self._wait(started, "start_fingerprint")
+            self._wait(refs, "check_fingerprint")
+
+        return verdict
+
     def weights_written(self) -> None:
         self._all("weights_written")
 

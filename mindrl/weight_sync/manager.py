@@ -30,18 +30,33 @@ class WeightSync:
     def __init__(self, actor: Any, verify: str = "first"):
         verify_due(verify, 0)
         self.actor, self.verify, self.count = actor, verify, 0
+        self.pending = False        # the last sync's check is deferred and not yet settled
 
-    def sync(self, after_discarded_weights: bool = False) -> Dict[str, float]:
+    def settle(self) -> None:
+        """Wait for a deferred check (its WeightSyncError raises here)."""
+        if self.pending:
+            self.actor.settle_sync()
+            self.pending = False
+
+    def sync(self, after_discarded_weights: bool = False,
+             defer_check: bool = False) -> Dict[str, float]:
         """One sync (a collective over the actor's ranks); whether it was verified and what
         the verification cost. after_discarded_weights: the engines woke from a sleep that
         dropped their weights (level 2): verified whatever the policy, since peers have
-        shipped engines that silently generated from garbage there."""
+        shipped engines that silently generated from garbage there. defer_check: the engines
+        compare while the run goes on; the actor's next update (or sync, or `settle`) waits
+        for their verdict first, so nothing generated on unverified weights is trained on."""
         verify = after_discarded_weights or verify_due(self.verify, self.count)
-        stats = self.actor.sync_weights(verify)
+        stats = self.actor.sync_weights(verify, defer_check)
+        self.pending = verify and defer_check
         self.count += 1
         return {"weight_sync/verified": float(verify),
                 "weight_sync/relayed_bytes": float(getattr(stats, "relayed_bytes", 0)),
-                "timing_s/reshard_verify": float(getattr(stats, "verify_seconds", 0.0))}
+                "timing_s/reshard_verify": float(getattr(stats, "verify_seconds", 0.0)),
+                # The resharding host's own seconds (the rest of timing_s/reshard is the calls
+                # reaching it) and of them the wait for the engines' loads.
+                "timing_s/reshard_host": float(getattr(stats, "seconds", 0.0)),
+                "timing_s/reshard_load": float(getattr(stats, "load_seconds", 0.0))}
 
 
 @dataclass
@@ -58,12 +73,16 @@ class RankSync:
     def is_host(self) -> bool:
         return self.resharder.is_host
 
-    def sync(self, verify: bool = False) -> SyncStats:
+    def settle(self) -> None:
+        """The last sync's deferred check, waited for (raises its WeightSyncError)."""
+        self.resharder.settle()
+
+    def sync(self, verify: bool = False, defer_check: bool = False) -> SyncStats:
         """This rank's part of one sync (a collective over the actor's ranks)."""
         if self.receiver is not None:      # this node's engines, fed while this rank sends
             self.receiver.start()
         try:
-            stats = self.resharder.sync(verify=verify)
+            stats = self.resharder.sync(verify=verify, defer_check=defer_check)
         except BaseException:
             if self.relay is not None:
                 self.relay.finish(False)       # the receivers drop the bucket they hold

@@ -42,25 +42,36 @@ class Resharder:
                 f"{'the host' if self.is_host else 'not the host'})")
         self.target = target
         self.transport = choose_transport(self.source, target, bucket_mb, keep_buffer)
+        self._verdict = None      # a deferred check's wait (settle), host only
 
-    def sync(self, verify: bool = False) -> SyncStats:
+    def settle(self) -> None:
+        """Wait for the last sync's deferred check (`sync(defer_check=True)`); raises its
+        WeightSyncError. A no-op when none is pending (and on every rank but the host)."""
+        verdict, self._verdict = self._verdict, None
+        if verdict is not None:
+            verdict()
+
+    def sync(self, verify: bool = False, defer_check: bool = False) -> SyncStats:
         """Put this actor's current weights into the engines (collective over the actor's
         ranks). verify: afterwards compare the engines' fingerprints with those of every
         tensor sent (catches tensors dropped, never received or half-loaded). A wrong mapping
         entry sends consistently wrong tensors: check those against a reference with
         `check_fingerprint(checkpoint_fingerprint(hf_dir))` when both sides start from the same
-        checkpoint. Failures raise WeightSyncError (fatal)."""
+        checkpoint. Failures raise WeightSyncError (fatal). defer_check: the engines compare
+        while the caller goes on, and `settle` (at the latest the next sync) takes their
+        verdict; where the target cannot (a relay across nodes) the check is immediate."""
+        self.settle()
         start = time.perf_counter()
         stats = SyncStats(transport=self.transport.name if self.transport is not None else "")
         stats.expert_gather_numel = self.source.gather_experts()   # EP > 1 only
         try:
-            self._sync(stats, verify)
+            self._sync(stats, verify, defer_check)
         finally:
             self.source.release_experts()
         stats.seconds = time.perf_counter() - start
         return stats
 
-    def _sync(self, stats: SyncStats, verify: bool) -> None:
+    def _sync(self, stats: SyncStats, verify: bool, defer_check: bool = False) -> None:
         if self.transport is not None:
             dev = device.current_device()
             if self.is_host:
@@ -76,7 +87,7 @@ class Resharder:
                     self.target.weights_written()    # the staged version goes in (commit)
                     stats.load_seconds += time.perf_counter() - t0
                 if verify:
-                    self._verify(stats, dtype)
+                    self._verify(stats, dtype, defer_check)
             else:
                 flag = torch.empty(2, dtype=torch.long, device=dev)
                 torch.distributed.recv(flag, self.source.host)
@@ -90,13 +101,17 @@ class Resharder:
         if self.transport is not None:
             self.transport.close()
 
-    def _verify(self, stats: SyncStats, dtype: torch.dtype) -> None:
+    def _verify(self, stats: SyncStats, dtype: torch.dtype, defer: bool = False) -> None:
         """Host: the actor's expected fingerprints (every rank its share) against every
-        engine's (every node's, through the relay); a mismatch raises WeightSyncError."""
+        engine's (every node's, through the relay); a mismatch raises WeightSyncError, at
+        once or (defer, where the target can submit its check) from `settle`."""
         t0 = time.perf_counter()
         self.target.start_fingerprint()          # the engines digest while the ranks do
         t1 = time.perf_counter()                 # (an in-process engine digests right here)
         expected = expected_fingerprints(self.source, dtype)
         stats.expected_seconds = time.perf_counter() - t1
-        self.target.check_fingerprint(expected, strict=True)
+        if defer and hasattr(self.target, "submit_check"):
+            self._verdict = self.target.submit_check(expected, strict=True)
+        else:
+            self.target.check_fingerprint(expected, strict=True)
         stats.verify_seconds = time.perf_counter() - t0

@@ -109,6 +109,9 @@ class MegatronWorker:
 
     def update(self, batch: Batch, mini_batch_size: int, shuffle: bool,
                seed: int, entropy_coeff: Optional[float] = None, replay: Optional[str] = None):
+        # A deferred check of the last sync decides first: no update on samples generated
+        # from weights the engines may not hold.
+        self.settle_sync()
         metrics = self.engine.update(batch, mini_batch_size, shuffle=shuffle, seed=seed,
                                      entropy_coeff=entropy_coeff, replay=replay)
         return metrics if self.rank == 0 else None
@@ -141,9 +144,14 @@ class MegatronWorker:
         self.weight_sync = build_rank_sync(self.engine.model, self.engine.spec, engines,
                                            engine_nodes, bucket_mb)
 
-    def sync_weights(self, verify: bool = False):
-        stats = self.weight_sync.sync(verify=verify)
+    def sync_weights(self, verify: bool = False, defer_check: bool = False):
+        stats = self.weight_sync.sync(verify=verify, defer_check=defer_check)
         return stats if self.weight_sync.is_host else None
+
+    def settle_sync(self) -> None:
+        """Wait for the last sync's deferred check (WeightSyncError if the engines differ)."""
+        if self.weight_sync is not None:
+            self.weight_sync.settle()
 
     def shutdown(self) -> None:
         """Let go of the weight sync and remove its /dev/shm files on this node (Ray ends the

@@ -203,8 +203,17 @@ class ActorGroup(RoleGroup):
 
     def update(self, batch: Batch, mini_batch_size: int, shuffle: bool, seed: int,
                entropy_coeff: Optional[float], replay: Optional[str] = None) -> Dict[str, float]:
-        return self.call(MegatronWorker.update, batch, mini_batch_size, shuffle, seed,
-                         entropy_coeff, replay)[0]
+        return self.wait_update(self.submit_update(batch, mini_batch_size, shuffle, seed,
+                                                   entropy_coeff, replay))
+
+    def submit_update(self, batch: Batch, mini_batch_size: int, shuffle: bool, seed: int,
+                      entropy_coeff: Optional[float], replay: Optional[str] = None) -> List[Any]:
+        """`update` started on every rank (the caller may work meanwhile); `wait_update`."""
+        return self.submit(MegatronWorker.update, batch, mini_batch_size, shuffle, seed,
+                           entropy_coeff, replay)
+
+    def wait_update(self, refs: List[Any]) -> Dict[str, float]:
+        return self.wait(refs, MegatronWorker.update)[0]
 
     def save_checkpoint(self, save_dir: str, iteration: int, extra: dict, save_optim: bool,
                         save_rng: bool) -> None:
@@ -224,9 +233,13 @@ class ActorGroup(RoleGroup):
                        bucket_mb: float) -> None:
         self.call(MegatronWorker.attach_engines, engines, engine_nodes, bucket_mb)
 
-    def sync_weights(self, verify: bool) -> Dict[str, float]:
+    def sync_weights(self, verify: bool, defer_check: bool = False) -> Dict[str, float]:
         """One weight sync; the resharding host's stats."""
-        return self.call(MegatronWorker.sync_weights, verify)[0]
+        return self.call(MegatronWorker.sync_weights, verify, defer_check)[0]
+
+    def settle_sync(self) -> None:
+        """The last sync's deferred check, waited for on every rank (the host raises)."""
+        self.call(MegatronWorker.settle_sync)
 
 
 ROLE_GROUPS = {"actor": ActorGroup, "ref": RoleGroup, "reward": RewardModelGroup}

@@ -84,6 +84,7 @@ def sync_layouts(rank, world, spec, vllm_dir, layout_dirs, fulls, layouts, promp
                                                 *layouts[-1], prompts, len(layouts) + 1)
         finally:
             del os.environ["MINDRL_RESHARD_SHM"]
+        out["deferred"] = _deferred_check(spec, vllm, fulls[-1], layouts[-1])
         out["shared_failure"] = _failed_direct_write(spec, shared, fulls[-1], layouts[-1])
         out["wrong_entries"] = _wrong_mapping_entries(spec, layout_dirs[-1], fulls[-1],
                                                       layouts[-1], vllm)
@@ -150,6 +151,49 @@ def _failed_direct_write(spec, shared, full, layout):
         places[name] = (offset, (shape[0] + 1, shape[1]))
         shared.shared_weights = dataclasses.replace(shared.shared_weights, places=places)
     return _failing_sync(engine, spec, shared, shared)
+
+
+class _DefersCheck:
+    """The real engine whose check is submitted and waited for later (EngineFanout's
+    submit_check); `alter` names a tensor whose expected digest is changed, as when an engine
+    holds other weights than were sent."""
+
+    def __init__(self, engine, alter=None):
+        self.engine, self.alter = engine, alter
+
+    def submit_check(self, expected, strict=True):
+        expected = dict(expected)
+        if self.alter is not None:
+            expected[self.alter] = expected[self.alter] + 1.0
+        return lambda: self.engine.check_fingerprint(expected, strict)
+
+    def __getattr__(self, attr):
+        return getattr(self.engine, attr)
+
+
+def _deferred_check(spec, vllm, full, layout):
+    """A verified sync that defers its check returns with the verdict pending; `settle`
+    passes for the weights sent and raises, naming the tensor, where the engine differs;
+    settled once, it is gone (the next settle waits for nothing)."""
+    from megatron.core import parallel_state as ps
+
+    engine = _engine(spec, full, *layout)
+    name, out = "model.layers.0.self_attn.v_proj.weight", {}
+    honest = Resharder(engine.model, spec,
+                       target=_DefersCheck(vllm) if vllm is not None else None)
+    honest.sync(verify=True, defer_check=True)
+    out["pending"] = honest._verdict is not None
+    honest.settle()
+    wrong = Resharder(engine.model, spec,
+                      target=_DefersCheck(vllm, name) if vllm is not None else None)
+    wrong.sync(verify=True, defer_check=True)          # returns: the verdict is pending
+    try:
+        wrong.settle()
+    except WeightSyncError as exc:
+        out["error"] = str(exc)
+    wrong.settle()
+    ps.destroy_model_parallel()
+    return out
 
 
 class _DropsOneTensor:

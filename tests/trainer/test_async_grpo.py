@@ -80,6 +80,10 @@ def test_one_step_trains_on_samples_one_version_old_while_the_engine_generates(r
     assert all(0 <= r["async/overlap_fraction"] <= 1 for r in rows)
     # validation runs between steps, on the synced weights, nothing in flight
     assert [("val/score" in r) for r in rows] == [False, False, True]
+    # the next batch, done before the update, was scored during it (not in the step's phases)
+    ahead = [r for r in rows[1:] if r["timing_s/reward_ahead"] > 0]
+    assert ahead and all(r["timing_s/reward"] == 0.0 for r in ahead)
+    assert all(0.0 <= r["critic/score/mean"] <= 1.0 for r in rows)
 
 
 def test_a_killed_async_run_resumes_and_regenerates_what_was_in_flight(work):

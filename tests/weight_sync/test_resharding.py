@@ -144,6 +144,12 @@ def test_shared_weights_written_by_the_ranks_follow_megatron(run):
     _follows_megatron(run["shared"])
 
 
+def test_a_deferred_check_returns_pending_and_its_verdict_comes_at_settle(run):
+    deferred = run["deferred"]
+    assert deferred["pending"]                       # the honest sync's verdict waited later
+    assert "v_proj" in deferred["error"] and "differ" in deferred["error"]
+
+
 def test_a_failed_direct_write_names_the_tensor_and_is_fatal(run):
     failure = run["shared_failure"]
     assert "linear_fc2" in failure["error"] and "down_proj" in failure["error"]
