@@ -86,39 +86,48 @@ def sync_from_ep2(rank, world, spec, vllm_dir, layout_dir, full, prompts, gen_cf
     verified per expert; vLLM's log-probs against the actor's before and after a step."""
     from megatron.core import parallel_state as ps
 
-    from mindrl.ckpt.fingerprint import checkpoint_fingerprint
     from mindrl.engines.vllm_process import VLLMEngineProcess
-    from mindrl.weight_sync.resharder import Resharder
-    from support.reshard_worker import _max_diff, _rollout
 
     vllm = VLLMEngineProcess(vllm_dir, gen_cfg) if rank == 0 else None
     try:
         engine = ep_engine(spec, full, 2, lr=1e-2, clip=0.0)
-        resharder = Resharder(engine.model, spec, target=vllm, bucket_mb=0.1)
-        res = {"sync": resharder.sync(verify=True),
-               "experts_kept": sum(expert_number(n) is not None for n in resharder.source.params)}
-        if vllm is not None:     # mapping-free: vLLM now equals the converted HF dir
-            vllm.check_fingerprint(checkpoint_fingerprint(layout_dir, vllm.dtype))
-        batch = _rollout(vllm, prompts, seed=300)
-        mask = batch["response_mask"].float()
-        old = engine.compute_log_probs(Batch.of(**batch))["log_probs"]
-        res["diff_before"] = _max_diff(batch["rollout_log_probs"], old, mask)
-        g = torch.Generator().manual_seed(0)
-        adv = torch.randn(batch["response_ids"].shape[0], 1, generator=g).sign()
-        engine.update(Batch.of(**batch, advantages=adv.expand_as(mask) * mask),
-                      mini_batch_size=batch["response_ids"].shape[0])
-        res["sync_after"] = resharder.sync(verify=True)
-        batch2 = _rollout(vllm, prompts, seed=301)
-        new = engine.compute_log_probs(Batch.of(**batch2))["log_probs"]
-        moved = engine.compute_log_probs(Batch.of(**batch))["log_probs"]
-        res["diff_after"] = _max_diff(batch2["rollout_log_probs"], new,
-                                      batch2["response_mask"].float())
-        res["diff_new_vs_old"] = _max_diff(moved, old, mask)
+        res, _ = sync_step_sync(engine, spec, vllm, layout_dir, prompts)
         ps.destroy_model_parallel()
     finally:
         if vllm is not None:
             vllm.close()
     return res if rank == 0 else None
+
+
+def sync_step_sync(engine, spec, vllm, layout_dir, prompts):
+    """A verified sync of `engine` into `vllm` (rank 0's; None elsewhere), checked against the
+    converted HF dir; vLLM's log-probs against the engine's; one update; a second verified
+    sync and the log-probs again. (the results, the resharder, still open)."""
+    from mindrl.ckpt.fingerprint import checkpoint_fingerprint
+    from mindrl.weight_sync.resharder import Resharder
+    from support.reshard_worker import _max_diff, _rollout
+
+    resharder = Resharder(engine.model, spec, target=vllm, bucket_mb=0.1)
+    res = {"sync": resharder.sync(verify=True),
+           "experts_kept": sum(expert_number(n) is not None for n in resharder.source.params)}
+    if vllm is not None:     # mapping-free: vLLM now equals the converted HF dir
+        vllm.check_fingerprint(checkpoint_fingerprint(layout_dir, vllm.dtype))
+    batch = _rollout(vllm, prompts, seed=300)
+    mask = batch["response_mask"].float()
+    old = engine.compute_log_probs(Batch.of(**batch))["log_probs"]
+    res["diff_before"] = _max_diff(batch["rollout_log_probs"], old, mask)
+    g = torch.Generator().manual_seed(0)
+    adv = torch.randn(batch["response_ids"].shape[0], 1, generator=g).sign()
+    engine.update(Batch.of(**batch, advantages=adv.expand_as(mask) * mask),
+                  mini_batch_size=batch["response_ids"].shape[0])
+    res["sync_after"] = resharder.sync(verify=True)
+    batch2 = _rollout(vllm, prompts, seed=301)
+    new = engine.compute_log_probs(Batch.of(**batch2))["log_probs"]
+    moved = engine.compute_log_probs(Batch.of(**batch))["log_probs"]
+    res["diff_after"] = _max_diff(batch2["rollout_log_probs"], new,
+                                  batch2["response_mask"].float())
+    res["diff_new_vs_old"] = _max_diff(moved, old, mask)
+    return res, resharder
 
 
 def resume_across_ep(rank, world, spec, full, batches, save_ep, load_ep, save_dir):

@@ -132,34 +132,15 @@ def sync_from_etp(rank, world, spec, vllm_dir, layout_dir, full, prompts, gen_cf
     step; how many expert tensors each rank kept (sent from) and received."""
     from megatron.core import parallel_state as ps
 
-    from mindrl.ckpt.fingerprint import checkpoint_fingerprint
     from mindrl.engines.vllm_process import VLLMEngineProcess
     from mindrl.weight_sync.resharder import Resharder
+    from support.ep_worker import sync_step_sync
     from support.reshard_worker import _max_diff, _rollout
 
     vllm = VLLMEngineProcess(vllm_dir, gen_cfg) if rank == 0 else None
     try:
         engine = etp_engine(spec, full, *layout, lr=1e-2, clip=0.0)
-        resharder = Resharder(engine.model, spec, target=vllm, bucket_mb=0.1)
-        res = {"sync": resharder.sync(verify=True),
-               "experts_kept": sum(expert_number(n) is not None for n in resharder.source.params)}
-        if vllm is not None:     # mapping-free: vLLM now equals the converted HF dir
-            vllm.check_fingerprint(checkpoint_fingerprint(layout_dir, vllm.dtype))
-        batch = _rollout(vllm, prompts, seed=300)
-        mask = batch["response_mask"].float()
-        old = engine.compute_log_probs(Batch.of(**batch))["log_probs"]
-        res["diff_before"] = _max_diff(batch["rollout_log_probs"], old, mask)
-        g = torch.Generator().manual_seed(0)
-        adv = torch.randn(batch["response_ids"].shape[0], 1, generator=g).sign()
-        engine.update(Batch.of(**batch, advantages=adv.expand_as(mask) * mask),
-                      mini_batch_size=batch["response_ids"].shape[0])
-        res["sync_after"] = resharder.sync(verify=True)
-        batch2 = _rollout(vllm, prompts, seed=301)
-        new = engine.compute_log_probs(Batch.of(**batch2))["log_probs"]
-        moved = engine.compute_log_probs(Batch.of(**batch))["log_probs"]
-        res["diff_after"] = _max_diff(batch2["rollout_log_probs"], new,
-                                      batch2["response_mask"].float())
-        res["diff_new_vs_old"] = _max_diff(moved, old, mask)
+        res, resharder = sync_step_sync(engine, spec, vllm, layout_dir, prompts)
         resharder.close()
         # The transport for engines the ranks cannot reach through host memory: full
         # tensors put together on the host over the collective backend (gather_tp).
