@@ -5,9 +5,10 @@ that cannot run is refused before anything starts, naming the key and the fix.""
 
 import pytest
 
-from mindrl.config import ClusterResources, ConfigError, load_recipe, make_plan
+from mindrl.config import ClusterResources, load_recipe, make_plan
 from mindrl.config.errors import CLUSTER
 from mindrl.config.plan import expert_holders, format_plan
+from support.recipe_errors import problem_of, recipe_error
 from mindrl.config.roles import Parallelism, role_setup
 
 MOE = "grpo_tiny_moe_cpu"
@@ -21,15 +22,10 @@ TP2 = ["megatron_training.tensor_model_parallel_size=2", "megatron_training.sequ
 
 
 def refused(overrides, recipe=MOE, cluster=CPU2):
-    with pytest.raises(ConfigError) as info:
-        load_recipe(recipe, overrides, cluster=cluster, check_paths=False)
-    return info.value
+    return recipe_error(recipe, overrides, cluster, check_paths=False)
 
 
-def problem(err, key):
-    found = [p for p in err.problems if p.key == key]
-    assert found, str(err)
-    return found[0]
+problem = problem_of
 
 
 def test_etp1_ep2_at_tp2_sets_up_the_actor_and_plans_whole_experts_per_tp_rank():

@@ -7,11 +7,12 @@ dapo_qwen3_30b_a3b (MindSpeed-RL's values; its actor EP2 accepted, its vLLM EP8 
 
 import pytest
 
-from mindrl.config import (ClusterResources, ConfigError, compose_recipe, load_recipe,
-                           make_plan, validate_lenient)
+from mindrl.config import (ClusterResources, compose_recipe, load_recipe, make_plan,
+                           validate_lenient)
 from mindrl.config.moe_checks import check_moe
 from mindrl.config.roles import MoETraining, role_setup
 
+from support.recipe_errors import problem_of, recipe_error
 from conftest import RECIPE_CLUSTERS
 
 MOE = "grpo_tiny_moe_cpu"
@@ -20,15 +21,10 @@ CPU2 = ClusterResources("cpu", 2)
 
 
 def refused(recipe, overrides, cluster=CPU2):
-    with pytest.raises(ConfigError) as info:
-        load_recipe(recipe, overrides, cluster=cluster, check_paths=False)
-    return info.value
+    return recipe_error(recipe, overrides, cluster, check_paths=False)
 
 
-def problem(err, key):
-    found = [p for p in err.problems if p.key == key]
-    assert found, str(err)
-    return found[0]
+problem = problem_of
 
 
 @pytest.mark.parametrize("override,key", [
