@@ -79,7 +79,8 @@ class SequenceBalance:
         self.count_group = count_group
         self.queues: List[Deque[tuple]] = [deque() for _ in self.routers]
         self.scale = 0.0
-        self.per_sample_mean = [0.0 for _ in self.routers]   # detached, since the last take
+        # Per router, the detached loss since the last take (a tensor: no host sync per pass).
+        self.per_sample_mean = [0.0 for _ in self.routers]
         for i, router in enumerate(self.routers):
             router.register_forward_hook(self._hook(i))
 
@@ -111,7 +112,7 @@ class SequenceBalance:
             part = sequence_balance_loss(scores, routing_map,
                                          tokens.to(routing_map.device), lengths, self.topk,
                                          self.count_group)
-            self.per_sample_mean[i] += float(part.detach()) / self.num_samples
+            self.per_sample_mean[i] = self.per_sample_mean[i] + part.detach() / self.num_samples
             return MoEAuxLossAutoScaler.apply(probs, part * self.scale), routing_map
         return attach
 
@@ -120,8 +121,10 @@ class SequenceBalance:
         each layer's mean over samples (None without a training pass). Collective like
         moe_routing.RouterLoad.take: sum_groups hold other tokens of the same layers (DP, TP
         under SP), layer_groups other layers (PP)."""
-        per_layer = torch.tensor(self.per_sample_mean, dtype=torch.float64,
-                                 device=device.current_device())
+        dev = device.current_device()
+        per_layer = torch.zeros(len(self.per_sample_mean), dtype=torch.float64, device=dev)
+        for i, value in enumerate(self.per_sample_mean):
+            per_layer[i] = torch.as_tensor(value, dtype=torch.float64, device=dev)
         for group in sum_groups:
             torch.distributed.all_reduce(per_layer, group=group)
         used = per_layer != 0
