@@ -150,6 +150,11 @@ class VLLMEngine(EngineFingerprints):
                                          self.shared_weights, gate_timeout_s)
                          if inflight_sync else None)
         self.stages_weights = self.inflight is not None
+        # Shared weights change under vLLM with no load call: the version each generate
+        # carries (the driver's) says when, and what was computed from the old ones goes
+        # then, so the actor's sync needs no call here (`weights_written`) to say it.
+        self.resets_lazily = self.shared_weights is not None and self.inflight is None
+        self._weights_version: Optional[int] = None
         startup.started()                 # a Ray engine's start ends (workers/worker_setup.py)
 
     def describe(self) -> dict:
@@ -159,7 +164,7 @@ class VLLMEngine(EngineFingerprints):
             shared = self.inflight.record          # the actor writes the second buffer
         return {"dtype": self.dtype, "hf_shapes": self.hf_shapes, "module_of": self.module_of,
                 "load_mode": self.load_mode, "shared_weights": shared,
-                "stages_weights": self.stages_weights,
+                "stages_weights": self.stages_weights, "resets_lazily": self.resets_lazily,
                 "pid": os.getpid(), "node": this_node(), "worker_start": self.worker_start}
 
     # ---------------------------------------------------------------- generation
@@ -172,7 +177,8 @@ class VLLMEngine(EngineFingerprints):
     def generate(self, prompt_token_ids: Sequence[Sequence[int]], n: int = 1,
                  images: Optional[Sequence[Sequence[bytes]]] = None,
                  mm_processor_kwargs: Optional[dict] = None, with_routes: bool = False,
-                 stop_id: Optional[int] = None, **sampling_overrides) -> RolloutOutput:
+                 stop_id: Optional[int] = None, weights_version: Optional[int] = None,
+                 **sampling_overrides) -> RolloutOutput:
         """n samples per prompt (prompt-major) with the sampled tokens' log-probs, and with
         `with_routes` each sample's MoE routes (engines/vllm_routes.py: captured in the generate).
 
@@ -183,9 +189,14 @@ class VLLMEngine(EngineFingerprints):
         processed by vLLM with `mm_processor_kwargs` (the trainer's pixel bounds). The output's
         prompt ids are vLLM's own, image pads expanded: what the trainer's must equal.
         With a `stop_id` it can be stopped (`stop_generating`): unfinished samples then answer
-        their tokens so far, finish reason None.
+        their tokens so far, finish reason None. `weights_version`: the weights the caller
+        means (`resets_lazily`: a new one drops what the old ones computed first).
         """
         self._usable()
+        if weights_version != self._weights_version and weights_version is not None:
+            if self.resets_lazily and self._weights_version is not None:
+                self._weights_changed()
+            self._weights_version = weights_version
         limits = {k: sampling_overrides.pop(k) for k in PER_PROMPT
                   if isinstance(sampling_overrides.get(k), (list, tuple))}
         params = sampling_params(self.config.sampling_config, n, **sampling_overrides)

@@ -244,8 +244,9 @@ class RolloutGroup:
                 seed = {} if base is None else {"seed": base + first_group * n}
                 vision = ({} if images is None else
                           {"images": images, "mm_processor_kwargs": mm_processor_kwargs})
-                refs[self.engines[index].generate.remote(prompts, n, **seed, **vision,
-                                                         **sampling_overrides)] = index
+                refs[self.engines[index].generate.remote(
+                    prompts, n, **seed, **vision, weights_version=self.policy_version,
+                    **sampling_overrides)] = index
             first_group += len(prompts)
         handle = RolloutHandle(self, parts, refs, n, self.policy_version, submitted)
         handle._watch()

@@ -97,7 +97,7 @@ class ChunkedHandle(RolloutHandle):
             for r, call in enumerate(rollout.next_calls(self.seeds[index])):
                 ref = self.group.engines[index].generate.remote(
                     call.prompts, call.n, **call.engine_kwargs(), stop_id=self._stop_id,
-                    **self.overrides)
+                    weights_version=self.group.policy_version, **self.overrides)
                 if r == len(rounds):
                     rounds.append({})
                 rounds[r][ref] = (index, call)

@@ -49,6 +49,9 @@ class EngineFanout:
         # vLLM's shared weights are one engine's own parameters: with several engines every
         # sync goes through the shared bucket instead (validation refuses the combination).
         self.shared_weights = infos[0]["shared_weights"] if len(infos) == 1 else None
+        # Such an engine notices new shared weights at its next generate (the driver's
+        # version), so the sync's `weights_written` call can be left out.
+        self.resets_lazily = len(infos) == 1 and bool(infos[0].get("resets_lazily"))
 
     def _method(self, engine, method: str):
         call = getattr(engine, method)

@@ -22,7 +22,8 @@ from mindrl.weight_sync.target import WeightTarget
 
 class SharedWeightsTransport:
     name = "shared_weights"
-    announces_written = True      # host_sync ends with target.weights_written()
+    announces_written = True      # host_sync ends with target.weights_written() (or the
+                                  # engine resets at its next generate: `resets_lazily`)
 
     def __init__(self, source: MegatronShards, target: WeightTarget, shared):
         self.source, self.target, self.shared = source, target, shared
@@ -60,7 +61,8 @@ class SharedWeightsTransport:
             raise WeightSyncError("weight sync into vLLM's shared weights failed: "
                                   + "; ".join(failures))
         t0 = time.perf_counter()
-        self.target.weights_written()
+        if not getattr(self.target, "resets_lazily", False):   # else at its next generate
+            self.target.weights_written()
         stats.load_seconds = time.perf_counter() - t0
         itemsize = torch.empty((), dtype=self.shared.dtype).element_size()
         stats.tensors = len(self.shared.places)

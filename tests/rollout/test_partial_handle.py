@@ -35,8 +35,10 @@ class _Engine:
         self.generate = SimpleNamespace(remote=self._remote)
         self.group = group
 
-    def _remote(self, prompts, n, max_tokens, min_tokens, seed=None, stop_id=None):
+    def _remote(self, prompts, n, max_tokens, min_tokens, seed=None, stop_id=None,
+                weights_version=None):
         self.group.calls.append((len(prompts), n, max_tokens, seed))
+        self.group.versions.append(weights_version)
 
         def answer():
             if stop_id not in self.group.stopped:
@@ -57,6 +59,7 @@ class _Group:
 
     def __init__(self, engines: int):
         self.calls, self.stopped, self._ids = [], set(), itertools.count(1)
+        self.versions = []          # the weights version each generate call carried
         self.engines = [_Engine(self) for _ in range(engines)]
         self.config = GenerateConfig(sampling_config=SamplingConfig(max_tokens=20, seed=0))
         self.policy_version, self.gate, self._pending = 0, threading.Event(), []
@@ -107,6 +110,8 @@ def test_a_sync_stops_the_chunk_and_continues_the_batch_on_the_new_version():
                                        (2, 1, [3, 3], 106), (2, 1, [3, 3], 108)]
     assert group.in_flight == 0 and handle.done()
     assert group.stopped == {handle._stop_id - 3}           # later chunks ran to their end
+    # each call names the weights it means (an engine with shared weights resets on a change)
+    assert group.versions[:2] == [0, 0] and set(group.versions[2:]) == {1}
 
 
 def test_an_engine_failure_reaches_the_caller():

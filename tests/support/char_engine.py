@@ -12,12 +12,14 @@ TEXTS = ["12+34=", "Q: 7*8?\nA:", "hello"]
 TOKENS = 40     # the in-flight tests' generation length
 
 
-def start_char_engine(out_dir, max_tokens: int, temperature: float, **engine_kwargs):
+def start_char_engine(out_dir, max_tokens: int, temperature: float, prefix_caching=False,
+                      **engine_kwargs):
     """(the engine, the model's directory, TEXTS as token ids); up to 16 sequences of 128
     tokens, 32 MiB of KV cache, seeded sampling. The caller closes the engine."""
     model = make_tiny_model("tiny-qwen2", "char", out_dir, seed=0)
     tokenizer = AutoTokenizer.from_pretrained(model)
     config = GenerateConfig(max_num_seqs=16, max_model_len=128, kv_cache_memory_bytes=32 * 2**20,
+                            enable_prefix_caching=prefix_caching,
                             sampling_config=SamplingConfig(max_tokens=max_tokens,
                                                            temperature=temperature, seed=0))
     engine = VLLMEngine(model, config, seed=0, **engine_kwargs)
