@@ -30,13 +30,10 @@ class WeightSync:
     def __init__(self, actor: Any, verify: str = "first"):
         verify_due(verify, 0)
         self.actor, self.verify, self.count = actor, verify, 0
-        self.pending = False        # the last sync's check is deferred and not yet settled
 
     def settle(self) -> None:
-        """Wait for a deferred check (its WeightSyncError raises here)."""
-        if self.pending:
-            self.actor.settle_sync()
-            self.pending = False
+        """Wait for a deferred check, if one is pending (its WeightSyncError raises here)."""
+        self.actor.settle_sync()
 
     def sync(self, after_discarded_weights: bool = False,
              defer_check: bool = False) -> Dict[str, float]:
@@ -48,7 +45,6 @@ class WeightSync:
         for their verdict first, so nothing generated on unverified weights is trained on."""
         verify = after_discarded_weights or verify_due(self.verify, self.count)
         stats = self.actor.sync_weights(verify, defer_check)
-        self.pending = verify and defer_check
         self.count += 1
         return {"weight_sync/verified": float(verify),
                 "weight_sync/relayed_bytes": float(getattr(stats, "relayed_bytes", 0)),

@@ -201,14 +201,10 @@ class RewardModelGroup(RoleGroup):
 class ActorGroup(RoleGroup):
     """The actor's ranks: updates, checkpoints, offload, and the weight sync to the engines."""
 
-    def update(self, batch: Batch, mini_batch_size: int, shuffle: bool, seed: int,
-               entropy_coeff: Optional[float], replay: Optional[str] = None) -> Dict[str, float]:
-        return self.wait_update(self.submit_update(batch, mini_batch_size, shuffle, seed,
-                                                   entropy_coeff, replay))
-
     def submit_update(self, batch: Batch, mini_batch_size: int, shuffle: bool, seed: int,
                       entropy_coeff: Optional[float], replay: Optional[str] = None) -> List[Any]:
-        """`update` started on every rank (the caller may work meanwhile); `wait_update`."""
+        """The update started on every rank (the caller may work meanwhile); `wait_update`
+        gives rank 0's metrics."""
         return self.submit(MegatronWorker.update, batch, mini_batch_size, shuffle, seed,
                            entropy_coeff, replay)
 
