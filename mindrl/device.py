@@ -297,7 +297,7 @@ def vllm_build():
         return CPUVLLMBuild()
     from mindrl.platforms.vllm_build import VLLMBuild
 
-    return VLLMBuild()
+    return VLLMBuild(device_type())
 
 
 def engines_can_sleep() -> bool:

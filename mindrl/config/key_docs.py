@@ -263,9 +263,9 @@ KEY_DOCS: dict[str, str] = {
     "generate_config.infer_tensor_parallel_size": "vLLM tensor parallelism per engine (must "
                                                   "divide or be divided by training TP)",
     "generate_config.infer_pipeline_parallel_size": "vLLM pipeline parallelism per engine",
-    "generate_config.infer_expert_parallel_size": "1 only: vLLM expert parallelism is not "
-        "wired into MindRL's engines (MoE rolls out at inference EP 1, experts split over infer "
-        "TP; vLLM's CPU MoE kernel crashes with EP)",
+    "generate_config.infer_expert_parallel_size": "vLLM expert parallelism of a MoE model: 1 "
+        "(experts split over infer TP) or the infer TP (experts whole over an engine's ranks; "
+        "EP across engines is refused); not on CPU, whose vLLM MoE kernel crashes with EP",
     "generate_config.max_num_seqs": "vLLM's concurrent sequences",
     "generate_config.max_num_batched_tokens": "vLLM's tokens per scheduler step (on CPU "
                                               "raised to max_num_seqs x max_model_len)",
@@ -314,8 +314,8 @@ KEY_DOCS: dict[str, str] = {
     "generate_config.sleep_level": "GPU/NPU: engines free device memory between rollouts (1: "
         "weights to host, KV dropped; 2: both dropped); nothing on CPU",
     "generate_config.torchair_graph": "false only: no torchair graph mode",
-    "generate_config.enable_expert_parallel": "false only: vLLM expert parallelism is not "
-        "wired into MindRL's engines (MoE rolls out at inference EP 1)",
+    "generate_config.enable_expert_parallel": "true: vLLM expert parallelism at EP = infer "
+        "TP (as infer_expert_parallel_size at the infer TP); not on CPU",
     "generate_config.num_scheduler_steps": "1 only: vLLM V1 schedules one step at a time",
 
     # --- prepare ---------------------------------------------------------------------------

@@ -6,8 +6,10 @@ key. Training expert parallelism must fit the role's layout (experts divisible b
 expert grid inside each pipeline stage: expert TP x EP divides TP x DP, world = TP x PP x DP;
 expert TP divides the TP, null = the TP, Megatron's default; on CPU no expert TP > 1 at EP > 1,
 where the alltoall dispatcher all-gathers uneven sizes, which gloo cannot). vLLM's expert
-parallelism stays refused: MindRL's engines run MoE at inference EP 1 (the CPU build's MoE
-kernel crashes with EP; on GPU/NPU it is not wired).
+parallelism runs inside one engine, over its infer-TP ranks (EP = infer TP, experts whole on
+each rank), on device kinds whose vLLM build runs it (platforms/vllm_abilities.py: not the CPU
+build, whose MoE kernel crashes with EP); EP across engines (vLLM's data parallelism, which
+MindSpeed-RL's vLLM EP above its TP is) is refused: MindRL's engines are independent replicas.
 """
 
 from __future__ import annotations
@@ -19,10 +21,8 @@ from mindrl.config.cluster import ClusterResources
 from mindrl.config.errors import CLUSTER, Problem
 from mindrl.config.placement import data_parallel_size, expert_tensor_parallel_size, world_size
 from mindrl.config.schema import MegatronConfig, RunConfig
+from mindrl.platforms.vllm_abilities import abilities
 
-INFER_EP = ("vLLM's expert parallelism is not wired into MindRL's engines (they roll MoE out at "
-            "inference EP 1, the experts split over infer TP; on CPU vLLM's MoE kernel crashes "
-            "with EP); training expert parallelism is actor_config.expert_model_parallel_size")
 # Each MoE key and its dense-model value (the schema's default).
 MOE_KEYS = {f.name: f.default for f in fields(MegatronConfig)
             if f.name.startswith("moe_") or f.name.startswith("expert_")}
@@ -140,10 +140,46 @@ def check_moe(run: RunConfig, cluster: ClusterResources) -> list[Problem]:
             out += _moe_role(run, role, cluster)
         else:
             out += _dense_role(run, role)
+    return out + _infer_expert_parallel(run)
+
+
+def _infer_expert_parallel(run: RunConfig) -> list[Problem]:
+    """vLLM's expert parallelism (infer_expert_parallel_size > 1 or enable_expert_parallel):
+    a MoE actor, EP = infer TP > 1 dividing the experts, a device kind whose build runs it."""
     gen = run.generate_config
-    if gen.infer_expert_parallel_size > 1:
-        out.append(Problem("generate_config.infer_expert_parallel_size", "shards a "
-                           "mixture-of-experts model's experts over vLLM ranks: " + INFER_EP,
-                           "set it to 1",
-                           gen.infer_expert_parallel_size))
+    ep, tp = gen.infer_expert_parallel_size, gen.infer_tensor_parallel_size
+    if ep == 1 and not gen.enable_expert_parallel:
+        return []
+    key, value = (("generate_config.infer_expert_parallel_size", ep) if ep != 1
+                  else ("generate_config.enable_expert_parallel", True))
+    off = "set it to 1" if ep != 1 else "set it to false"
+    spec = run.models["actor"]
+    if not spec.is_moe:
+        return [Problem(key, f"splits a mixture-of-experts model's experts over vLLM ranks, "
+                        f"and {spec.name} (the actor's model, {spec.architecture}) has no "
+                        f"experts", off, value)]
+    if ep < 1:
+        return [Problem(key, "must be at least 1", "set it to 1 (no expert parallelism)", ep)]
+    if ep != 1 and ep != tp:
+        return [Problem(key, f"is {ep} at infer TP {tp}: vLLM's expert parallelism spans one "
+                        f"engine's infer-TP ranks (EP = infer TP), and EP across engines "
+                        f"(vLLM's data parallelism) is not wired: MindRL's engines are "
+                        f"independent replicas", f"set it to {tp} (experts whole over each "
+                        f"engine's ranks)" if tp > 1 else f"{off} (experts whole on each "
+                        f"engine), or raise infer_tensor_parallel_size to {ep}", ep)]
+    if tp == 1:
+        return [Problem(key, "asks for vLLM's expert parallelism at infer TP 1: an engine of "
+                        "one rank has nothing to split", f"{off}, or raise "
+                        f"infer_tensor_parallel_size", value)]
+    out = []
+    if spec.moe.num_experts % tp:
+        out.append(Problem(key, f"splits {spec.name}'s {spec.moe.num_experts} experts over "
+                           f"infer TP {tp} ranks, which does not divide them",
+                           f"pick an infer_tensor_parallel_size that divides "
+                           f"{spec.moe.num_experts}, or {off}", value))
+    res = run.resource("actor")
+    if res is not None and not abilities(res.kind).expert_parallel:
+        out.append(Problem(key, f"asks for vLLM's expert parallelism, which {res.kind}'s vLLM "
+                           f"build cannot run (vLLM's CPU MoE kernel crashes with it)",
+                           f"{off} (the experts then split over infer TP)", value))
     return out

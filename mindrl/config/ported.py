@@ -40,11 +40,6 @@ ONLY_VALUES: dict[str, tuple[tuple[Any, ...], str, str]] = {
                                        "vLLM does not have (graphs follow "
                                        "generate_config.enforce_eager)",
                                        "set it to false, or remove it"),
-    "generate_config.enable_expert_parallel": ((False,), "asks for vLLM expert "
-                                               "parallelism, which MindRL's engines do not "
-                                               "wire (MoE rolls out at inference EP 1, the "
-                                               "experts split over infer TP)",
-                                               "set it to false, or remove it"),
     "megatron_training.no_pad_to_seq_lengths": ((None, True), "asks for samples padded to "
                                                 "seq_length, which MindRL never does: "
                                                 "Megatron passes pack real tokens",

@@ -272,7 +272,7 @@ class GenerateConfig:
 
     infer_tensor_parallel_size: int = 1
     infer_pipeline_parallel_size: int = 1
-    infer_expert_parallel_size: int = 1
+    infer_expert_parallel_size: int = 1   # 1 or the infer TP (config/moe_checks.py)
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     max_model_len: int = 4096
@@ -311,7 +311,7 @@ class GenerateConfig:
     sleep_level: Literal[0, 1, 2] = 0
     # MindSpeed-RL keys (config/ported.py), accepted at the value MindRL implements only.
     torchair_graph: bool = False          # false only: no torchair graph mode
-    enable_expert_parallel: bool = False  # false only: not wired (config/ported.py)
+    enable_expert_parallel: bool = False  # vLLM EP = infer TP (config/moe_checks.py)
     num_scheduler_steps: int = 1          # 1 only: vLLM V1 schedules one step at a time
 
     @property

@@ -76,7 +76,8 @@ class VLLMEngine(EngineFingerprints):
                  logprobs_mode: str = "processed_logprobs", plain_cpu_linears: bool = False,
                  load_mode: Optional[str] = None, share_weights: bool = False,
                  actor_dtype: Optional[str] = None, inflight_sync: Optional[str] = None,
-                 gate_timeout_s: Optional[float] = None, **llm_overrides):
+                 gate_timeout_s: Optional[float] = None, routes: bool = False,
+                 **llm_overrides):
         """`logprobs_mode` "processed_logprobs": the log-probs of the distribution actually
         sampled from (after temperature), what the actor's temperature-scaled log-probs
         reproduce; vLLM's default "raw_logprobs" ignores the temperature.
@@ -94,7 +95,10 @@ class VLLMEngine(EngineFingerprints):
         only beside a bf16 actor (None: float32).
         inflight_sync (keep_kv / recompute_kv): weights handed over are staged and taken in
         between two decode steps, while generates run (`vllm_inflight`); a sync's calls then
-        wait at most `gate_timeout_s` for a step to end."""
+        wait at most `gate_timeout_s` for a step to end.
+        routes: the run asks for MoE routes (`generate(with_routes=True)`); where the build
+        returns them (`vllm_settings.returned_routes`) vLLM is started to, else the workers
+        capture them."""
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             raise RuntimeError(
                 "vLLM cannot start in a process that is part of a torch.distributed world (it "
@@ -104,7 +108,9 @@ class VLLMEngine(EngineFingerprints):
 
         self.config = generate_config
         build = device.vllm_build()
-        kwargs = llm_kwargs(generate_config, seed, logprobs_mode, build, actor_dtype)
+        kwargs = llm_kwargs(generate_config, seed, logprobs_mode, build, actor_dtype, routes)
+        # vLLM hands each sample's routes back itself (else vllm_routes captures them).
+        self.returns_routes = bool(kwargs.get("enable_return_routed_experts"))
         kwargs.update(llm_overrides)
         if plain_cpu_linears:
             build.use_plain_linears()
@@ -180,7 +186,8 @@ class VLLMEngine(EngineFingerprints):
                  stop_id: Optional[int] = None, weights_version: Optional[int] = None,
                  **sampling_overrides) -> RolloutOutput:
         """n samples per prompt (prompt-major) with the sampled tokens' log-probs, and with
-        `with_routes` each sample's MoE routes (engines/vllm_routes.py: captured in the generate).
+        `with_routes` each sample's MoE routes (engines/vllm_routes.py: vLLM's own, or captured
+        in the generate).
 
         With a sampling seed, prompt i's samples use seeds seed + i*n ... seed + i*n + n-1, so no
         two samples share a random stream; vary the seed per step (override ``seed=``).
@@ -207,7 +214,11 @@ class VLLMEngine(EngineFingerprints):
             if self.inflight is not None:
                 raise ValueError("routes are captured in one uninterrupted generate: not "
                                  "with inflight_sync")
-            results, routes = vllm_routes.generate_with_routes(self.llm, prompts, params)
+            if self.returns_routes:
+                results = self.llm.generate(prompts, params, use_tqdm=False)
+                routes = vllm_routes.returned_routes(results)
+            else:
+                results, routes = vllm_routes.generate_with_routes(self.llm, prompts, params)
         elif stop_id is not None or self.inflight is not None:
             if not isinstance(params, list):
                 params = [params] * len(prompts)

@@ -100,26 +100,38 @@ def _expert_tensors(module):
             for _, weight_name, expert, shard in module.get_expert_mapping()]
 
 
+def expert_place(shard: str, hidden: int, width: int, tp_size: int, tp_rank: int,
+                 held: bool):
+    """(HF shape, first row, counts) of this rank's digest of one expert tensor: gate / up
+    (``w1`` / ``w3``) digest W p over the `width` rows this rank holds, at its TP offset; down
+    (``w2``) digests W q, whole on every rank after the TP all-reduce (rank 0 counts it). With
+    inference expert parallelism (vLLM then sets the experts' TP to 1) a rank holds whole
+    experts, and only the one that `held` the expert counts it; the others add zeros, so the
+    ranks' digests still add up to the whole tensor's."""
+    full = width * tp_size
+    if shard == "w2":
+        return (hidden, full), 0, held and tp_rank == 0
+    return (full, hidden), tp_rank * width, held
+
+
 def _expert_entries(module, mod_name, with_digest, add) -> None:
     """Every expert's gate, up and down projection of a vLLM expert layer (``w13_weight``
-    [E, 2I, H], ``w2_weight`` [E, H, I]) as HF tensors, digested from what the platform's
-    MoE kernel computes with (`VLLMBuild.expert_products`: on CPU, through the kernel, whose
-    packed layout a stale load breaks). At infer TP > 1 a rank holds rows [r I/tp, ...) of
-    each gate / up and the matching columns of each down, whose partial products are summed
-    over TP (rank 0 counts them). Inference expert parallelism is not supported here."""
+    [E, 2I, H], ``w2_weight`` [E, H, I] over this rank's experts) as HF tensors, digested from
+    what the platform's MoE kernel computes with (`VLLMBuild.expert_products`: on CPU, through
+    the kernel, whose packed layout a stale load breaks). At infer TP > 1 a rank holds rows
+    [r I/tp, ...) of each gate / up and the matching columns of each down, whose partial
+    products are summed over TP; with inference expert parallelism it holds some experts whole
+    (vLLM's `expert_map`: global -> local, -1 elsewhere)."""
     config = module.moe_config
     parallel = config.moe_parallel_config
-    if module.local_num_experts != config.num_logical_experts:
-        raise NotImplementedError(f"{mod_name}: fingerprints of experts split over inference "
-                                  f"expert parallelism")
     hidden = config.hidden_dim_unpadded or config.hidden_dim
     width = config.intermediate_size_per_partition_unpadded
-    full = width * parallel.tp_size
     first = parallel.tp_rank * width
+    expert_map = module.expert_map
     products = None
     if with_digest:
         p = probe(hidden)
-        q = probe(full)[first:first + width]
+        q = probe(width * parallel.tp_size)[first:first + width]
         gate, up, down = device.vllm_build().expert_products(module, p, q)
         if parallel.tp_size > 1:
             from vllm.distributed import tensor_model_parallel_all_reduce
@@ -127,11 +139,11 @@ def _expert_entries(module, mod_name, with_digest, add) -> None:
             down = tensor_model_parallel_all_reduce(down.contiguous())
         products = {"w1": gate, "w3": up, "w2": down}
     for name, shard, expert in _expert_tensors(module):
-        y = None if products is None else products[shard][expert]
-        if shard == "w2":
-            add(name, (hidden, full), mod_name, y, SUM, 0, parallel.tp_rank == 0)
-        else:
-            add(name, (full, hidden), mod_name, y, SUM, first)
+        local = expert if expert_map is None else int(expert_map[expert])
+        shape, offset, counts = expert_place(shard, hidden, width, parallel.tp_size,
+                                             parallel.tp_rank, local >= 0)
+        y = None if products is None else products[shard][max(local, 0)]
+        add(name, shape, mod_name, y, SUM, offset, counts)
 
 
 def vllm_view(worker, with_digest: bool):

@@ -1,6 +1,7 @@
-"""A vLLM engine's MoE routes per token, captured inside its workers (the CPU build: vLLM 0.32
-returns routes itself only with Model Runner V2, `enable_return_routed_experts`, which needs
-Triton; docs/guides/routing-replay.md).
+"""A vLLM engine's MoE routes per token: returned by vLLM itself where the build can
+(`returned_routes`: vLLM 0.32's ``enable_return_routed_experts``, Model Runner V2 on CUDA;
+platforms/vllm_abilities.py), otherwise captured inside its workers (the CPU build and
+vllm-ascend: Model Runner V2 needs Triton; docs/guides/routing-replay.md).
 
 Each FusedMoE layer's router (`select_experts`, vLLM's modular kernels, the CPU one among
 them) is wrapped to keep the top-k ids it returns, call after call. Two ways to give them to
@@ -91,6 +92,37 @@ def engine_routes(llm, prompts: Sequence[Sequence[int]],
         routes = torch.stack([layer[:len(ids) - 1] for layer in layers], dim=1)
         last = torch.full((1, *routes.shape[1:]), UNKNOWN, dtype=torch.long)
         out.append(torch.cat([routes, last]))
+    return out
+
+
+# ------------------------------------------------------------ returned by vLLM
+
+def returned_routes(results) -> List[List[torch.Tensor]]:
+    """Per RequestOutput, per sample (by `CompletionOutput.index`), [P + R, L, K] long from
+    vLLM's own ``CompletionOutput.routed_experts`` ([P + R - 1, L, K]: every token the engine
+    fed, the prompt from its first token, ``routed_experts_prompt_start`` 0), UNKNOWN at the
+    last token, as the capture gives them. A sample without routes, or with rows for another
+    number of tokens, is refused naming its request (the engine was started without
+    ``enable_return_routed_experts``, or vLLM's layout changed)."""
+    out = []
+    for result in results:
+        prompt = len(result.prompt_token_ids)
+        per_sample = []
+        for sample in sorted(result.outputs, key=lambda o: o.index):
+            fed = prompt + len(sample.token_ids) - 1
+            rows = sample.routed_experts
+            if rows is None:
+                raise RuntimeError(f"request {result.request_id!r} sample {sample.index}: vLLM "
+                                   f"returned no routes (the engine needs "
+                                   f"enable_return_routed_experts)")
+            rows = torch.as_tensor(rows).to(torch.long)
+            if rows.dim() != 3 or rows.shape[0] != fed:
+                raise RuntimeError(f"request {result.request_id!r} sample {sample.index}: vLLM "
+                                   f"returned routes of shape {tuple(rows.shape)} for {fed} "
+                                   f"fed tokens ([tokens, layers, top-k] expected)")
+            last = torch.full((1, *rows.shape[1:]), UNKNOWN, dtype=torch.long)
+            per_sample.append(torch.cat([rows, last]))
+        out.append(per_sample)
     return out
 
 

@@ -30,10 +30,11 @@ def worker_start(cfg: GenerateConfig) -> str:
 
 
 def llm_kwargs(cfg: GenerateConfig, seed: int, logprobs_mode: str, build,
-               actor_dtype: Optional[str] = None) -> dict:
+               actor_dtype: Optional[str] = None, routes: bool = False) -> dict:
     """GenerateConfig -> ``vllm.LLM`` keyword arguments, with what `build` (the platform's
     vLLM build, `device.vllm_build()`) needs; `actor_dtype`: what the run's actor computes in
-    (vLLM's CPU build follows it: config/cpu_notice.py)."""
+    (vLLM's CPU build follows it: config/cpu_notice.py); `routes`: the run asks the engine
+    for its MoE routes, which vLLM returns itself where the build can."""
     kw = dict(tensor_parallel_size=cfg.infer_tensor_parallel_size,
               pipeline_parallel_size=cfg.infer_pipeline_parallel_size,
               max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
@@ -44,17 +45,36 @@ def llm_kwargs(cfg: GenerateConfig, seed: int, logprobs_mode: str, build,
         kw["block_size"] = cfg.block_size
     if cfg.kv_cache_memory_bytes:
         kw["kv_cache_memory_bytes"] = cfg.kv_cache_memory_bytes
-    if cfg.enable_expert_parallel:
-        if not build.runs_expert_parallel:
-            raise ValueError("generate_config.enable_expert_parallel: this vLLM build cannot run "
-                             "expert parallelism (vLLM's CPU MoE kernel crashes with it); set it "
-                             "to false (experts then split over infer TP)")
+    if expert_parallel(cfg):
+        if not build.abilities.expert_parallel:
+            raise ValueError("generate_config.enable_expert_parallel / "
+                             "infer_expert_parallel_size: this vLLM build cannot run expert "
+                             "parallelism (vLLM's CPU MoE kernel crashes with it); set them to "
+                             "false / 1 (experts then split over infer TP)")
         kw["enable_expert_parallel"] = True
+    if routes and returned_routes(cfg, build):
+        kw["enable_return_routed_experts"] = True
     if cfg.model_parallel_size > 1:
         # Workers in processes of their own beside this one (vLLM's mp executor): the one
         # that runs on every platform, CPU included (docs/platforms.md#the-cluster-path-on-cpu).
         kw["distributed_executor_backend"] = "mp"
     return build.engine_kwargs(kw, cfg, cpu_vllm(cfg.dtype, actor_dtype))
+
+
+def expert_parallel(cfg: GenerateConfig) -> bool:
+    """Whether an engine's experts split whole over its infer-TP ranks (vLLM's expert
+    parallelism inside one engine: EP = infer TP): asked by enable_expert_parallel or by
+    MindSpeed-RL's infer_expert_parallel_size (config/moe_checks.py holds it to infer TP)."""
+    return cfg.enable_expert_parallel or cfg.infer_expert_parallel_size > 1
+
+
+def returned_routes(cfg: GenerateConfig, build) -> bool:
+    """Whether vLLM itself returns the routes (``enable_return_routed_experts``): the build
+    can (platforms/vllm_abilities.py) and the engine has what vLLM needs for it, a prefix
+    cache and one pipeline stage (config/replay_checks.py refuses the rest); otherwise the
+    engine's workers capture them (engines/vllm_routes.py)."""
+    return (build.abilities.returns_routes and cfg.enable_prefix_caching
+            and cfg.infer_pipeline_parallel_size == 1)
 
 
 def sampling_params(cfg: SamplingConfig, n: int, **overrides):

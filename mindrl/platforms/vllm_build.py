@@ -9,13 +9,18 @@ every load. The CPU build is platforms/cpu/vllm_build.py.
 
 from __future__ import annotations
 
+from mindrl.platforms.vllm_abilities import VLLMAbilities, abilities
+
 
 class VLLMBuild:
     # Whether this build runs with config/cpu_notice.cpu_vllm whatever the recipe says (the
     # CLI then says so once at start-up).
     overrides_recipe_settings = False
-    # Whether vLLM's expert parallelism (generate_config.enable_expert_parallel) runs here.
-    runs_expert_parallel = True
+
+    def __init__(self, kind: str = "cuda"):
+        """kind: the device kind whose build this is (npu / cuda); what it can do is
+        vllm_abilities.py's entry, the table config/ checks recipes against."""
+        self.abilities: VLLMAbilities = abilities(kind)
 
     def engine_kwargs(self, kw: dict, cfg, cpu_vllm: dict) -> dict:
         """``vllm.LLM`` keyword arguments: `kw` (from the config) and what this build adds

@@ -26,6 +26,7 @@ from mindrl.rewards import OverlongConfig, RuleReward
 from mindrl.rollout.engine_group import RolloutGroup
 from mindrl.trainer.prompt_batches import PromptBatches
 from mindrl.trainer.resume import ResumePlan, plan_resume
+from mindrl.trainer.route_replay_step import engine_route_kwargs
 from mindrl.trainer.tracking import Tracker
 from mindrl.weight_sync.manager import WeightSync
 from mindrl.workers.placement import create_placement
@@ -140,6 +141,7 @@ def assemble(run: RunConfig, log: Callable[[str], None] = print) -> RunParts:
                            engine_slots, worker_env(),
                            {"plain_cpu_linears": shared_weights, "share_weights": shared_weights,
                             "actor_dtype": actor_cfg.params_dtype,
+                            "routes": bool(engine_route_kwargs(rl)),
                             **inflight_kwargs(rl)},
                            rl.phase_timeout_s)
     refs = {role: group.start_setup(setups[role],

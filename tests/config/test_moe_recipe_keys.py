@@ -3,7 +3,8 @@ not run (expert parallelism that does not divide the experts or DP, or with the 
 dispatcher; vLLM expert parallelism; MoE at TP > 1 without sequence parallelism; a negative or
 switched-off balancing loss; grouped GEMM, whose stacked weights no table maps), each naming
 the key and the fix; handed to each role's engine; and the recipes that carry them: grpo_tiny_moe_cpu and
-dapo_qwen3_30b_a3b (MindSpeed-RL's values; its actor EP2 accepted, its vLLM EP8 refused)."""
+dapo_qwen3_30b_a3b (MindSpeed-RL's values; its actor EP2 accepted, its vLLM EP8 inside each
+engine: EP = infer TP 4)."""
 
 import pytest
 
@@ -73,11 +74,46 @@ def test_expert_parallel_that_does_not_fit_is_refused_naming_key_and_fix(overrid
     assert p.fix
 
 
-def test_vllm_expert_parallel_is_refused_without_citing_an_issue():
-    p = problem(refused(MOE, ["+generate_config.infer_expert_parallel_size=2"]),
-                "generate_config.infer_expert_parallel_size")
-    assert "#39" not in p.message and "mixture-of-experts" in p.message
-    assert "not wired" in p.message and p.fix == "set it to 1"
+INFER_EP, ENABLE_EP = ("generate_config.infer_expert_parallel_size",
+                       "generate_config.enable_expert_parallel")
+ON_GPU = ["+rl_config.actor_resource.num_gpus=2", "~rl_config.actor_resource.num_cpus",
+          "+rl_config.reference_resource.num_gpus=2", "~rl_config.reference_resource.num_cpus"]
+GPU2 = ClusterResources("cuda", 2)
+
+
+@pytest.mark.parametrize("overrides,cluster,key,words,fix", [
+    # EP across engines: vLLM's data parallelism, which MindRL's engines do not couple
+    ([f"+{INFER_EP}=2"], CPU2, INFER_EP, "is 2 at infer TP 1: vLLM's expert parallelism spans "
+     "one engine's", "set it to 1 (experts whole on each engine), or raise "
+     "infer_tensor_parallel_size to 2"),
+    ([f"+{INFER_EP}=4", "generate_config.infer_tensor_parallel_size=2", *ON_GPU], GPU2,
+     INFER_EP, "EP across engines (vLLM's data parallelism) is not wired",
+     "set it to 2 (experts whole over each engine's ranks)"),
+    ([f"+{ENABLE_EP}=true", *ON_GPU], GPU2, ENABLE_EP, "at infer TP 1: an engine of one rank",
+     "set it to false, or raise infer_tensor_parallel_size"),
+    # the CPU build's MoE kernel crashes with EP
+    ([f"+{INFER_EP}=2", "generate_config.infer_tensor_parallel_size=2"], CPU2, INFER_EP,
+     "cpu's vLLM build cannot run", "set it to 1 (the experts then split over infer TP)"),
+])
+def test_vllm_expert_parallel_that_cannot_run_is_refused_naming_key_and_fix(overrides, cluster,
+                                                                           key, words, fix):
+    p = problem(refused(MOE, overrides, cluster), key)
+    assert words in p.message and p.fix == fix, (p.message, p.fix)
+
+
+def test_vllm_expert_parallel_at_the_infer_tp_is_accepted_on_a_gpu():
+    """EP = infer TP inside one engine: the experts whole over its ranks (vLLM's
+    enable_expert_parallel), on a device kind whose vLLM build runs it."""
+    from mindrl.engines.vllm_settings import expert_parallel
+
+    for overrides in ([f"+{INFER_EP}=2"], [f"+{ENABLE_EP}=true"]):
+        run = load_recipe(MOE, ["generate_config.infer_tensor_parallel_size=2", *ON_GPU,
+                                *overrides], cluster=GPU2, check_paths=False)
+        assert expert_parallel(run.generate_config)
+    p = problem(refused("grpo_tiny_cpu", [f"+{ENABLE_EP}=true", *ON_GPU,
+                                          "generate_config.infer_tensor_parallel_size=2"], GPU2),
+                ENABLE_EP)
+    assert "no experts" in p.message and p.fix == "set it to false"
 
 
 def test_moe_at_tp2_needs_sequence_parallel():
@@ -136,26 +172,24 @@ def test_tiny_moe_default_keeps_the_dense_defaults_settings():
         assert getattr(moe.actor_config, key) == getattr(dense.actor_config, key), key
 
 
-def test_dapo_qwen3_30b_a3b_refuses_only_vllm_ep8_naming_the_keys():
-    err = refused(A3B, [], RECIPE_CLUSTERS[A3B])
-    for key in ("generate_config.infer_expert_parallel_size",
-                "generate_config.enable_expert_parallel"):
-        assert "not wire" in problem(err, key).message, key
-    assert not [p for p in err.problems if "_config.expert_" in p.key], str(err)
-    run = load_recipe(A3B, ["generate_config.infer_expert_parallel_size=1",
-                            "generate_config.enable_expert_parallel=false"],
-                      cluster=RECIPE_CLUSTERS[A3B], check_paths=False)
+def test_dapo_qwen3_30b_a3b_runs_as_shipped_with_vllm_ep_inside_its_engines():
+    run = load_recipe(A3B, cluster=RECIPE_CLUSTERS[A3B], check_paths=False)
     # MindSpeed-RL's EP2 with moe_tp_extend_ep at TP4: whole experts over TP4 x EP2 ranks
-    actor = run.actor_config
+    actor, gen = run.actor_config, run.generate_config
     assert (actor.expert_tensor_parallel_size, actor.expert_model_parallel_size) == (1, 8)
-    plan = make_plan(run, RECIPE_CLUSTERS[A3B], [])["roles"]["actor"]
-    assert [h["devices"] for h in plan["experts"]][:2] == [[0, 8], [1, 9]]   # 16 experts each
+    # MindSpeed-RL's vLLM EP8 couples 8 engines; here EP = infer TP 4 inside each of 4
+    assert (gen.infer_tensor_parallel_size, gen.infer_expert_parallel_size,
+            gen.enable_expert_parallel, gen.enforce_eager) == (4, 4, True, True)
+    plan = make_plan(run, RECIPE_CLUSTERS[A3B], [])
+    assert plan["fits_cluster"] and plan["rollout"]["instances"] == 4, plan["warnings"]
+    assert [h["devices"] for h in plan["roles"]["actor"]["experts"]][:2] == [[0, 8], [1, 9]]
 
 
 def test_dapo_qwen3_30b_a3b_at_ep1_keeps_mindspeed_rls_values_and_plans():
     cluster = RECIPE_CLUSTERS[A3B]
     run = load_recipe(A3B, ["actor_config.expert_model_parallel_size=1",
                             "actor_config.expert_tensor_parallel_size=null",
+                            "generate_config.infer_tensor_parallel_size=1",
                             "generate_config.infer_expert_parallel_size=1",
                             "generate_config.enable_expert_parallel=false"],
                       cluster=cluster, check_paths=False)
@@ -175,8 +209,11 @@ def test_dapo_qwen3_30b_a3b_at_ep1_keeps_mindspeed_rls_values_and_plans():
 def test_grpo_qwen3_235b_a22b_keeps_mindspeed_rls_layout_with_94_layers_on_16_stages():
     name = "grpo_qwen3_235b_a22b"
     err = refused(name, [], RECIPE_CLUSTERS[name])
-    assert [p.key for p in err.problems] == ["generate_config.infer_expert_parallel_size"]
+    assert [p.key for p in err.problems] == [INFER_EP]
+    assert "EP across engines" in err.problems[0].message
     cluster = RECIPE_CLUSTERS[name]
+    ep4 = load_recipe(name, [f"{INFER_EP}=4"], cluster=cluster, check_paths=False)
+    assert make_plan(ep4, cluster, [])["rollout"]["instances"] == 32    # EP inside TP4
     run = load_recipe(name, ["generate_config.infer_expert_parallel_size=1"], cluster=cluster,
                       check_paths=False)
     for role in ("actor", "ref"):

@@ -1,19 +1,25 @@
 """rl_config.router_replay (config/replay_checks.py): refused on a dense actor, r2 at actor
-PP > 1 and r3 while the engine returns no routes, each naming the key and the fix; accepted
-on the MoE default. rl_config.log_route_agreement likewise, and what it turns on."""
+PP > 1, and r3 where the device's engine cannot hand its routes back as configured (CUDA's
+vLLM returns them only with its prefix cache and one pipeline stage; a capture on a device
+with graphs needs eager), each naming the key and the fix; accepted on the MoE default.
+rl_config.log_route_agreement likewise, and what it turns on."""
 
 import pytest
 
 from mindrl.config import ClusterResources, ConfigError, load_recipe
-from mindrl.config import replay_checks
 
 CPU2 = ClusterResources("cpu", 2)
 KEY = "rl_config.router_replay"
+# The tiny MoE recipe on 2 devices of another kind.
+ON = {kind: [f"+rl_config.actor_resource.num_{kind}s=2", "~rl_config.actor_resource.num_cpus",
+             f"+rl_config.reference_resource.num_{kind}s=2",
+             "~rl_config.reference_resource.num_cpus"] for kind in ("gpu", "npu")}
+CLUSTERS = {"gpu": ClusterResources("cuda", 2), "npu": ClusterResources("npu", 2)}
 
 
-def _problems(recipe, overrides, key=KEY):
+def _problems(recipe, overrides, key=KEY, cluster=CPU2):
     with pytest.raises(ConfigError) as info:
-        load_recipe(recipe, overrides, cluster=CPU2, check_paths=False)
+        load_recipe(recipe, overrides, cluster=cluster, check_paths=False)
     return [p for p in info.value.problems if p.key == key]
 
 
@@ -30,14 +36,42 @@ def test_r2_needs_the_actor_at_pipeline_size_1():
     assert "pipeline parallel size 1" in p.message and "r3" in p.fix
 
 
-def test_r3_is_refused_while_the_engine_returns_no_routes(monkeypatch):
-    monkeypatch.setattr(replay_checks, "ENGINE_RETURNS_ROUTES", False)
-    [p] = _problems("grpo_tiny_moe_cpu", ["rl_config.router_replay=r3"])
-    assert "returns none" in p.message and p.fix == "use r2 or off"
-    monkeypatch.setattr(replay_checks, "ENGINE_RETURNS_ROUTES", True)
-    run = load_recipe("grpo_tiny_moe_cpu", ["rl_config.router_replay=r3"], cluster=CPU2,
-                      check_paths=False)
+@pytest.mark.parametrize("key", [KEY, "rl_config.log_route_agreement"])
+def test_routes_on_cuda_need_vllms_prefix_cache_and_one_pipeline_stage(key):
+    """vLLM returns routes itself on CUDA (enable_return_routed_experts), and refuses them
+    without its prefix cache or at infer PP > 1: said before start."""
+    ask = "rl_config.router_replay=r3" if key == KEY else "+rl_config.log_route_agreement=true"
+    gpu = [ask, *ON["gpu"]]
+    [p] = _problems("grpo_tiny_moe_cpu", gpu, key, CLUSTERS["gpu"])
+    assert "cuda's vLLM returns" in p.message and "enable_prefix_caching: true" in p.message
+    assert p.fix.startswith("set generate_config.enable_prefix_caching: true, or ")
+    problems = _problems("grpo_tiny_moe_cpu", gpu + [
+        "generate_config.enable_prefix_caching=true",
+        "generate_config.infer_pipeline_parallel_size=2"], key, CLUSTERS["gpu"])
+    assert [p.message.split("with generate_config.")[1] for p in problems] == [
+        "infer_pipeline_parallel_size: 1"]
+    run = load_recipe("grpo_tiny_moe_cpu", gpu + ["generate_config.enable_prefix_caching=true"],
+                      cluster=CLUSTERS["gpu"], check_paths=False)
+    assert run.generate_config.enable_prefix_caching
+
+
+def test_r3_on_npu_captures_routes_and_needs_eager():
+    npu = ["rl_config.router_replay=r3", *ON["npu"]]
+    [p] = _problems("grpo_tiny_moe_cpu", npu + ["generate_config.enforce_eager=false"], KEY,
+                    CLUSTERS["npu"])
+    assert "captured in the engine's workers" in p.message and "graph replay" in p.message
+    assert p.fix == "set generate_config.enforce_eager: true, or use r2 or off"
+    run = load_recipe("grpo_tiny_moe_cpu", npu, cluster=CLUSTERS["npu"], check_paths=False)
+    assert run.generate_config.enforce_eager
     assert run.rl_config.router_replay == "r3"
+
+
+def test_r3_on_cpu_captures_routes_whatever_the_eager_setting():
+    """vLLM's CPU build runs eager whatever the recipe says (config/cpu_notice.py)."""
+    run = load_recipe("grpo_tiny_moe_cpu", ["rl_config.router_replay=r3",
+                                            "generate_config.enforce_eager=false"],
+                      cluster=CPU2, check_paths=False)
+    assert run.rl_config.router_replay == "r3" and not run.generate_config.enforce_eager
 
 
 def test_r2_is_accepted_on_the_moe_default():
@@ -70,12 +104,6 @@ def test_the_route_agreement_is_refused_on_a_dense_actor_and_at_pipeline_size_2(
     [p] = _agreement_problems("grpo_tiny_moe_cpu", [
         "+rl_config.log_route_agreement=true", "megatron_training.pipeline_model_parallel_size=2"])
     assert "pipeline parallel size 1" in p.message
-
-
-def test_the_route_agreement_is_refused_while_the_engine_returns_no_routes(monkeypatch):
-    monkeypatch.setattr(replay_checks, "ENGINE_RETURNS_ROUTES", False)
-    [p] = _agreement_problems("grpo_tiny_moe_cpu", ["+rl_config.log_route_agreement=true"])
-    assert "returns none" in p.message
 
 
 def test_the_route_agreement_asks_the_engines_for_routes_and_runs_the_old_pass():

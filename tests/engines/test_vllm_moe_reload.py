@@ -16,12 +16,9 @@ from mindrl import device
 from mindrl.ckpt.fingerprint import checkpoint_fingerprint
 from mindrl.config.schema import GenerateConfig, SamplingConfig
 from mindrl.engines.vllm_engine import VLLMEngine
-from mindrl.engines.vllm_settings import llm_kwargs
 from mindrl.engines.vllm_process import VLLMEngineProcess
 from mindrl.errors import WeightSyncError
 from mindrl.models.tiny import make_tiny_model
-from mindrl.platforms.cpu.vllm_build import CPUVLLMBuild
-from mindrl.platforms.vllm_build import VLLMBuild
 
 from support.hf_logprobs import max_diff, transformers_log_probs
 
@@ -31,17 +28,6 @@ PROMPTS = [[40, 41, 42, 43, 44, 45], [50, 60, 70]]
 CONFIG = GenerateConfig(max_num_seqs=8, max_model_len=128, kv_cache_memory_bytes=32 * 2**20,
                         sampling_config=SamplingConfig(max_tokens=12, seed=0))
 EXPERT = re.compile(r"model\.layers\.\d\.mlp\.experts\.\d\.(gate|up|down)_proj\.weight")
-
-
-def test_inference_expert_parallelism_is_refused_where_the_build_cannot_run_it():
-    cfg = GenerateConfig(enable_expert_parallel=True)
-    with pytest.raises(ValueError, match="generate_config.enable_expert_parallel.*set it to "
-                                         "false"):
-        llm_kwargs(cfg, seed=0, logprobs_mode="processed_logprobs", build=CPUVLLMBuild())
-    assert llm_kwargs(cfg, seed=0, logprobs_mode="processed_logprobs",
-                      build=VLLMBuild())["enable_expert_parallel"] is True
-    assert "enable_expert_parallel" not in llm_kwargs(
-        GenerateConfig(), seed=0, logprobs_mode="processed_logprobs", build=CPUVLLMBuild())
 
 
 # ---------------------------------------------------------------------------- real vLLM engines

@@ -15,9 +15,9 @@ KV_CACHE_BYTES = 256 * 2**20
 
 class CPUVLLMBuild(VLLMBuild):
     overrides_recipe_settings = True
-    # The CPU MoE kernel never receives the expert map: expert parallelism segfaults in it
-    # (docs/platforms.md#qwen3-and-qwen3-moe-probes).
-    runs_expert_parallel = False
+
+    def __init__(self):
+        super().__init__("cpu")
 
     def engine_kwargs(self, kw: dict, cfg, cpu_vllm: dict) -> dict:
         """`cpu_vllm` over the config's values (fp32: bf16 logprobs differ from the trainer's
