@@ -12,7 +12,6 @@ model inputs on the device, padded rows or one packed row per micro batch.
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Callable, Dict, List, Optional
 
 import torch
@@ -24,8 +23,8 @@ from mindrl.config.roles import LossConfig, MoETraining, OptimConfig, Parallelis
 from mindrl.data import packing
 from mindrl.data.batch import Batch
 from mindrl.engines import model_rows, vocab_parallel
+from mindrl.engines.moe_passes import MoEPasses
 from mindrl.models.builder import build_gpt_model
-from mindrl.models import moe_balance, moe_routing, route_replay
 from mindrl.models.forward import run_schedule
 
 
@@ -77,16 +76,9 @@ class MegatronEngine:
         else:
             module = build_gpt_model(spec, parallel, params_dtype,
                                      **(moe.transformer_config() if moe else {}))
-        if moe is not None and moe.router_freeze:
-            moe_routing.freeze_routers(module)
-        self.router_load = moe_routing.RouterLoad(module) if spec.is_moe else None
-        self.balance = (moe_balance.SequenceBalance(
-            module, moe.aux_loss_coeff, spec.moe.router_topk,
-            module.config.moe_router_score_function, self._sp_group())
-            if moe is not None and moe.per_sample_balance else None)
-        self.routes = (route_replay.RouteReplay(module, [
-            i for i in range(spec.num_layers) if spec.moe.is_moe_layer(i)])
-            if spec.is_moe else None)
+        # A MoE model's routers: load, balancing loss, routing replay (engines/moe_passes.py).
+        self.experts = (MoEPasses(module, spec, moe, parallel.sequence_parallel, ps)
+                        if spec.is_moe else None)
         self.optimizer = self.scheduler = None
         if optim is None:
             self.model = module
@@ -95,7 +87,6 @@ class MegatronEngine:
         else:
             self._setup_training(module, optim, params_dtype)
         self.iteration = 0
-        self._replay_s = 0.0      # seconds preparing replayed routes since the last update
 
     # ------------------------------------------------------------------ setup
 
@@ -181,49 +172,14 @@ class MegatronEngine:
         """`replay`: the batch field whose routes every router replays (models/route_replay.py)."""
         if replay is None:
             return run_schedule(self.model, micro_batches, seq_length, forward_only, loss_fn)
-        start = time.perf_counter()
-        self._load_routes(micro_batches, seq_length, replay)
-        self._replay_s += time.perf_counter() - start
+        if self.experts is None:
+            raise ValueError(f"routing replay of {replay!r} needs a MoE model; {self.spec.name} "
+                             f"is dense (set rl_config.router_replay: off)")
+        self.experts.load_routes(micro_batches, replay)
         try:
             return run_schedule(self.model, micro_batches, seq_length, forward_only, loss_fn)
         finally:
-            self.routes.stop()
-
-    def _sp_group(self):
-        """The TP group when its ranks route different tokens (sequence parallelism)."""
-        if self.parallel.sequence_parallel and self.ps.get_tensor_model_parallel_world_size() > 1:
-            return self.ps.get_tensor_model_parallel_group()
-        return None
-
-    def _load_routes(self, micro_batches: List[dict], seq_length: int, field: str) -> None:
-        if self.routes is None:
-            raise ValueError(f"routing replay of {field!r} needs a MoE model; {self.spec.name} "
-                             f"is dense (set rl_config.router_replay: off)")
-        sp = self._sp_group() is not None
-        rank = self.ps.get_tensor_model_parallel_rank() if sp else 0
-        size = self.ps.get_tensor_model_parallel_world_size() if sp else 1
-        moe, per_micro = self.spec.moe, []
-        for m in micro_batches:
-            lengths = self._sample_lengths(m)
-            route_replay.check_routes(m[field], lengths, self.routes.moe_layers,
-                                      moe.router_topk, moe.num_experts, field)
-            per_micro.append(route_replay.to_megatron(
-                m[field], lengths, "packed_seq_params" in m, m["tokens"].shape[1], rank, size))
-        self.routes.load(per_micro)
-
-    @staticmethod
-    def _sample_lengths(micro: dict) -> torch.Tensor:
-        return packing.sample_lengths(micro["prompt_mask"], micro["response_mask"]).cpu()
-
-    def _recorded_routes(self, micro: dict) -> torch.Tensor:
-        """The micro batch's routes as the routers picked them, per sample [mb, P + R, L, K]."""
-        if self.ps.get_pipeline_model_parallel_world_size() > 1:
-            raise ValueError("recording routes needs pipeline parallel size 1 (each stage holds "
-                             "other layers); replaying works at any")
-        width = micro["prompt_ids"].shape[1] + micro["response_ids"].shape[1]
-        return route_replay.from_megatron(self.routes.take(self._sp_group()),
-                                          self._sample_lengths(micro),
-                                          "packed_seq_params" in micro, width)
+            self.experts.stop_replay()
 
     def compute_log_probs(self, batch: Batch, micro_batch_size: Optional[int] = None,
                           with_entropy: bool = False,
@@ -251,12 +207,12 @@ class MegatronEngine:
                       with_routes: bool = False, replay: Optional[str] = None):
         plan = self._plan(batch, micro_batch_size)
         micro, seq_length = self._micro_batches(batch, plan)
-        with_routes = with_routes and self.routes is not None
+        with_routes = with_routes and self.experts is not None
 
         def collect(output, m):
             logp, ent = self._token_stats(output, m, with_entropy)
             return {"log_probs": logp, **({"entropy": ent} if ent is not None else {}),
-                    **({"routes": self._recorded_routes(m)} if with_routes else {})}
+                    **({"routes": self.experts.recorded_routes(m)} if with_routes else {})}
 
         with torch.no_grad():
             outputs = self._run_schedule(micro, seq_length, True, collect, replay)
@@ -265,9 +221,8 @@ class MegatronEngine:
         keys = ["log_probs"] + (["entropy"] if with_entropy else [])
         shapes = {k: shape for k in keys}
         if with_routes:
-            moe = self.spec.moe
-            shapes["routes"] = (local, batch["prompt_ids"].shape[1] + shape[1],
-                                self.routes.moe_layers, moe.router_topk)
+            shapes["routes"] = self.experts.routes_shape(
+                local, batch["prompt_ids"].shape[1] + shape[1])
         result = self._gather_dp(self._from_last_stage(outputs, shapes))
         return _in_batch_order(result, _plan_order(plan))
 
@@ -355,9 +310,9 @@ class MegatronEngine:
         for rows in packing.mini_batches(len(batch), mini_batch_size, shuffle, seed):
             history.append(self._train_mini_batch(batch.select(rows), entropy_coeff, replay))
         out = objective.merge_mini_batches(history)
+        replay_s = self.experts.take_replay_s() if self.experts is not None else 0.0
         if replay is not None:
-            out["moe/route_replay_s"] = self._replay_s
-        self._replay_s = 0.0
+            out["moe/route_replay_s"] = replay_s
         if clock is not None:
             out["actor/vision_tower_s"] = clock.take()
         return out
@@ -373,27 +328,13 @@ class MegatronEngine:
                                                 cfg.loss_agg_mode).to(device.current_device())
         micro, seq_length = self._micro_batches(mini, self._plan(mini, self.micro_batch_size))
         self._num_micro = len(micro)
-        if self.balance is not None:
-            self._load_balance(micro, seq_length, len(mini))
+        if self.experts is not None:
+            self.experts.load_balance(micro, len(mini))
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
         return self._run_schedule(
             micro, seq_length, False,
             lambda out, m: self._policy_loss(out, m, cfg, mb_weight, len(micro)), replay)
-
-    def _load_balance(self, micro_batches: List[dict], seq_length: int, samples: int) -> None:
-        """Each micro batch's token -> sample map for the per-sample balancing loss, scaled
-        as objective.micro_batch_loss scales the policy loss (x micro batches x DP)."""
-        sp = self._sp_group() is not None
-        rank = self.ps.get_tensor_model_parallel_rank() if sp else 0
-        size = self.ps.get_tensor_model_parallel_world_size() if sp else 1
-        per_micro = []
-        for m in micro_batches:
-            lengths = self._sample_lengths(m)
-            per_micro.append((moe_balance.sample_of_token(
-                lengths, "packed_seq_params" in m, m["tokens"].shape[1], rank, size), lengths))
-        self.balance.load(per_micro, samples,
-                          len(micro_batches) * self.ps.get_data_parallel_world_size())
 
     def _train_mini_batch(self, mini: Batch, entropy_coeff: Optional[float],
                           replay: Optional[str] = None) -> Dict[str, float]:
@@ -425,35 +366,10 @@ class MegatronEngine:
             torch.distributed.all_reduce(vec[summed:], op=torch.distributed.ReduceOp.MAX,
                                          group=group)
         out = objective.mini_batch_metrics(vec.tolist())
-        out.update(self._moe_metrics())
+        if self.experts is not None:
+            out.update(self.experts.metrics(self._num_micro, self._metric_groups()))
         out["actor/grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
         out["actor/lr"] = self.optimizer.param_groups[0]["lr"]
-        return out
-
-    def _moe_metrics(self) -> Dict[str, float]:
-        """Routing load and (when on) the load-balancing loss of the mini batch's passes;
-        collective over the role's ranks, as the metrics above."""
-        if self.router_load is None:
-            return {}
-        ps, out = self.ps, {}
-        sum_groups = []
-        if ps.get_data_parallel_world_size() > 1:
-            sum_groups.append(ps.get_data_parallel_group())
-        if self.parallel.sequence_parallel and ps.get_tensor_model_parallel_world_size() > 1:
-            sum_groups.append(ps.get_tensor_model_parallel_group())
-        layer_groups = ([ps.get_pipeline_model_parallel_group()]
-                        if ps.get_pipeline_model_parallel_world_size() > 1 else [])
-        load = self.router_load.take(sum_groups, layer_groups)
-        if load is not None:
-            out["moe/tokens_per_expert_max_over_mean"] = load
-        if self.balance is not None:
-            aux = self.balance.take(sum_groups, layer_groups)
-            if aux is not None:
-                out["actor/moe_aux_loss"] = aux
-        elif self.moe is not None and self.moe.aux_loss_coeff > 0:
-            aux = moe_routing.take_aux_loss(self._num_micro, self._metric_groups())
-            if aux is not None:
-                out["actor/moe_aux_loss"] = aux
         return out
 
     # ------------------------------------------------------------------ checkpoints
