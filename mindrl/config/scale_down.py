@@ -25,8 +25,8 @@ ranks, MindSpeed-RL's moe_tp_extend_ep) is divided like a TP (1 stays 1) and the
 with the TP, so EP x expert TP / TP (MindSpeed-RL's own EP: the experts' split over the DP
 ranks) stays; at a miniature's TP 1 the experts are then whole over EP ranks (their split
 over TP ranks is proven at TP 2 on 2 processes by tests/engines/test_megatron_engine_etp.py
-and tests/weight_sync/test_etp_sync.py). vLLM's expert parallelism becomes 1 (it is not wired
-into MindRL's engines, and the CPU MoE kernel crashes with it), logged.
+and tests/weight_sync/test_etp_sync.py). vLLM's expert parallelism becomes 1 (vLLM's CPU MoE
+kernel crashes with it), logged.
 
 This is how the shipped multi-device recipes are proven on a CPU box (tests/config and
 tests/trainer run them this way), and how a user tries a recipe's topology before renting it.
