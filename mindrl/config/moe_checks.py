@@ -165,7 +165,7 @@ def _infer_expert_parallel(run: RunConfig) -> list[Problem]:
                         f"engine's infer-TP ranks (EP = infer TP), and EP across engines "
                         f"(vLLM's data parallelism) is not wired: MindRL's engines are "
                         f"independent replicas", f"set it to {tp} (experts whole over each "
-                        f"engine's ranks)" if tp > 1 else f"{off} (experts whole on each "
+                        f"engine's ranks) or 1 (experts split over infer TP)" if tp > 1 else f"{off} (experts whole on each "
                         f"engine), or raise infer_tensor_parallel_size to {ep}", ep)]
     if tp == 1:
         return [Problem(key, "asks for vLLM's expert parallelism at infer TP 1: an engine of "

@@ -88,7 +88,8 @@ GPU2 = ClusterResources("cuda", 2)
      "infer_tensor_parallel_size to 2"),
     ([f"+{INFER_EP}=4", "generate_config.infer_tensor_parallel_size=2", *ON_GPU], GPU2,
      INFER_EP, "EP across engines (vLLM's data parallelism) is not wired",
-     "set it to 2 (experts whole over each engine's ranks)"),
+     "set it to 2 (experts whole over each engine's ranks) or 1 (experts split over infer "
+     "TP)"),
     ([f"+{ENABLE_EP}=true", *ON_GPU], GPU2, ENABLE_EP, "at infer TP 1: an engine of one rank",
      "set it to false, or raise infer_tensor_parallel_size"),
     # the CPU build's MoE kernel crashes with EP
