@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 
+from mindrl.rewards.extract import braced_from
+
 # Thin/medium/thick/negative spaces, the control space, `~`, quads: all plain spaces here.
 _LATEX_SPACES = re.compile(r"\\[,:;! ]|\\q?quad\b|~")
 
@@ -84,18 +86,4 @@ def _unwrap(s: str) -> str:
 
 def _closes_at_end(s: str) -> bool:
     """Whether the `{` at s[0] is closed by the `}` at s[-1] (and not earlier)."""
-    depth = 0
-    i = 0
-    while i < len(s):
-        c = s[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return i == len(s) - 1
-        i += 1
-    return False
+    return braced_from(s, 0) == s[1:-1]
