@@ -10,6 +10,7 @@ these keys matter on resume, where a run's own checkpoints hold all three.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import FrozenSet, Optional, Tuple
@@ -31,6 +32,11 @@ class ResumeParts:
         return ", ".join(loaded) + (f"; fresh {', '.join(skipped)}" if skipped else "")
 
 
+# An optimizer's keys: `optimizer.` one optimizer; `chained_<i>.optimizer.` the dense and the
+# expert optimizers Megatron chains at expert parallelism > 1.
+_OPTIMIZER_KEY = re.compile(r"(chained_\d+\.)?optimizer\.")
+
+
 def held_parts(ckpt_dir) -> FrozenSet[str]:
     """{"optimizer", "rng"}, those the checkpoint holds (from its DCP metadata's keys)."""
     from mindrl.ckpt.safe_metadata import load_metadata
@@ -38,7 +44,7 @@ def held_parts(ckpt_dir) -> FrozenSet[str]:
     keys = load_metadata(Path(ckpt_dir) / ".metadata").state_dict_metadata
     held = set()
     for key in keys:
-        if key.startswith("optimizer."):
+        if _OPTIMIZER_KEY.match(key):
             held.add("optimizer")
         elif key.startswith("rng_state"):
             held.add("rng")

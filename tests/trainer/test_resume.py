@@ -20,6 +20,12 @@ def test_held_parts_read_from_the_checkpoint_metadata(tmp_path):
     bare = _checkpoint(tmp_path / "bare", ["decoder.w", "embedding.word_embeddings.weight"])
     assert held_parts(full) == {"optimizer", "rng"}
     assert held_parts(bare) == set()
+    # at EP > 1 Megatron chains a dense and an expert optimizer: their keys say so
+    chained = _checkpoint(tmp_path / "chained", [
+        "decoder.w", "chained_0.optimizer.state.exp_avg.decoder.w",
+        "chained_1.optimizer.state.exp_avg.decoder.layers.0.mlp.experts.w"])
+    assert held_parts(chained) == {"optimizer"}
+    assert held_parts(_checkpoint(tmp_path / "named", ["decoder.optimizer.w"])) == set()
 
 
 def test_each_key_decides_its_part():
