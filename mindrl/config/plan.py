@@ -171,6 +171,8 @@ def make_plan(run: RunConfig, cluster: ClusterResources,
         "colocated": engines_colocated(run),
         "tp": gen.infer_tensor_parallel_size,
         "pp": gen.infer_pipeline_parallel_size,
+        # vLLM's expert parallelism inside each engine (EP = infer TP), 1 without
+        "ep": gen.infer_tensor_parallel_size if gen.expert_parallel else 1,
         "instances": idp,
         "engine_nodes": ([cluster.node_of(span[0]) for span in engine_devices(run)]
                          if fits else None),
@@ -300,8 +302,9 @@ def format_plan(plan: dict[str, Any]) -> str:
                       f"layer on devices {_ranges(h['devices'])}" for h in r["experts"]]
     ro = plan["rollout"]
     where = "on the actor's" if ro["colocated"] else "their own: generate_config.rollout_devices"
+    ep = f" EP={ro['ep']} (experts whole over an engine's ranks)" if ro.get("ep", 1) > 1 else ""
     lines.append(f"  rollout devices {_ranges(ro['devices'])} ({where}): vLLM TP="
-                 f"{ro['tp']} PP={ro['pp']} x {ro['instances']} instance(s), "
+                 f"{ro['tp']}{ep} PP={ro['pp']} x {ro['instances']} instance(s), "
                  f"{ro['prompts_per_instance']} prompts each, {ro['dtype']}")
     if ro["engine_nodes"] and c["num_nodes"] > 1:
         lines.append(f"          node of each engine: {ro['engine_nodes']}")

@@ -318,6 +318,13 @@ class GenerateConfig:
     def model_parallel_size(self) -> int:
         return self.infer_tensor_parallel_size * self.infer_pipeline_parallel_size
 
+    @property
+    def expert_parallel(self) -> bool:
+        """Whether each engine's experts split whole over its infer-TP ranks (vLLM's expert
+        parallelism inside one engine, EP = infer TP): asked by enable_expert_parallel or by
+        MindSpeed-RL's infer_expert_parallel_size (config/moe_checks.py holds it to infer TP)."""
+        return self.enable_expert_parallel or self.infer_expert_parallel_size > 1
+
 
 @dataclass(frozen=True)
 class PrepareConfig:

@@ -45,7 +45,7 @@ def llm_kwargs(cfg: GenerateConfig, seed: int, logprobs_mode: str, build,
         kw["block_size"] = cfg.block_size
     if cfg.kv_cache_memory_bytes:
         kw["kv_cache_memory_bytes"] = cfg.kv_cache_memory_bytes
-    if expert_parallel(cfg):
+    if cfg.expert_parallel:
         if not build.abilities.expert_parallel:
             raise ValueError("generate_config.enable_expert_parallel / "
                              "infer_expert_parallel_size: this vLLM build cannot run expert "
@@ -59,13 +59,6 @@ def llm_kwargs(cfg: GenerateConfig, seed: int, logprobs_mode: str, build,
         # that runs on every platform, CPU included (docs/platforms.md#the-cluster-path-on-cpu).
         kw["distributed_executor_backend"] = "mp"
     return build.engine_kwargs(kw, cfg, cpu_vllm(cfg.dtype, actor_dtype))
-
-
-def expert_parallel(cfg: GenerateConfig) -> bool:
-    """Whether an engine's experts split whole over its infer-TP ranks (vLLM's expert
-    parallelism inside one engine: EP = infer TP): asked by enable_expert_parallel or by
-    MindSpeed-RL's infer_expert_parallel_size (config/moe_checks.py holds it to infer TP)."""
-    return cfg.enable_expert_parallel or cfg.infer_expert_parallel_size > 1
 
 
 def returned_routes(cfg: GenerateConfig, build) -> bool:

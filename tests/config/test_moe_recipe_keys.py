@@ -105,12 +105,10 @@ def test_vllm_expert_parallel_that_cannot_run_is_refused_naming_key_and_fix(over
 def test_vllm_expert_parallel_at_the_infer_tp_is_accepted_on_a_gpu():
     """EP = infer TP inside one engine: the experts whole over its ranks (vLLM's
     enable_expert_parallel), on a device kind whose vLLM build runs it."""
-    from mindrl.engines.vllm_settings import expert_parallel
-
     for overrides in ([f"+{INFER_EP}=2"], [f"+{ENABLE_EP}=true"]):
         run = load_recipe(MOE, ["generate_config.infer_tensor_parallel_size=2", *ON_GPU,
                                 *overrides], cluster=GPU2, check_paths=False)
-        assert expert_parallel(run.generate_config)
+        assert run.generate_config.expert_parallel
     p = problem(refused("grpo_tiny_cpu", [f"+{ENABLE_EP}=true", *ON_GPU,
                                           "generate_config.infer_tensor_parallel_size=2"], GPU2),
                 ENABLE_EP)
@@ -183,6 +181,7 @@ def test_dapo_qwen3_30b_a3b_runs_as_shipped_with_vllm_ep_inside_its_engines():
             gen.enable_expert_parallel, gen.enforce_eager) == (4, 4, True, True)
     plan = make_plan(run, RECIPE_CLUSTERS[A3B], [])
     assert plan["fits_cluster"] and plan["rollout"]["instances"] == 4, plan["warnings"]
+    assert plan["rollout"]["ep"] == 4                    # the plan says what vLLM is asked
     assert [h["devices"] for h in plan["roles"]["actor"]["experts"]][:2] == [[0, 8], [1, 9]]
 
 
