@@ -36,6 +36,7 @@ ABILITIES = {
     "npu": VLLMAbilities(expert_parallel=True, returns_routes=False, graphs=True),
 }
 
+
 def abilities(kind: str) -> VLLMAbilities:
     """The vLLM build of device kind `kind` (npu / cuda / cpu)."""
     return ABILITIES[kind]
