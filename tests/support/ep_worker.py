@@ -26,25 +26,34 @@ def ep_local_state(full, spec, ep_rank, ep_size):
     return out
 
 
-def ep_engine(spec, full, ep, train=True, seed=1234, dispatcher="alltoall", lr=1e-3, clip=1.0,
-              max_tokens=None):
-    """`max_tokens`: micro batches by that many real tokens (packed rows), else 2 samples."""
-    from megatron.core import parallel_state as ps
-
-    parallel = Parallelism(expert_model_parallel_size=ep)
+def loaded_engine(spec, parallel, local_state, train=True, seed=1234, dispatcher="alltoall",
+                  lr=1e-3, clip=1.0, max_tokens=None):
+    """A MegatronEngine at `parallel` holding `local_state()` (this rank's state dict, asked
+    for once the parallel groups exist); `max_tokens`: micro batches by that many real tokens
+    (packed rows), else 2 samples."""
     initialize_parallel(parallel, seed)
     engine = MegatronEngine(spec, parallel, micro_batch_size=2, loss=LossConfig(),
                             optim=OptimConfig(lr=lr, clip_grad=clip) if train else None,
                             moe=MoETraining(token_dispatcher_type=dispatcher),
                             packed=max_tokens is not None, max_tokens_per_micro_batch=max_tokens)
-    local = ep_local_state(mapping.stage_state_dict(full, spec, 0, 1, 0, 1), spec,
-                           ps.get_expert_model_parallel_rank(), ep)
-    missing, unexpected = engine.module.load_state_dict(local, strict=False)
+    missing, unexpected = engine.module.load_state_dict(local_state(), strict=False)
     assert not unexpected and all(n.endswith("_extra_state") for n in missing), (missing,
                                                                               unexpected)
     if train:
         engine.optimizer.reload_model_params()
     return engine
+
+
+def ep_engine(spec, full, ep, train=True, seed=1234, dispatcher="alltoall", lr=1e-3, clip=1.0,
+              max_tokens=None):
+    """An engine at EP `ep` (TP 1), each EP rank holding its block of `full`'s experts."""
+    from megatron.core import parallel_state as ps
+
+    return loaded_engine(
+        spec, Parallelism(expert_model_parallel_size=ep),
+        lambda: ep_local_state(mapping.stage_state_dict(full, spec, 0, 1, 0, 1), spec,
+                               ps.get_expert_model_parallel_rank(), ep),
+        train, seed, dispatcher, lr, clip, max_tokens)
 
 
 def full_params(engine, ep):

@@ -10,11 +10,11 @@ import torch
 from mindrl.ckpt import mapping
 from mindrl.config.roles import MoETraining
 from mindrl.data.batch import Batch
-from mindrl.engines.megatron_engine import LossConfig, MegatronEngine, OptimConfig
+from mindrl.engines.megatron_engine import LossConfig, MegatronEngine
 from mindrl.models.builder import Parallelism, initialize_parallel
 from mindrl.models.expert_names import expert_number, global_name
 
-from support.ep_worker import ep_local_state
+from support.ep_worker import ep_local_state, loaded_engine
 
 
 def layout_parallel(tp, etp, ep):
@@ -39,20 +39,13 @@ def etp_local_state(full, spec, tp, etp, ep):
 def etp_engine(spec, full, tp, etp, ep, dispatcher, train=True, seed=1234, lr=1e-3, clip=1.0):
     from megatron.core import parallel_state as ps
 
-    parallel = layout_parallel(tp, etp, ep)
-    initialize_parallel(parallel, seed)
-    assert ps.get_expert_tensor_parallel_world_size() == etp
-    assert ps.get_expert_model_parallel_world_size() == ep
-    engine = MegatronEngine(spec, parallel, micro_batch_size=2, loss=LossConfig(),
-                            optim=OptimConfig(lr=lr, clip_grad=clip) if train else None,
-                            moe=MoETraining(token_dispatcher_type=dispatcher))
-    missing, unexpected = engine.module.load_state_dict(etp_local_state(full, spec, tp, etp, ep),
-                                                        strict=False)
-    assert not unexpected and all(n.endswith("_extra_state") for n in missing), (missing,
-                                                                              unexpected)
-    if train:
-        engine.optimizer.reload_model_params()
-    return engine
+    def local_state():
+        assert ps.get_expert_tensor_parallel_world_size() == etp
+        assert ps.get_expert_model_parallel_world_size() == ep
+        return etp_local_state(full, spec, tp, etp, ep)
+
+    return loaded_engine(spec, layout_parallel(tp, etp, ep), local_state, train, seed,
+                         dispatcher, lr, clip)
 
 
 def full_params(engine, spec):
