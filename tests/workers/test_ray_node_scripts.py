@@ -22,7 +22,14 @@ if [ "$n" -le "$FAKE_FAILS" ]; then
   ln -sfn "$RAY_TEMP_DIR/session_$n" "$RAY_TEMP_DIR/session_latest"
   setsid python3 -c "import time; time.sleep(300)" "--log_dir=$RAY_TEMP_DIR/session_$n" \
     < /dev/null > /dev/null 2>&1 &
-  echo $! >> "$FAKE_DIR/left"
+  pid=$!
+  echo $pid >> "$FAKE_DIR/left"
+  # Ray's node processes run long before its start gives up: return only once this one shows
+  # its session in its command line (a fork not yet exec'd would escape the script's pkill).
+  for _ in $(seq 500); do
+    tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q "session_$n" && break
+    sleep 0.02
+  done
   echo "$FAKE_ERROR" >&2
   exit 1
 fi
