@@ -45,7 +45,13 @@ for try in $(seq "$HEAD_TRIES"); do
   fi
   if [ -L "$RAY_TEMP_DIR/session_latest" ]; then     # the node this start left: its processes
     session=$(readlink -f "$RAY_TEMP_DIR/session_latest" || true)
-    if [ -n "$session" ]; then pkill -9 -f -- "$session" || true; fi
+    if [ -n "$session" ]; then
+      pkill -9 -f -- "$session" || true
+      for _ in $(seq 50); do      # gone before the next start takes the ports
+        pgrep -f -- "$session" > /dev/null || break
+        sleep 0.2
+      done
+    fi
   fi
   echo "the head node did not register in time (try $try of $HEAD_TRIES; the machine is" \
        "busy): its processes stopped, starting it again" >&2
