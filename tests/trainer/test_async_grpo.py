@@ -80,9 +80,12 @@ def test_one_step_trains_on_samples_one_version_old_while_the_engine_generates(r
     assert all(0 <= r["async/overlap_fraction"] <= 1 for r in rows)
     # validation runs between steps, on the synced weights, nothing in flight
     assert [("val/score" in r) for r in rows] == [False, False, True]
-    # the next batch, done before the update, was scored during it (not in the step's phases)
-    ahead = [r for r in rows[1:] if r["timing_s/reward_ahead"] > 0]
-    assert ahead and all(r["timing_s/reward"] == 0.0 for r in ahead)
+    # a batch is scored once: during the last update when it was done before the update was
+    # (not in the step's phases), else in the step (which comes first is the machine's load:
+    # tests/trainer/test_async_trainer.py scores one ahead deterministically)
+    for r in rows:
+        assert (r["timing_s/reward_ahead"] > 0) != (r["timing_s/reward"] > 0), r
+    assert rows[0]["timing_s/reward_ahead"] == 0.0          # nothing updated before step 1
     assert all(0.0 <= r["critic/score/mean"] <= 1.0 for r in rows)
 
 

@@ -1,6 +1,8 @@
 """The asynchronous loop's choices without Ray (trainer/async_trainer.py): which loop a recipe
 gets, when the proximal pass runs, and the loader position a checkpoint records (a resume
-draws the batches in flight again)."""
+draws the batches in flight again), and scoring the next batch during an update."""
+
+from types import SimpleNamespace
 
 from mindrl.config import ClusterResources, load_recipe
 from mindrl.rollout.sample_buffer import SampleBuffer
@@ -39,3 +41,42 @@ def test_a_checkpoint_records_the_loader_before_the_first_batch_not_yet_trained(
     trainer.buffer.take(2)
     trainer.buffer.take(3)
     assert trainer._loader_state() is None               # nothing ahead: the loader's own
+
+
+class _DoneGenerate:
+    """A rollout handle whose generate has finished (what `rollout.submit` returns)."""
+
+    def __init__(self, batch):
+        self.batch, self.waits = batch, 0
+
+    def done(self) -> bool:
+        return True
+
+    def wait(self):
+        self.waits += 1
+        return self.batch
+
+
+def test_the_next_batch_done_before_the_update_is_scored_during_it_once():
+    trainer = AsyncGRPOTrainer(_run("+rl_config.async_mode=one_step"))
+    trainer.buffer = SampleBuffer(1, 0, 10)
+    trainer.buffer.admit(1, 0, _DoneGenerate("batch 1"))
+    trainer.buffer.take(1)
+    nxt = _DoneGenerate("batch 2")
+    trainer.buffer.admit(2, 0, nxt)                    # step 2's batch, generated meanwhile
+    scored, updates = [], []
+    trainer._score = lambda batch: (scored.append(batch) or [1.0, 0.0], {"reward/x": 0.5})
+    trainer.parts = SimpleNamespace(reward_model=None, actor=SimpleNamespace(
+        wait_update=lambda refs: updates.append(refs) or {"actor/loss": 0.1}))
+    assert trainer._update(["update refs"], 1) == {"actor/loss": 0.1}
+    assert updates == [["update refs"]] and scored == ["batch 2"]
+    scores, metrics, seconds = trainer._ahead[2]
+    assert (scores, metrics) == ([1.0, 0.0], {"reward/x": 0.5}) and seconds >= 0
+    # the batch is scored once, whatever else calls for an update before step 2 takes it
+    trainer._update(["more"], 1)
+    assert scored == ["batch 2"] and nxt.waits == 1
+    # with a reward model the driver does not score ahead (its workers share the devices)
+    trainer._ahead.clear()
+    trainer.parts.reward_model = "a reward model"
+    trainer._update(["refs"], 1)
+    assert 2 not in trainer._ahead
