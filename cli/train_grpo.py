@@ -122,10 +122,27 @@ def run(cfg: DictConfig, recipe: str) -> int:
     return 0
 
 
+def refuse_bad_overrides(argv) -> None:
+    """Exit 1 naming the key and its fix when the recipe or an override cannot be composed
+    (an absent key: its `+` or its right spelling), before Hydra refuses it less helpfully."""
+    from mindrl.config.cli_args import recipe_and_overrides
+    from mindrl.config.compose import compose_recipe
+
+    named = recipe_and_overrides(argv, DEFAULT_RECIPE)
+    if named is None:
+        return
+    try:
+        compose_recipe(*named)
+    except ConfigError as e:
+        print(f"invalid recipe {named[0]}: {e}", file=sys.stderr)
+        raise SystemExit(EXIT_INVALID)
+
+
 @hydra.main(version_base="1.3", config_path=str(recipe_dir()), config_name=DEFAULT_RECIPE)
 def main(cfg: DictConfig) -> None:
     raise SystemExit(run(cfg, HydraConfig.get().job.config_name))
 
 
 if __name__ == "__main__":
+    refuse_bad_overrides(sys.argv[1:])
     main()

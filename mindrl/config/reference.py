@@ -39,7 +39,8 @@ dividing one another, resources larger than the cluster, batches that do not spl
 mini/micro batches over DP, missing paths, unknown verifier or estimator names and a
 `verifier_weight` length mismatch all fail before anything starts, naming the key, the value and
 the fix. Override from the command line as with any Hydra app (`rl_config.kl_coef=0`; a key the
-recipe lacks needs `+key=value`). Paths in the tiny recipes use `${mindrl.work_dir:}`
+recipe lacks needs `+key=value`: without the `+`, or misspelt, the CLI refuses it naming the
+`+` form or the nearest key, `mindrl/config/cli_args.py`). Paths in the tiny recipes use `${mindrl.work_dir:}`
 (`MINDRL_WORK_DIR`, else `<repo>/work`).
 
 A config ported from MindSpeed-RL: every key of its GRPO guide's parameter list

@@ -66,6 +66,23 @@ def test_invalid_recipe_exits_1_naming_the_key(tmp_path):
     assert "n_samples_per_prompt" in proc.stderr
 
 
+def test_an_override_the_recipe_lacks_is_refused_with_its_fix_before_hydra(tmp_path):
+    """A documented key absent from the recipe (its `+`), a misspelt one (its right name), a
+    recipe that does not exist (the shipped ones): exit 1 with the key and the fix, nothing
+    of Hydra's "not in struct"."""
+    for args, key, fix in (
+            (["rl_config.router_replay=r3"], "rl_config.router_replay",
+             "write +rl_config.router_replay=VALUE"),
+            (["-cn", SMOKE_RECIPE, "rl_config.kl_coeff=0"], "rl_config.kl_coeff",
+             "did you mean 'kl_coef'?"),
+            (["--config-name=grpo_tiny_mo"], "--config-name", "did you mean 'grpo_tiny_moe_cpu'?")):
+        proc = run_cli(tmp_path, *args, "+dry_run=true")
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert key in proc.stderr and fix in proc.stderr, proc.stderr
+        assert "not in struct" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_test_runs_that_name_no_recipe_run_the_smoke_recipe(tmp_path):
     """tests/support/grpo_runs: a CLI run that names no recipe is the a+b= smoke run, not the
     (longer) embedded default; a named recipe is kept, once, before the overrides."""
