@@ -175,7 +175,8 @@ KEY_DOCS: dict[str, str] = {
         "again on the new weights (recompute_kv); each token keeps its version "
         "(token_policy_version); off = the sync waits for them",
     "rl_config.logprob_drift_threshold": "warn when rollout/logprob_diff_mean stays above "
-                                         "this; null = off",
+                                         "this (steps on stale samples do not count); "
+                                         "null = off",
     "rl_config.logprob_drift_steps": "consecutive steps above the threshold before the "
                                      "warning",
     "rl_config.logprob_chunk_tokens": "response tokens per fp32 log-softmax slab in the "

@@ -64,3 +64,25 @@ def test_warn_on_drift_logs_through_the_trainers_log():
     history.append({"step": 2, DRIFT_KEY: 0.4})
     message = warn_on_drift(history, rl, lines.append)
     assert lines == [f"warning: {message}"] and "(steps 1-2)" in message
+
+
+def test_steps_on_stale_samples_do_not_count_and_end_a_run():
+    """The asynchronous loop: a step whose samples (or some of their tokens) came from older
+    weights differs from the actor by the updates since, not by a vLLM mismatch."""
+    def row(step, stale=None, crossed=None):
+        out = {"step": step, DRIFT_KEY: 0.5}
+        if stale is not None:
+            out["rollout/stale_fraction"] = stale
+        if crossed is not None:
+            out["rollout/crossed_update_frac"] = crossed
+        return out
+
+    one_step = [row(1, 0.0, 0.0)] + [row(s, 1.0, 0.0) for s in range(2, 8)]
+    assert all(drift_warning(one_step[:n], 0.01, 3) is None for n in range(1, 8))
+    # partial rollouts: a quarter of the tokens crossed an update
+    assert drift_warning([row(s, 0.0, 0.25) for s in (1, 2, 3)], 0.01, 3) is None
+    # on-policy steps of a bounded run count as in the synchronous loop; a stale one ends it
+    fresh = [row(1, 0.0, 0.0), row(2, 0.0, 0.0), row(3, 0.5), row(4, 0.0), row(5, 0.0),
+             row(6, 0.0, 0.0)]
+    assert drift_warning(fresh[:3], 0.01, 3) is None
+    assert "(steps 4-6)" in drift_warning(fresh, 0.01, 3)
