@@ -197,6 +197,10 @@ KEY_DOCS: dict[str, str] = {
                               "(docs/guides/reward-model.md)",
     "rl_config.reward_model_weight": "score = rule score + reward_model_weight x model score",
     "rl_config.verifier_function": "registered verifier names (docs/guides/add-a-verifier.md)",
+    "rl_config.verifier_modules": "verifiers of your own: modules on the path or .py files "
+                                  "(relative to the working directory) whose "
+                                  "register_verifier names verifier_function may list; the "
+                                  "check, the trainer and every verifier worker load them",
     "rl_config.verifier_weight": "one weight per verifier",
     "rl_config.verifier_parallel": "verifier worker processes",
     "rl_config.verifier_timeout": "seconds per sample; a hang or crash scores 0 and is "

@@ -38,6 +38,14 @@ def role_key(run, role: str, key: str) -> str:
     return f"{ROLE_SECTIONS[role]}.{key}"
 
 
+def load_verifier_module(spec: str) -> None:
+    """Run a user's verifier module (rl_config.verifier_modules) so its names register;
+    ValueError naming it and the cause."""
+    from mindrl.rewards.user_modules import load
+
+    load(spec)
+
+
 def known_verifiers() -> tuple[str, ...]:
     """The verifier registry's names, read at call time. mindrl.rewards imports only the
     standard library (the math checker loads lazily), so it sits below config and importing

@@ -37,12 +37,24 @@ def check_algorithm(run: RunConfig) -> list[Problem]:
         if value not in known:
             out.append(Problem(f"rl_config.{key}", "is not a known name",
                                suggest(value, known), value))
+    for i, spec in enumerate(rl.verifier_modules):
+        try:
+            names.load_verifier_module(spec)
+        except ValueError as e:
+            cause = e.__cause__
+            out.append(Problem(f"rl_config.verifier_modules[{i}]", "cannot be loaded ("
+                               f"{type(cause).__name__}: {cause})",
+                               "give a module importable here (my_pkg.rewards) or a .py file "
+                               "(absolute, or relative to the working directory) that "
+                               "registers verifiers with mindrl.rewards.register_verifier",
+                               spec))
     verifiers = names.known_verifiers()
     for i, name in enumerate(rl.verifier_function):
         if name not in verifiers:
             out.append(Problem(f"rl_config.verifier_function[{i}]", "is not a registered "
                                "verifier", suggest(name, verifiers) + " (a verifier of your "
-                               "own: register it with mindrl.rewards.register_verifier)", name))
+                               "own: register it with mindrl.rewards.register_verifier in a "
+                               "module listed in rl_config.verifier_modules)", name))
     if len(rl.verifier_weight) != len(rl.verifier_function):
         out.append(Problem("rl_config.verifier_weight", f"has {len(rl.verifier_weight)} "
                            f"weight(s) for {len(rl.verifier_function)} verifier(s)",

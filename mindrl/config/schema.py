@@ -138,6 +138,7 @@ class RLConfig:
     reward_model_weight: float = 1.0  # score = rule score + reward_model_weight x model score
     verifier_function: list[str] = field(default_factory=list)
     verifier_weight: list[float] = field(default_factory=list)
+    verifier_modules: list[str] = field(default_factory=list)   # your verifiers: modules, .py
     verifier_parallel: int = 1
     verifier_timeout: float = 30.0
 

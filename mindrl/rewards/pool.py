@@ -18,7 +18,6 @@ killed worker costs a fork instead of seconds of imports.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import math
 import multiprocessing as mp
@@ -67,8 +66,9 @@ def _worker_main(conn, imports: Tuple[str, ...], memory_limit_mb: Optional[int])
 
         import mindrl.rewards.builtin  # noqa: F401  (registers the built-in verifiers)
 
-        for name in imports:
-            importlib.import_module(name)
+        from mindrl.rewards.user_modules import load_all
+
+        load_all(imports)
         from mindrl.rewards.registry import get_verifier
     except BaseException:
         conn.send(("fatal", traceback.format_exc()))
@@ -170,8 +170,9 @@ class VerifierPool:
     Args:
         num_workers: worker processes (each single-threaded).
         timeout: seconds one job may run before its worker is killed.
-        worker_imports: extra module names each worker imports at start, e.g. modules that
-            register custom verifiers (the built-in ones are always imported).
+        worker_imports: modules (dotted names) or .py files each worker loads at start:
+            those that register custom verifiers (the built-in ones are always imported;
+            rewards/user_modules.py).
         mp_context: "forkserver" (cheap respawns) or "spawn".
         max_chunk: most jobs sent to a worker at once (fewer messages vs. load balance).
         startup_timeout: seconds a worker may take to import before the pool gives up.
@@ -207,7 +208,8 @@ class VerifierPool:
         self._ctx = mp.get_context(mp_context)
         if mp_context == "forkserver":
             # Takes effect only if this process has not started its forkserver yet.
-            preload = ["__main__", "math_verify", "mindrl.rewards.builtin", *self._imports]
+            preload = ["__main__", "math_verify", "mindrl.rewards.builtin",
+                       *(m for m in self._imports if not m.endswith(".py"))]
             self._ctx.set_forkserver_preload(preload)
         self._lock = threading.Lock()
         self._workers: List[_Worker] = []

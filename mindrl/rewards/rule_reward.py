@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
@@ -10,6 +9,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from .overlong import overlong_penalty
 from .pool import ERROR, OK, TIMEOUT, VerifierPool
 from .registry import get_verifier
+from .user_modules import absolute, load_all
 
 logger = logging.getLogger(__name__)
 
@@ -54,8 +54,8 @@ class RuleReward:
             raise ValueError("verifier_function is empty: name at least one verifier")
         if len(set(names)) != len(names):
             raise ValueError(f"verifier_function lists a verifier twice: {names}")
-        for module in worker_imports:  # custom verifiers must be known here and in the workers
-            importlib.import_module(module)
+        worker_imports = absolute(worker_imports)   # the workers load the same files
+        load_all(worker_imports)  # custom verifiers must be known here and in the workers
         for name in names:
             get_verifier(name)  # fail at start-up, not on the first batch
         if overlong is not None:  # validates its settings

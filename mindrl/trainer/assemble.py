@@ -121,7 +121,8 @@ def assemble(run: RunConfig, log: Callable[[str], None] = print) -> RunParts:
                 [:rl.val_max_prompts] if rl.val_data_path else [])
     reward = (RuleReward(rl.verifier_function, rl.verifier_weight,
                          verifier_timeout=rl.verifier_timeout,
-                         verifier_parallel=rl.verifier_parallel, overlong=overlong_config(run))
+                         verifier_parallel=rl.verifier_parallel, overlong=overlong_config(run),
+                         worker_imports=rl.verifier_modules)
               if rl.rule_reward else None)
     resume_plan = plan_resume(run, save_dir)
     slots, engine_slots = create_placement(run)

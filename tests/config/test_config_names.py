@@ -29,6 +29,27 @@ def test_a_registered_verifier_validates_with_no_second_edit():
         VERIFIERS.pop("test_names_exact", None)
 
 
+def test_a_verifier_in_a_file_of_your_own_validates_and_a_missing_file_is_named(tmp_path):
+    path = tmp_path / "my_checks.py"
+    path.write_text("from mindrl.rewards import register_verifier\n\n"
+                    "@register_verifier('test_names_from_file')\n"
+                    "def check(completion, label, **extra):\n"
+                    "    return float(completion == label)\n")
+    override = ["rl_config.verifier_function=[test_names_from_file]"]
+    try:
+        run = load_recipe(TINY, [*override, f"+rl_config.verifier_modules=[{path}]"],
+                          cluster=CPU2)
+        assert run.rl_config.verifier_modules == [str(path)]
+    finally:
+        VERIFIERS.pop("test_names_from_file", None)
+    with pytest.raises(ConfigError) as info:
+        load_recipe(TINY, [*override, f"+rl_config.verifier_modules=[{tmp_path}/absent.py]"],
+                    cluster=CPU2)
+    text = str(info.value)
+    assert "rl_config.verifier_modules[0]" in text and "no file" in text
+    assert "rl_config.verifier_function[0]" in text and "verifier_modules" in text
+
+
 def test_unknown_verifier_says_how_to_register():
     with pytest.raises(ConfigError) as info:
         load_recipe(TINY, ["rl_config.verifier_function=[aritm]"], cluster=CPU2)

@@ -30,8 +30,14 @@ NON_DETERMINISTIC = ("timing_s/", "perf/", "val/")
 TP2_LAYOUT = ("+actor_config.tensor_model_parallel_size=2",
               "rl_config.actor_resource.num_cpus=2", "+ref_config.tensor_model_parallel_size=2",
               "rl_config.reference_resource.num_cpus=2", "rl_config.colocate_actor_ref=true")
+# A verifier of the user's own from a file (rl_config.verifier_modules), weight 0: the task's
+# rule by another route than `arith`, so the two log equal means and the score is unchanged.
+USER_VERIFIER = ("+rl_config.verifier_modules=["
+                 f"{Path(__file__).parents[1] / 'support' / 'user_verifiers' / 'first_number.py'}]",
+                 "rl_config.verifier_function=[arith,test_first_number]",
+                 "rl_config.verifier_weight=[1.0,0.0]")
 TP2_RUN = ("megatron_training.train_iters=3", "rl_config.save_freq=3",
-           "generate_config.verify_sync=every", *TP2_LAYOUT)
+           "generate_config.verify_sync=every", *TP2_LAYOUT, *USER_VERIFIER)
 
 
 def _run_on_two_nodes(work: Path, far: Path) -> dict:
@@ -123,12 +129,15 @@ def test_tp2_actor_with_reference_logs_every_metric(work, tp2_run):
     assert len(workers["rollout"]) == 2 and workers["ref"] == workers["actor"]
     rows = metrics(run_dir)
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
-    assert set(rows[0]) == {"step", "val/score", "val/arith"}   # val_before_train
+    assert set(rows[0]) == {"step", "val/score", "val/arith", "val/test_first_number"}
     assert "val/score" in rows[3]                                  # and at the last step
     for row in rows[1:]:
         missing = [k for k in REQUIRED_KEYS if k not in row]
         assert not missing, missing
         assert all(finite(row[k]) for k in REQUIRED_KEYS)
+        # the user's verifier scored every sample in the verifier workers, as arith did
+        assert row["rewards/test_first_number"] == row["rewards/arith"]
+        assert row["rewards/errors"] == 0.0
         # vLLM's sampled log-probs vs the TP2 actor's on the same tokens (fp32).
         assert row["rollout/logprob_diff_max"] < 1e-4
         assert row["weight_sync/verified"] == 1.0   # both engines checked every sync
