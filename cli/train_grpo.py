@@ -13,7 +13,8 @@ Exit codes: 0 trained (or plan printed); 1 invalid recipe (every problem is list
 key); 3 a worker died or training failed; 4 a phase of the step (generate, log-prob passes,
 reward-model scoring, update, weight sync, save) passed rl_config.phase_timeout_s. On 3 (a
 death) and 4 the run directory holds failure_report.txt: the phase, the step, who did not
-answer and on which node, and every live worker's Python stack.
+answer and on which node, and every live worker's Python stack. Ctrl-C exits 130 and SIGTERM
+(a scheduler's cancel) 143, each after shutting Ray down; the last complete checkpoint stays.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from mindrl.config.scale_down import with_cpu_slots  # noqa: E402
 EXIT_INVALID = 1
 EXIT_FAILED = 3
 EXIT_TIMEOUT = 4
+EXIT_INTERRUPTED = 130          # Ctrl-C (128 + SIGINT)
+EXIT_TERMINATED = 143           # SIGTERM (128 + SIGTERM)
 
 
 def print_device_notices(run_cfg) -> None:
@@ -99,7 +102,7 @@ def run(cfg: DictConfig, recipe: str) -> int:
         print(f"cannot start {recipe}: {e}", file=sys.stderr)
         return EXIT_INVALID
     from mindrl.trainer.launch import train
-    from mindrl.errors import PhaseTimeout, WorkerDied
+    from mindrl.errors import PhaseTimeout, Terminated, WorkerDied
 
     try:
         train(run_cfg)
@@ -118,7 +121,11 @@ def run(cfg: DictConfig, recipe: str) -> int:
     except KeyboardInterrupt:
         print("interrupted: Ray shut down; the last complete checkpoint is intact",
               file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except Terminated:
+        print("terminated (SIGTERM): Ray shut down; the last complete checkpoint is intact",
+              file=sys.stderr)
+        return EXIT_TERMINATED
     return 0
 
 

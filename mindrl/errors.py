@@ -27,6 +27,12 @@ class WeightSyncError(RuntimeError):
     Raised by the engines and by the weight sync that feeds them."""
 
 
+class Terminated(BaseException):
+    """The driver got SIGTERM (a scheduler's cancel or preemption): like Ctrl-C, it unwinds
+    the loop (a BaseException, so no `except Exception` takes it) and Ray is shut down; the
+    last complete checkpoint stays loadable."""
+
+
 class PhaseTimeout(RuntimeError):
     """A phase's members did not all answer within rl_config.phase_timeout_s; `who` are the
     ones still running it."""

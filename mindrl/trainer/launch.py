@@ -126,9 +126,19 @@ def train(run: RunConfig, log: Callable[[str], None] = print) -> list:
     from mindrl.config.placement import devices_required
 
     log(init_ray(devices_required(run)))
-    previous = signal.getsignal(signal.SIGINT)
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    # After ray.init, whose own handler would exit at once with a native stack dump that
+    # reads like a crash.
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         return trainer_for(run)(run, log=log).fit()   # rl_config.async_mode
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
         ray.shutdown()
+
+
+def _terminated(signum, frame):
+    from mindrl.errors import Terminated
+
+    raise Terminated()

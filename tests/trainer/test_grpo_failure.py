@@ -49,3 +49,46 @@ def test_a_dead_worker_or_engine_stops_the_run_naming_it(work, tmp_path, victim,
     assert 'File "' in report.split("===== stack of actor rank 0", 1)[1]   # live ranks' stacks
     latest = (run_dir / "latest_checkpointed_iteration.txt").read_text()
     assert (run_dir / f"iter_{int(latest):07d}" / "metadata.json").is_file()
+
+
+def test_ctrl_c_and_sigterm_stop_the_run_cleanly_with_their_exit_codes(work, tmp_path):
+    """Ctrl-C (SIGINT) and a scheduler's cancel (SIGTERM) to the driver, two runs at once:
+    each unwinds its loop, shuts Ray down (no worker outlives it), says so, and exits 130 /
+    143; its last complete checkpoint is loadable."""
+    from mindrl.processes import pid_alive
+
+    runs = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            run_dir = tmp_path / "runs" / sig.name
+            runs[sig] = (run_dir, start(work, run_dir, "megatron_training.train_iters=400",
+                                        "rl_config.save_freq=2"))
+            # the second starts once the first made the tiny model and data it also reads
+            while runs[sig][1].poll() is None and not (run_dir / "resolved_config.json").exists():
+                time.sleep(0.2)
+        deadline = time.time() + 400
+        for sig, (run_dir, proc) in runs.items():
+            metrics = run_dir / "metrics.jsonl"
+            while time.time() < deadline and proc.poll() is None and not (
+                    metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+                time.sleep(0.2)
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            proc.send_signal(sig)
+        said = {sig: proc.communicate(timeout=120)[1] for sig, (_, proc) in runs.items()}
+    finally:
+        for _, proc in runs.values():
+            if proc.poll() is None:
+                proc.kill()
+    for sig, code, message in ((signal.SIGINT, 130, "interrupted: Ray shut down"),
+                               (signal.SIGTERM, 143, "terminated (SIGTERM): Ray shut down")):
+        run_dir, proc = runs[sig]
+        assert proc.returncode == code and message in said[sig], said[sig][-3000:]
+        assert "SIGTERM received" not in said[sig]        # no native stack dump
+        latest = (run_dir / "latest_checkpointed_iteration.txt").read_text()
+        assert (run_dir / f"iter_{int(latest):07d}" / "metadata.json").is_file()
+        workers = json.loads((run_dir / "workers.json").read_text())
+        pids = [p for role in workers.values() for p in role]
+        gone_by = time.time() + 60
+        while any(map(pid_alive, pids)) and time.time() < gone_by:
+            time.sleep(0.5)
+        assert not [p for p in pids if pid_alive(p)], f"a worker outlived the {sig.name}"
