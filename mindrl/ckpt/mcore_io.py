@@ -159,25 +159,44 @@ def model_sharded_state_dict(model) -> Dict:
     return model.sharded_state_dict()
 
 
+def _shape(spec: ModelSpec) -> Dict[str, object]:
+    """What a checkpoint's tensors depend on, by the names the refusals use."""
+    return {"num_layers": spec.num_layers, "hidden_size": spec.hidden_size,
+            "ffn_hidden_size": spec.ffn_hidden_size,
+            "num_attention_heads": spec.num_attention_heads,
+            "num_query_groups": spec.num_query_groups, "head_dim": spec.head_dim,
+            "add_qkv_bias": spec.add_qkv_bias, "tied embeddings": spec.tied_embeddings,
+            "head (lm / scalar)": spec.head}
+
+
+def _differences(saved: Dict[str, object], built: Dict[str, object], saved_vocab: int,
+                 built_vocab: int) -> List[str]:
+    wrong = [f"{k}: checkpoint {saved[k]}, model {built[k]}" for k in saved
+             if saved[k] != built[k]]
+    if built_vocab < saved_vocab:
+        wrong.append(f"vocab rows: checkpoint needs {saved_vocab}, model has {built_vocab}")
+    return wrong
+
+
+def spec_differences(saved: ModelSpec, wanted: ModelSpec, tensor_parallel_size: int
+                     ) -> List[str]:
+    """How the model a checkpoint records differs from the one a recipe builds at this TP
+    (read before any worker starts); [] when it loads."""
+    return _differences(_shape(saved), _shape(wanted), saved.vocab_size,
+                        wanted.padded_vocab_size(tensor_parallel_size))
+
+
 def check_model_matches(model, spec: ModelSpec, source: str) -> None:
     """The model about to be loaded has the checkpoint's shape (clear error, not a DCP trace)."""
     cfg = model.config
-    pairs = {
-        "num_layers": (spec.num_layers, cfg.num_layers),
-        "hidden_size": (spec.hidden_size, cfg.hidden_size),
-        "ffn_hidden_size": (spec.ffn_hidden_size, cfg.ffn_hidden_size),
-        "num_attention_heads": (spec.num_attention_heads, cfg.num_attention_heads),
-        "num_query_groups": (spec.num_query_groups, cfg.num_query_groups or
-                             cfg.num_attention_heads),
-        "head_dim": (spec.head_dim, cfg.kv_channels),
-        "add_qkv_bias": (spec.add_qkv_bias, cfg.add_qkv_bias),
-        "tied embeddings": (spec.tied_embeddings, model.share_embeddings_and_output_weights),
-        "head (lm / scalar)": (spec.head, getattr(model, "head_kind", "lm")),
-    }
-    wrong = [f"{k}: checkpoint {a}, model {b}" for k, (a, b) in pairs.items() if a != b]
-    if model.vocab_size < spec.vocab_size:
-        wrong.append(f"vocab rows: checkpoint needs {spec.vocab_size}, model has "
-                     f"{model.vocab_size}")
+    built = {"num_layers": cfg.num_layers, "hidden_size": cfg.hidden_size,
+             "ffn_hidden_size": cfg.ffn_hidden_size,
+             "num_attention_heads": cfg.num_attention_heads,
+             "num_query_groups": cfg.num_query_groups or cfg.num_attention_heads,
+             "head_dim": cfg.kv_channels, "add_qkv_bias": cfg.add_qkv_bias,
+             "tied embeddings": model.share_embeddings_and_output_weights,
+             "head (lm / scalar)": getattr(model, "head_kind", "lm")}
+    wrong = _differences(_shape(spec), built, spec.vocab_size, model.vocab_size)
     if wrong:
         raise McoreCheckpointError(f"{source} holds a different model: " + "; ".join(wrong))
 

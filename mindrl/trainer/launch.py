@@ -92,6 +92,34 @@ def preflight(run: RunConfig) -> None:
                 raise ValueError(str(e)) from None
     if "reward" in run.active_roles:
         check_reward_tokenizer(run)
+    check_loads(run)
+
+
+def check_loads(run: RunConfig) -> None:
+    """Each role's `load` holds the model its recipe builds (the checkpoint's
+    mindrl_model.json), so a wrong checkpoint is refused before Ray starts rather than by
+    every rank once it has."""
+    from mindrl.ckpt.mcore_io import (McoreCheckpointError, read_model_info,
+                                      resolve_checkpoint_dir, spec_differences)
+    from mindrl.config.names import role_key
+
+    for role in run.active_roles:
+        cfg, spec = run.role(role), run.models.get(role)
+        if cfg.load is None or spec is None:
+            continue
+        key = role_key(run, role, "load")
+        try:
+            saved = read_model_info(resolve_checkpoint_dir(cfg.load)).spec
+        except McoreCheckpointError as e:
+            raise ValueError(f"{key}={cfg.load}: {e}. Fix: convert the HF checkpoint with "
+                             f"examples/ckpt (or cli/convert_ckpt.py) and point {key} at its "
+                             f"output, or set it to null for a random start") from None
+        wrong = spec_differences(saved, spec, cfg.tensor_model_parallel_size)
+        if wrong:
+            raise ValueError(f"{key}={cfg.load} holds {saved.name}, not the recipe's model "
+                             f"{spec.name}: {'; '.join(wrong)}. Fix: point {key} at a "
+                             f"conversion of {spec.name}, or pick the recipe's model "
+                             f"(model=NAME, configs/model) that the checkpoint holds")
 
 
 def check_reward_tokenizer(run: RunConfig) -> None:

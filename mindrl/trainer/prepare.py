@@ -17,7 +17,9 @@ from mindrl.config.schema import RunConfig
 from mindrl.paths import REPO_ROOT
 
 
-def _convert_to_mcore(hf_dir: Path, save_dir: Path, spec) -> None:
+def _convert_to_mcore(hf_dir: Path, save_dir: Path, spec, key: str) -> None:
+    """The converter run as a user runs it; its refusal (a path it cannot write) as a
+    ValueError naming the recipe key that chose `save_dir`."""
     cmd = [sys.executable, str(REPO_ROOT / "cli" / "convert_ckpt.py"), "--use-mcore-models",
            "--model-type", "GPT", "--load-model-type", "hf", "--save-model-type", "mg",
            "--target-tensor-parallel-size", "1", "--target-pipeline-parallel-size", "1",
@@ -27,7 +29,11 @@ def _convert_to_mcore(hf_dir: Path, save_dir: Path, spec) -> None:
         cmd.append("--add-qkv-bias")
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
-        raise RuntimeError(f"converting {hf_dir} -> {save_dir} failed:\n{result.stderr[-3000:]}")
+        said = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+        raise ValueError(f"{key}={save_dir}: converting the tiny model {hf_dir} there failed: "
+                         f"{said[-1] if said else result.stderr[-3000:]}. Fix: point {key} "
+                         f"at a Megatron checkpoint, or at a path that does not exist yet for "
+                         f"the tiny model's conversion to be made there")
 
 
 def _hf_family(spec) -> str:
@@ -56,6 +62,7 @@ def _prepare_tiny_models(run: RunConfig) -> List[str]:
     """The tiny HF model (tokenizer and, for a VL model, processor), its Megatron conversion
     and, with a reward role, a tiny reward model."""
     from mindrl.ckpt.mcore_io import TRACKER
+    from mindrl.config.names import role_key
     from mindrl.models.tiny import make_tiny_model
 
     made: List[str] = []
@@ -66,14 +73,16 @@ def _prepare_tiny_models(run: RunConfig) -> List[str]:
         made.append(f"tiny HF model {p.tiny_model} ({p.tokenizer} tokenizer): {hf_dir}")
     load = run.actor_config.load
     if load and not (Path(load) / TRACKER).is_file():
-        _convert_to_mcore(hf_dir, Path(load), run.models["actor"])
+        _convert_to_mcore(hf_dir, Path(load), run.models["actor"],
+                          role_key(run, "actor", "load"))
         made.append(f"Megatron checkpoint (torch_dist, any TP/PP): {load}")
     rm_load = run.reward_config.load if "reward" in run.active_roles else None
     if rm_load and not (Path(rm_load) / TRACKER).is_file():
         rm_hf = Path(rm_load + "-hf")
         if not (rm_hf / "config.json").is_file():
             make_tiny_model(p.tiny_model, p.tokenizer, rm_hf, seed=p.seed + 1, head="scalar")
-        _convert_to_mcore(rm_hf, Path(rm_load), run.models["reward"])
+        _convert_to_mcore(rm_hf, Path(rm_load), run.models["reward"],
+                          role_key(run, "reward", "load"))
         made.append(f"tiny reward model {p.tiny_model} (scalar head): {rm_hf} -> {rm_load}")
     return made
 
