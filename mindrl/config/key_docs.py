@@ -11,7 +11,8 @@ KEY_DOCS: dict[str, str] = {
     # --- top level -------------------------------------------------------------------------
     "run_dir": "the run directory: metrics, events, checkpoints, reports (the shipped "
                "recipes: `${mindrl.work_dir:}/runs/<recipe>`)",
-    "dry_run": "print the plan (roles, devices, engines, nodes) and exit without starting "
+    "dry_run": "print the plan (roles, devices, engines, nodes, batches, what a score is "
+               "made of and what the update does, memory) and exit without starting "
                "anything (`+dry_run=true`)",
 
     # --- megatron_training (and every role section) ------------------------------------------

@@ -203,10 +203,47 @@ def make_plan(run: RunConfig, cluster: ClusterResources,
         "rollout": rollout,
         "batch": batch_arithmetic(run),
         "images": _images(run),
+        "objective": _objective(run),
         "fits_cluster": fits,
         "memory_bytes": memory,
         "warnings": warnings,
     }
+
+
+def _objective(run: RunConfig) -> dict[str, Any]:
+    """What a sample's score is made of and what the update does with it, as the trainer
+    assembles them (trainer/assemble.py, algorithms/objective.py)."""
+    rl = run.rl_config
+    terms = ([f"{w:g} x {name}" for name, w in zip(rl.verifier_function, rl.verifier_weight)]
+             if rl.rule_reward else [])
+    if rl.reward_model:
+        terms.append(f"{rl.reward_model_weight:g} x the reward model's score")
+    if rl.rule_reward and rl.overlong_buffer_len:
+        terms.append(f"DAPO's overlong penalty (last {rl.overlong_buffer_len} tokens, down to "
+                     f"-{rl.overlong_penalty_factor:g})")
+    low, high = (rl.clip_ratio_low or rl.clip_ratio), (rl.clip_ratio_high or rl.clip_ratio)
+    clip = f"clip {low:g}" if low == high else f"clip {low:g} / {high:g}"
+    if rl.clip_ratio_c:
+        clip += f", dual-clip {rl.clip_ratio_c:g}"
+    update = [f"advantages {rl.adv_estimator}",
+              f"loss {rl.policy_loss} ({clip}), {rl.loss_agg_mode}",
+              ("no KL term" if not rl.kl_coef > 0 else
+               f"KL {rl.kl_penalty} x {rl.kl_coef:g} in the "
+               f"{'loss' if rl.use_kl_loss else 'reward'}")]
+    if rl.entropy_coeff > 0:
+        update.append(f"entropy bonus {rl.entropy_coeff:g}" + (
+            f" -> {rl.entropy_coeff_final:g} over {rl.entropy_decay_steps} steps"
+            if rl.entropy_coeff_final is not None else ""))
+    if rl.dynamic_sampling:
+        update.append(f"dynamic sampling (up to {rl.max_gen_rounds} rounds)")
+    if rl.rollout_is != "off":
+        update.append(f"rollout IS {rl.rollout_is} (cap {rl.rollout_is_cap:g})")
+    if rl.router_replay != "off":
+        update.append(f"routing replay {rl.router_replay}")
+    return {"score_terms": terms,
+            "verifiers": ({"processes": rl.verifier_parallel, "timeout_s": rl.verifier_timeout,
+                           "modules": list(rl.verifier_modules)} if rl.rule_reward else None),
+            "update": update}
 
 
 def _images(run: RunConfig) -> Optional[dict[str, Any]]:
@@ -325,6 +362,14 @@ def format_plan(plan: dict[str, Any]) -> str:
                   f"  vision tower ({i['tower']}): "
                   + ("trains with the model" if i["tower_trains"]
                      else "frozen (actor_config.freeze_vision_tower)")]
+    o = plan["objective"]
+    lines += ["", "reward and update:", "  score = " + " + ".join(o["score_terms"])]
+    if o["verifiers"]:
+        v = o["verifiers"]
+        lines.append(f"  verifiers in {v['processes']} worker process(es), {v['timeout_s']:g} s "
+                     f"a sample" + (f"; your modules: {', '.join(v['modules'])}"
+                                     if v["modules"] else ""))
+    lines.append("  " + "; ".join(o["update"]))
     lines += ["", "memory per device (estimate; activations and buffers not included):"]
     for role, mem in m["roles"].items():
         parts = ", ".join(f"{k} {_size(v)}" for k, v in mem.items() if k != "total")

@@ -105,3 +105,24 @@ def test_a_moe_plan_counts_total_and_active_parameters(cpu2):
     dense = make_plan(load_recipe("grpo_tiny_cpu", cluster=cpu2), cpu2)
     assert dense["model_active_parameters"] == dense["model_parameters"]
     assert "active per token" not in format_plan(dense)
+
+
+def test_the_plan_says_what_a_score_is_made_of_and_what_the_update_does(cpu2, recipe_clusters):
+    tiny = load_recipe("grpo_tiny_cpu", ["rl_config.verifier_function=[arith,max_digit]",
+                                         "rl_config.verifier_weight=[1.0,0.5]",
+                                         "rl_config.kl_coef=0", "+rl_config.clip_ratio_c=3.0",
+                                         "+rl_config.rollout_is=token"], cluster=cpu2)
+    text = format_plan(make_plan(tiny, cpu2))
+    section = text.split("reward and update:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert section == [
+        "  score = 1 x arith + 0.5 x max_digit",
+        "  verifiers in 1 worker process(es), 10 s a sample",
+        "  advantages group_norm; loss ppo_clip (clip 0.2, dual-clip 3), token-mean; no KL term; "
+        "entropy bonus 0.05 -> 0 over 150 steps; dynamic sampling (up to 3 rounds); "
+        "rollout IS token (cap 2)"]
+    cluster = recipe_clusters["dapo_qwen3_30b_a3b"]
+    dapo = make_plan(load_recipe("dapo_qwen3_30b_a3b", cluster=cluster), cluster)["objective"]
+    assert dapo["score_terms"] == ["1 x acc_for_dapo",
+                                   "DAPO's overlong penalty (last 512 tokens, down to -0.1)"]
+    assert "loss ppo_clip (clip 0.2 / 0.28), token-mean" in dapo["update"]
+    assert "no KL term" in dapo["update"] and "routing replay r3" in dapo["update"]
