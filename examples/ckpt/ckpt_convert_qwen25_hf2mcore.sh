@@ -5,14 +5,15 @@
 # which it makes with cli/make_tiny_model.py when HF_DIR does not exist yet.
 # The output loads at any TP/PP: convert once for the actor (e.g. TP2 PP4) and the reference
 # (e.g. TP2 PP2); TP/PP here are checked against the model and recorded, not baked in.
+# Each setting may also be given in the environment (HF_DIR=... bash this-script).
 set -euo pipefail
 
-HF_DIR=./model_from_hf/tiny_qwen25_hf             # config.json + *.safetensors (+ tokenizer)
-MCORE_DIR=./model_weights/tiny_qwen25_mcore       # written; must not exist or be empty
-TOKENIZER=${HF_DIR}/tokenizer.json
-TP=2
-PP=2
-PARAMS_DTYPE=bf16                                 # fp32 | bf16 | fp16
+HF_DIR=${HF_DIR:-./model_from_hf/tiny_qwen25_hf}        # config.json + *.safetensors (+ tokenizer)
+MCORE_DIR=${MCORE_DIR:-./model_weights/tiny_qwen25_mcore}  # written; must not exist or be empty
+TOKENIZER=${TOKENIZER:-${HF_DIR}/tokenizer.json}
+TP=${TP:-2}
+PP=${PP:-2}
+PARAMS_DTYPE=${PARAMS_DTYPE:-bf16}                         # fp32 | bf16 | fp16
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 if [ -z "${PYTHON:-}" ]; then

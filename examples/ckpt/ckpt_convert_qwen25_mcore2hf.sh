@@ -5,14 +5,15 @@
 #
 # As shipped it converts back what ckpt_convert_qwen25_hf2mcore.sh wrote. MCORE_DIR may be a
 # checkpoint root (latest_checkpointed_iteration.txt picks the checkpoint) or one iter_* dir.
+# Each setting may also be given in the environment (MCORE_DIR=... bash this-script).
 set -euo pipefail
 
-MCORE_DIR=./model_weights/tiny_qwen25_mcore
-HF_OUT_DIR=./model_from_hf/tiny_qwen25_hf_from_mcore   # written; must not exist or be empty
-TOKENIZER=                                           # empty: the one saved with MCORE_DIR, if any
-TP=1                                                 # HF output is unsharded: TP 1, PP 1
-PP=1
-PARAMS_DTYPE=                                        # empty: keep the checkpoint's dtype
+MCORE_DIR=${MCORE_DIR:-./model_weights/tiny_qwen25_mcore}
+HF_OUT_DIR=${HF_OUT_DIR:-./model_from_hf/tiny_qwen25_hf_from_mcore}  # must not exist or be empty
+TOKENIZER=${TOKENIZER:-}          # empty: the one saved with MCORE_DIR, if any
+TP=${TP:-1}                       # HF output is unsharded: TP 1, PP 1
+PP=${PP:-1}
+PARAMS_DTYPE=${PARAMS_DTYPE:-}    # empty: keep the checkpoint's dtype
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 if [ -z "${PYTHON:-}" ]; then

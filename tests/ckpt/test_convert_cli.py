@@ -56,6 +56,8 @@ def test_bad_flag_combinations(cli, tmp_path, capsys, change, message):
 @pytest.mark.slow
 def test_example_scripts_run_as_shipped(tmp_path):
     env = dict(run_env.for_a_run(), PYTHON=run_env.python())
+    for name in ("HF_DIR", "MCORE_DIR", "HF_OUT_DIR", "TOKENIZER", "TP", "PP", "PARAMS_DTYPE"):
+        env.pop(name, None)                 # as shipped: the script's own settings
     scripts = ROOT / "examples" / "ckpt"
     for name in ("ckpt_convert_qwen25_hf2mcore.sh", "ckpt_convert_qwen25_mcore2hf.sh"):
         done = subprocess.run(["bash", str(scripts / name)], cwd=tmp_path, env=env,
@@ -74,3 +76,13 @@ def test_example_scripts_run_as_shipped(tmp_path):
     assert sorted(original) == sorted(converted)
     assert all(torch.equal(converted[k], v.to(torch.bfloat16)) for k, v in original.items())
     assert json.loads((back / "config.json").read_text())["dtype"] == "bfloat16"
+    # settings from the environment, as the Qwen3 and Qwen2.5-VL scripts take them
+    done = subprocess.run(["bash", str(scripts / "ckpt_convert_qwen25_hf2mcore.sh")],
+                          cwd=tmp_path, env=dict(env, HF_DIR=str(hf), TP="1", PP="1",
+                                                 MCORE_DIR=str(tmp_path / "env_mcore"),
+                                                 PARAMS_DTYPE="fp32"),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    info = json.loads((tmp_path / "env_mcore" / "release" / "mindrl_model.json").read_text())
+    assert info["params_dtype"] == "fp32" and info["validated_layouts"] == [
+        {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1}]
