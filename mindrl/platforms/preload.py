@@ -442,6 +442,7 @@ def _run_worker(request: dict, fds: list, added: list) -> None:
                                                 encoding=stream.encoding, errors=stream.errors,
                                                 write_through=True))
     os.chdir(request["cwd"])
+    _start_signals(request.get("ignored_signals", []))
     script = request["argv"][0]
     sys.argv = list(request["argv"])
     sys.path[0] = os.path.dirname(os.path.abspath(script))
@@ -454,6 +455,26 @@ def _run_worker(request: dict, fds: list, added: list) -> None:
     if numpy is not None:
         numpy.random.seed()
     runpy.run_path(script, run_name="__main__")
+
+
+# The signals a client forwards to its worker, and whose handling the worker takes from the
+# client rather than from the server (which may have been started with any of them ignored,
+# or with handlers of its own).
+CLIENT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+                  signal.SIGUSR2)
+
+
+def _start_signals(ignored: list) -> None:
+    """As a fresh `python SCRIPT` started by the client: what the client ignored stays
+    ignored; SIGINT raises KeyboardInterrupt (Python's own handler), the others act as the
+    system's default."""
+    for sig in CLIENT_SIGNALS:
+        if int(sig) in ignored:
+            signal.signal(sig, signal.SIG_IGN)
+        elif sig == signal.SIGINT:
+            signal.signal(sig, signal.default_int_handler)
+        else:
+            signal.signal(sig, signal.SIG_DFL)
 
 
 class _ExecCall(Exception):

@@ -19,10 +19,8 @@ import signal
 import socket
 import sys
 
+from mindrl.platforms.preload import CLIENT_SIGNALS as FORWARDED
 from mindrl.platforms.preload import PLAIN_STARTS, framed, read_message
-
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
-             signal.SIGUSR2)
 
 
 def _plain(socket_path: str, argv, why: str) -> None:
@@ -54,7 +52,11 @@ def main(argv) -> None:
     except OSError as exc:
         _plain(socket_path, script_argv, f"no server at {socket_path}: {exc}")
     lifeline_read, _lifeline_write = os.pipe()    # the write end stays open while we live
-    request = framed({"argv": script_argv, "env": dict(os.environ), "cwd": os.getcwd()})
+    # What this process ignores (a job started in the background ignores SIGINT) the worker
+    # ignores too, as `python SCRIPT` started here would; the rest it handles as such a start.
+    ignored = [int(sig) for sig in FORWARDED if signal.getsignal(sig) == signal.SIG_IGN]
+    request = framed({"argv": script_argv, "env": dict(os.environ), "cwd": os.getcwd(),
+                      "ignored_signals": ignored})
     try:
         socket.send_fds(conn, [request], [0, 1, 2, lifeline_read])
         reply = read_message(conn)
@@ -71,7 +73,8 @@ def main(argv) -> None:
         _plain(socket_path, script_argv, reply.get("why", "refused"))
     pid = reply["pid"]
     for sig in FORWARDED:
-        signal.signal(sig, lambda signum, _frame: os.kill(pid, signum))
+        if int(sig) not in ignored:
+            signal.signal(sig, lambda signum, _frame: os.kill(pid, signum))
     try:
         worker = os.pidfd_open(pid)
     except OSError:          # already gone: its status is on the connection

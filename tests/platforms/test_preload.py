@@ -87,6 +87,50 @@ def test_the_worker_dies_with_its_client_and_gets_its_signals(server, tmp_path):
     assert termed.wait(timeout=10) == -signal.SIGTERM
 
 
+HANDLERS = """import json, signal
+names = {signal.SIG_IGN: "ignored", signal.SIG_DFL: "default",
+         signal.default_int_handler: "KeyboardInterrupt"}
+print(json.dumps({"ppid": __import__("os").getppid(), **{
+    s.name: names.get(signal.getsignal(s), "other")
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}}), flush=True)
+"""
+
+
+def test_the_worker_handles_signals_as_its_client_would_not_as_the_server_does(tmp_path):
+    """The server started with SIGINT and SIGHUP ignored (as a suite run in the background
+    starts it): a client started from a terminal gets a worker whose Ctrl-C raises
+    KeyboardInterrupt, one started with SIGINT ignored a worker that ignores it, as a plain
+    `python SCRIPT` would in each case; both forked from the server."""
+    import json
+
+    script = tmp_path / "handlers.py"
+    script.write_text(HANDLERS)
+    before = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGHUP)}
+    try:
+        server = preload.start_server("tiny", tmp_path, dict(os.environ), modules=["csv"])
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
+    try:
+        _wait_for(tmp_path / "tiny.sock")
+        seen = {}
+        for name, wrapper in (("terminal", "signal.SIG_DFL"), ("background", "signal.SIG_IGN")):
+            code = (f"import os, signal, sys; signal.signal(signal.SIGINT, {wrapper}); "
+                    "os.execv(sys.argv[1], sys.argv[1:])")
+            out = subprocess.run([sys.executable, "-c", code, sys.executable,
+                                  str(preload.CLIENT), str(tmp_path / "tiny.sock"), str(script)],
+                                 capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
+            assert out.returncode == 0, out.stderr
+            seen[name] = json.loads(out.stdout.strip().splitlines()[-1])
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert seen["terminal"] == {"ppid": server.pid, "SIGINT": "KeyboardInterrupt",
+                                "SIGTERM": "default", "SIGHUP": "default"}
+    assert seen["background"] == {"ppid": server.pid, "SIGINT": "ignored",
+                                  "SIGTERM": "default", "SIGHUP": "default"}
+
+
 def test_a_request_whose_import_time_environment_differs_starts_plainly(server, tmp_path):
     proc, sock = server
     script = tmp_path / "script.py"

@@ -97,10 +97,20 @@ def train_together(work: Path, runs: dict, timeout: int = 900) -> None:
     assert not failed, "\n\n".join(failed)
 
 
-def start(work: Path, run_dir: Path, *overrides: str, stdout=subprocess.PIPE, env=None):
+# Exec the command with SIGINT at its default, as a terminal starts it: a suite run in the
+# background starts everything with SIGINT ignored, and Python then never raises
+# KeyboardInterrupt (a plain `trap - INT` cannot undo that in a non-interactive shell).
+AS_FROM_A_TERMINAL = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                      "os.execv(sys.argv[1], sys.argv[1:])")
+
+
+def start(work: Path, run_dir: Path, *overrides: str, stdout=subprocess.PIPE, env=None,
+          from_a_terminal: bool = False):
     """The run in the background (a test that kills or watches it); stderr is piped; `env`
-    adds variables."""
+    adds variables; `from_a_terminal`: Ctrl-C (SIGINT) reaches it as a user's would."""
     cmd, base = _command(work, run_dir, overrides)
+    if from_a_terminal:
+        cmd = [sys.executable, "-c", AS_FROM_A_TERMINAL, *cmd]
     env = {**base, **(env or {})}
     return subprocess.Popen(cmd, env=env, cwd=str(work), stdout=stdout,
                             stderr=subprocess.PIPE, text=True)

@@ -62,7 +62,7 @@ def test_ctrl_c_and_sigterm_stop_the_run_cleanly_with_their_exit_codes(work, tmp
         for sig in (signal.SIGINT, signal.SIGTERM):
             run_dir = tmp_path / "runs" / sig.name
             runs[sig] = (run_dir, start(work, run_dir, "megatron_training.train_iters=400",
-                                        "rl_config.save_freq=2"))
+                                        "rl_config.save_freq=2", from_a_terminal=True))
             # the second starts once the first made the tiny model and data it also reads
             while runs[sig][1].poll() is None and not (run_dir / "resolved_config.json").exists():
                 time.sleep(0.2)
