@@ -40,8 +40,8 @@ mini/micro batches over DP, missing paths, unknown verifier or estimator names a
 `verifier_weight` length mismatch all fail before anything starts, naming the key, the value and
 the fix. Override from the command line as with any Hydra app (`rl_config.kl_coef=0`; a key the
 recipe lacks needs `+key=value`: without the `+`, or misspelt, the CLI refuses it naming the
-`+` form or the nearest key, `mindrl/config/cli_args.py`). Paths in the tiny recipes use `${mindrl.work_dir:}`
-(`MINDRL_WORK_DIR`, else `<repo>/work`).
+`+` form or the nearest key, `mindrl/config/cli_args.py`). Paths in the tiny recipes use
+`${mindrl.work_dir:}` (`MINDRL_WORK_DIR`, else `<repo>/work`).
 
 A config ported from MindSpeed-RL: every key of its GRPO guide's parameter list
 (`tests/config/mindspeed_grpo_guide.yaml` carries them all) is accepted and honoured, or refused

@@ -45,6 +45,11 @@ from typing import Dict, Optional
 PRELOAD_DIR_ENV = "MINDRL_PRELOAD_DIR"
 PLAIN_STARTS = "plain_starts.log"     # beside the sockets: each start that fell back, and why
 CLIENT = Path(__file__).with_name("preload_client.py")
+# The signals a client forwards to its worker, and whose handling the worker takes from the
+# client rather than from the server (which may have been started with any of them ignored,
+# or with handlers of its own).
+CLIENT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+                  signal.SIGUSR2)
 # What each kind of worker imports before its first call (module names, in order).
 PRELOADS = {
     "vllm": ("torch", "transformers", "vllm.entrypoints.llm", "vllm.v1.engine.core",
@@ -455,13 +460,6 @@ def _run_worker(request: dict, fds: list, added: list) -> None:
     if numpy is not None:
         numpy.random.seed()
     runpy.run_path(script, run_name="__main__")
-
-
-# The signals a client forwards to its worker, and whose handling the worker takes from the
-# client rather than from the server (which may have been started with any of them ignored,
-# or with handlers of its own).
-CLIENT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
-                  signal.SIGUSR2)
 
 
 def _start_signals(ignored: list) -> None:

@@ -36,7 +36,8 @@ def load(spec: str) -> ModuleType:
         path = Path(spec).expanduser().resolve()
         if not path.is_file():
             raise FileNotFoundError(f"no file {path}")
-        name = f"mindrl_user_verifiers.{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
+        digest = hashlib.sha1(str(path).encode()).hexdigest()[:8]
+        name = f"mindrl_user_verifiers_{path.stem}_{digest}"
         if name in sys.modules:
             return sys.modules[name]
         found = importlib.util.spec_from_file_location(name, path)

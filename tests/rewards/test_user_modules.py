@@ -54,6 +54,6 @@ def test_loading_twice_is_one_module_and_a_bad_file_is_named(tmp_path):
     broken.write_text("def oops(:\n")
     with pytest.raises(ValueError, match=r"'.*broken.py' cannot be loaded: SyntaxError"):
         load(str(broken))
-    assert not [m for m in sys.modules if m.startswith("mindrl_user_verifiers.broken")]
+    assert not [m for m in sys.modules if m.startswith("mindrl_user_verifiers_broken")]
     with pytest.raises(ValueError, match="cannot be loaded: FileNotFoundError: no file"):
         load(str(tmp_path / "absent.py"))

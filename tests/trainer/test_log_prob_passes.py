@@ -60,6 +60,7 @@ def test_both_passes_are_in_flight_before_either_is_waited_for_and_their_overlap
 def test_blocking_runs_one_pass_after_the_other_and_times_each():
     calls, timings = [], {}
     out = run_passes(_passes(calls), "batch ref", True, timings)
-    assert calls == [("compute", "actor", True, None), ("compute", "reference", False, "old_routes")]
+    assert calls == [("compute", "actor", True, None),
+                     ("compute", "reference", False, "old_routes")]
     assert "timing_s/log_prob_overlap" not in timings
     assert set(out) == {"old_log_probs", "old_routes", "ref_log_probs"}
