@@ -161,12 +161,14 @@ def _infer_expert_parallel(run: RunConfig) -> list[Problem]:
     if ep < 1:
         return [Problem(key, "must be at least 1", "set it to 1 (no expert parallelism)", ep)]
     if ep != 1 and ep != tp:
+        fix = (f"set it to {tp} (experts whole over each engine's ranks) or 1 (experts split "
+               f"over infer TP)" if tp > 1 else
+               f"{off} (experts whole on each engine), or raise infer_tensor_parallel_size "
+               f"to {ep}")
         return [Problem(key, f"is {ep} at infer TP {tp}: vLLM's expert parallelism spans one "
                         f"engine's infer-TP ranks (EP = infer TP), and EP across engines "
                         f"(vLLM's data parallelism) is not wired: MindRL's engines are "
-                        f"independent replicas", f"set it to {tp} (experts whole over each "
-                        f"engine's ranks) or 1 (experts split over infer TP)" if tp > 1 else f"{off} (experts whole on each "
-                        f"engine), or raise infer_tensor_parallel_size to {ep}", ep)]
+                        f"independent replicas", fix, ep)]
     if tp == 1:
         return [Problem(key, "asks for vLLM's expert parallelism at infer TP 1: an engine of "
                         "one rank has nothing to split", f"{off}, or raise "
