@@ -92,6 +92,13 @@ SUMMED_PARTS = _parts((SUM, RATIO))   # the first entries of micro_batch_totals'
 MAXED_PARTS = _parts((MAX,))          # the rest of it
 
 
+def trained_tokens(fields: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """[mb, R] the tokens the objective reads: `loss_mask` (a subset of response_mask: an
+    episode's inserted tokens are real but never trained); a batch made without one (by
+    hand) trains every real token."""
+    return fields["loss_mask"] if "loss_mask" in fields else fields["response_mask"]
+
+
 def mini_batch_weight(mask: torch.Tensor, agg_mode: str) -> torch.Tensor:
     """What the mini-batch loss is a mean over: valid tokens, or sequences with tokens."""
     if agg_mode == "token-mean":
@@ -131,14 +138,14 @@ def micro_batch_loss(log_probs: torch.Tensor, entropy: torch.Tensor,
     """The loss to backpropagate for one micro batch and its metric parts (METRICS' sources).
 
     log_probs, entropy [mb, R]: the current policy's, response-aligned, with their graph.
-    micro: response_mask and advantages [mb, R]; old_log_probs (absent: on-policy, the
+    micro: loss_mask (trained_tokens) and advantages [mb, R]; old_log_probs (absent: on-policy, the
     detached current log-probs), ref_log_probs (with the KL loss), rollout_log_probs (the
     IS weights and the log-prob diff) when present. mini_weight: mini_batch_weight of the
     whole mini batch; the micro batch's mean is re-weighted by its share of it, so the sum
     over num_micro micro batches (the schedule divides by their number) and the average over
     dp_size ranks (DDP) is the mean over the mini batch.
     """
-    mask = micro["response_mask"].float()
+    mask = trained_tokens(micro).float()
     # Entropy is always reported; it enters the loss (and the graph) only with a coefficient.
     if not cfg.entropy_coeff > 0:
         entropy = entropy.detach()

@@ -53,8 +53,14 @@ FIELDS = (
     Field("image_grid_thw", "list: the processor's tensor", NONE, ZERO, "prompt loader",
           False, True),
     Field("response_ids", "[B, R] int", RIGHT, PAD_ID, "rollout", False, True),
-    Field("response_mask", "[B, R] int: 1 up to and including EOS", RIGHT, ZERO, "rollout",
-          False, True),
+    # Two masks, two questions. response_mask: is the token real (attended; lengths, packing,
+    # positions, the reward model's last token). loss_mask: is it trained (the objective, its
+    # token-mean denominators, importance weights, the drift metric, the advantages); a subset:
+    # an inserted token (a tool's answer) is real and never trained.
+    Field("response_mask", "[B, R] int: 1 on the real tokens (sampled and inserted), up to "
+          "and including EOS", RIGHT, ZERO, "rollout", False, True),
+    Field("loss_mask", "[B, R] int: 1 on the trained tokens (the engine's sampled ones), a "
+          "subset of response_mask", RIGHT, ZERO, "rollout (episodes)", False, True),
     Field("rollout_log_probs", "[B, R] float: vLLM's sampled-token log-probs", RIGHT, ZERO,
           "rollout", False, True),
     Field("finish_reason", "list: vLLM's (stop, length)", NONE, ZERO, "rollout", False, True),
@@ -213,8 +219,15 @@ class Batch:
         return len(self) // len(groups) if groups else 0
 
     def response_lists(self) -> List[List[int]]:
+        """Each sample's whole response, inserted tokens included (what verifiers read: a
+        multi-turn answer with what the tools said between its turns)."""
         ids, mask = self.tensors["response_ids"], self.tensors["response_mask"]
         return [ids[r][mask[r].bool()].tolist() for r in range(len(self))]
+
+    def trained_mask(self) -> torch.Tensor:
+        """[B, R] the tokens the objective trains: `loss_mask`, which every rollout writes;
+        a batch without one (made by hand) trains every real token."""
+        return self.tensors.get("loss_mask", self.tensors["response_mask"])
 
     # ------------------------------------------------------------------ by row
 

@@ -297,7 +297,7 @@ class MegatronEngine:
                replay: Optional[str] = None) -> Dict[str, float]:
         """One pass over the batch in mini batches (samples); one optimizer step per mini batch.
 
-        Needs response_mask, advantages, and old_log_probs (absent: on-policy, ratio = 1) and
+        Needs response_mask and loss_mask (objective.trained_tokens), advantages, and old_log_probs (absent: on-policy, ratio = 1) and
         ref_log_probs when the KL loss is on. `replay`: the batch field whose routes the
         routers replay (models/route_replay.py).
         """
@@ -324,7 +324,7 @@ class MegatronEngine:
         self.model.train()
         cfg = (self.loss_cfg if entropy_coeff is None
                else dataclasses.replace(self.loss_cfg, entropy_coeff=entropy_coeff))
-        mb_weight = objective.mini_batch_weight(mini["response_mask"].float(),
+        mb_weight = objective.mini_batch_weight(objective.trained_tokens(mini).float(),
                                                 cfg.loss_agg_mode).to(device.current_device())
         micro, seq_length = self._micro_batches(mini, self._plan(mini, self.micro_batch_size))
         self._num_micro = len(micro)

@@ -22,6 +22,7 @@ from typing import Dict, List, Sequence
 
 import torch
 
+from mindrl.algorithms.objective import trained_tokens
 from mindrl.data.batch import Batch
 from mindrl.data.packing import packed_rows, sample_lengths
 
@@ -123,16 +124,17 @@ def _packed_micro_batches(batch: Batch, micro: Sequence[Sequence[int]], pad_id: 
             "positions": rows.response_positions(), "last_positions": rows.last_positions(),
             "prompt_lengths": rows.prompt_lengths, "cu_seqlens": rows.cu_seqlens,
             "max_seqlen": rows.max_seqlen,
-            "response_index": real_response_entries(part["response_mask"])}))
+            "response_index": real_response_entries(trained_tokens(part))}))
     return out, longest
 
 
-def real_response_entries(response_mask: torch.Tensor) -> torch.Tensor:
-    """[n] flat indices into [mb * R] of the real response tokens (the mask's ones), found on
-    the host before the micro batch moves: the vocabulary maths of a packed micro batch runs
-    on these alone, not on the padding of every shorter response (about 60% of [mb, R] at
-    RL's natural lengths)."""
-    return response_mask.reshape(-1).nonzero()[:, 0]
+def real_response_entries(loss_mask: torch.Tensor) -> torch.Tensor:
+    """[n] flat indices into [mb * R] of the trained response tokens (loss_mask's ones), found
+    on the host before the micro batch moves: the vocabulary maths of a packed micro batch
+    runs on these alone, not on the padding of every shorter response (about 60% of [mb, R]
+    at RL's natural lengths) nor on an episode's inserted tokens, whose log-probs nothing
+    reads (0 there, as on padding)."""
+    return loss_mask.reshape(-1).nonzero()[:, 0]
 
 
 def micro_batches(batch: Batch, micro: Sequence[Sequence[int]], target: torch.device,

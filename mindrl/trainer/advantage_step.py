@@ -16,7 +16,9 @@ def advantage_fields(batch: Batch, rl: RLConfig) -> Dict[str, torch.Tensor]:
     """{"token_rewards", "advantages"} [B, R] for a scored batch (with ref_log_probs when
     rl.uses_reference; the penalty is taken against the old log-probs, or the rollout's when
     no old-log-prob pass ran)."""
-    scores, mask = batch["scores"], batch["response_mask"]
+    # Over the trained tokens: a score lands on the last sampled one, and estimators that
+    # whiten over tokens do not count an episode's inserted tokens.
+    scores, mask = batch["scores"], batch.trained_mask()
     token_rewards = scores_to_token_rewards(scores, mask)
     if rl.uses_reference and not rl.use_kl_loss:
         behaviour = batch["old_log_probs"] if "old_log_probs" in batch else \

@@ -183,7 +183,7 @@ class AsyncGRPOTrainer(GRPOTrainer):
         metrics = super()._version_metrics(batch, step)
         metrics.update(staleness_metrics(batch["policy_version"], step - 1))
         metrics["rollout/crossed_update_frac"] = (
-            crossed_update_frac(batch["token_policy_version"], batch["response_mask"])
+            crossed_update_frac(batch["token_policy_version"], batch.trained_mask())
             if "token_policy_version" in batch else 0.0)
         metrics.update({k: v for k, v in self._window.items() if k.startswith("async/")})
         metrics["async/max_staleness"] = float(self.bound)
