@@ -1,5 +1,5 @@
 """Batches generated ahead of the steps that train on them, and the admission control that
-paces their generation (asynchronous GRPO, trainer/async_trainer.py).
+paces their generation (asynchronous GRPO, trainer/async_source.py).
 
 Step t trains from the actor's weights after t - 1 updates. A batch generated on weights
 version v (the engines' `policy_version` at submission) is therefore t - 1 - v versions stale

@@ -1,4 +1,4 @@
-"""What the asynchronous loop logs each step (pure functions; trainer/async_trainer.py).
+"""What the asynchronous loop logs each step (pure functions; trainer/async_source.py).
 
 Staleness counts policy versions: a sample generated on weights version v and trained by step
 s (whose update starts from the weights after s - 1 updates) is s - 1 - v versions stale. The

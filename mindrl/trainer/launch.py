@@ -145,7 +145,7 @@ def write_resolved_config(run: RunConfig, run_dir: Path) -> Path:
 def train(run: RunConfig, log: Callable[[str], None] = print) -> list:
     import ray
 
-    from mindrl.trainer.async_trainer import trainer_for
+    from mindrl.trainer.grpo_trainer import GRPOTrainer
 
     run_dir = Path(run.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -159,7 +159,7 @@ def train(run: RunConfig, log: Callable[[str], None] = print) -> list:
     # reads like a crash.
     signal.signal(signal.SIGTERM, _terminated)
     try:
-        return trainer_for(run)(run, log=log).fit()   # rl_config.async_mode
+        return GRPOTrainer(run, log=log).fit()   # its source follows rl_config.async_mode
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)

@@ -10,7 +10,9 @@ step's Megatron passes, and what it reports.
 - r3: the old-log-prob, reference and update passes replay `rollout_routes`, the engine's.
 
 Metrics: `moe/route_agreement`, the fraction of (token, MoE layer) whose top-k expert set is
-the same in the engine's routes and the trainer's old-log-prob pass (1.0 under r3); and
+the same in the engine's routes and the trainer's old-log-prob pass, on a step that has both
+(under r3 that pass replays the engine's routes, so it is 1.0 by construction and r3 forces
+no pass for it: logged only where the pass runs anyway or log_route_agreement asks); and
 `moe/route_replay_share`, the actor's seconds spent preparing replayed routes (old-log-prob
 pass and update) over the step's.
 """

@@ -1,4 +1,4 @@
-"""Asynchronous GRPO end to end (trainer/async_trainer.py), the tiny recipe with its engine
+"""Asynchronous GRPO end to end (trainer/async_source.py), the tiny recipe with its engine
 on a CPU slot of its own, three steps: at max_staleness 0 the metrics equal the synchronous
 loop's exactly (same seed, same layout, dynamic sampling on); at one_step the samples of every
 step after the first were generated one version behind, the engine generated while the actor
@@ -82,7 +82,7 @@ def test_one_step_trains_on_samples_one_version_old_while_the_engine_generates(r
     assert [("val/score" in r) for r in rows] == [False, False, True]
     # a batch is scored once: during the last update when it was done before the update was
     # (not in the step's phases), else in the step (which comes first is the machine's load:
-    # tests/trainer/test_async_trainer.py scores one ahead deterministically)
+    # tests/trainer/test_async_source.py scores one ahead deterministically)
     for r in rows:
         assert (r["timing_s/reward_ahead"] > 0) != (r["timing_s/reward"] > 0), r
     assert rows[0]["timing_s/reward_ahead"] == 0.0          # nothing updated before step 1

@@ -9,7 +9,7 @@ from mindrl.data.batch import Batch, right_pad
 from mindrl.models.tokenizers import build_tokenizer
 from mindrl.rewards import RuleReward
 from mindrl.trainer.assemble import overlong_config
-from mindrl.trainer.grpo_trainer import GRPOTrainer
+from mindrl.trainer.sampling import Sampler
 
 
 def test_the_penalty_reaches_the_scores():
@@ -20,13 +20,12 @@ def test_the_penalty_reaches_the_scores():
     responses = [tok.encode("9" * n, add_special_tokens=False) for n in lengths]
     ids, mask = right_pad(responses, tok.pad_token_id)
     batch = Batch.of(response_ids=ids, response_mask=mask, label=["3"] * 4)
-    trainer = GRPOTrainer(run)
     reward = RuleReward(rl.verifier_function, rl.verifier_weight, verifier_parallel=1,
                         overlong=overlong_config(run))
-    trainer.parts = SimpleNamespace(reward=reward, reward_model=None,
-                                    prompts=SimpleNamespace(tokenizer=tok, extra_keys=[]))
+    parts = SimpleNamespace(reward=reward, reward_model=None,
+                            prompts=SimpleNamespace(tokenizer=tok, extra_keys=[]))
     try:
-        scores, metrics = trainer._score(batch)
+        scores, metrics = Sampler(run, parts).score(batch)
     finally:
         reward.close()
     # acc_for_dapo: no answer in "999..." -> -1 each; the penalty ramps from 6 tokens to 8.
