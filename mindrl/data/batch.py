@@ -61,6 +61,8 @@ FIELDS = (
           "and including EOS", RIGHT, ZERO, "rollout", False, True),
     Field("loss_mask", "[B, R] int: 1 on the trained tokens (the engine's sampled ones), a "
           "subset of response_mask", RIGHT, ZERO, "rollout (episodes)", False, True),
+    Field("token_turn", "[B, R] int: the episode turn of each response token (0: the first, "
+          "and every token of a single turn)", RIGHT, ZERO, "rollout (episodes)", False, True),
     Field("rollout_log_probs", "[B, R] float: vLLM's sampled-token log-probs", RIGHT, ZERO,
           "rollout", False, True),
     Field("finish_reason", "list: vLLM's (stop, length)", NONE, ZERO, "rollout", False, True),

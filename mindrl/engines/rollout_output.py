@@ -28,8 +28,10 @@ class RolloutOutput:
     # it sampled the token (engines/vllm_inflight.py); None without inflight_sync.
     token_commits: Optional[List[List[int]]] = None
     # Per sample, per response token: 1 where the engine sampled it, 0 where an episode
-    # inserted it (rollout/episode.py); None: every token sampled (a single turn).
+    # inserted it, and the turn it belongs to (rollout/episode.py); None: every token
+    # sampled, in turn 0 (a single turn).
     sampled: Optional[List[List[int]]] = None
+    turns: Optional[List[List[int]]] = None
 
     @classmethod
     def from_results(cls, results: Sequence,
@@ -66,15 +68,18 @@ class RolloutOutput:
                          length: Optional[int] = None) -> Dict[str, torch.Tensor]:
         """Right-padded responses; response_mask is 1 up to and including EOS, 0 on padding;
         loss_mask is 1 where the engine sampled the token (`sampled`, per sample and token:
-        an episode's inserted tokens are 0), else equal to response_mask."""
+        an episode's inserted tokens are 0), else equal to response_mask; token_turn is each
+        token's turn (0 on padding and in a single turn)."""
         ids, mask = right_pad(self.response_token_ids, pad_id, length)
         logp, _ = right_pad(self.log_probs, 0.0, ids.shape[1], dtype=torch.float32)
         if self.sampled is None:
             loss_mask = mask.clone()
         else:
             loss_mask, _ = right_pad(self.sampled, 0, ids.shape[1])
+        turns = (torch.zeros_like(mask) if self.turns is None
+                 else right_pad(self.turns, 0, ids.shape[1])[0])
         return {"response_ids": ids, "response_mask": mask, "loss_mask": loss_mask,
-                "rollout_log_probs": logp}
+                "token_turn": turns, "rollout_log_probs": logp}
 
     def to_batch(self, pad_id: int, prompt_length: Optional[int] = None,
                  response_length: Optional[int] = None) -> Dict[str, torch.Tensor]:

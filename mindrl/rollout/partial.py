@@ -22,6 +22,13 @@ sampler's random stream restarts at each chunk (chunk c's requests use seeds
 seed + c * samples + j), so a sampled chunked rollout is a different draw from the whole one,
 from the same distribution.
 
+The same bookkeeping runs an episode (rollout/episode.py) of several turns: when a call ends
+on its own (EOS / stop) the episode may answer ids to insert; they are appended (kind
+INSERTED, log-prob 0, the calling turn's version), the turn count goes up and the sample
+continues from its prefix. The episode's `max_tokens` counts both kinds, so an episode ends
+"length" when its budget runs out. A continued call must run exactly the prefix sent (the
+engine's reported prompt ids are compared: token in, token out).
+
 `PartialRollout` is the bookkeeping alone (pure Python, tested with hand-made chunks);
 `generate_in_chunks` drives any engine `generate` through it.
 """
@@ -34,6 +41,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from mindrl.engines.rollout_output import RolloutOutput
+from mindrl.rollout.episode import INSERTED, SAMPLED, Episode, SingleTurn
 
 
 @dataclass
@@ -46,8 +54,19 @@ class PartialSample:
     tokens: List[int] = field(default_factory=list)
     log_probs: List[float] = field(default_factory=list)
     versions: List[int] = field(default_factory=list)
+    kinds: List[int] = field(default_factory=list)     # SAMPLED / INSERTED, per token
+    turns: List[int] = field(default_factory=list)     # the episode turn, per token
+    turn: int = 0
     finish_reason: Optional[str] = None
     ran_prompt: Optional[List[int]] = None   # the engine's prompt ids at the first chunk
+
+    def append(self, ids: Sequence[int], log_probs: Sequence[float], version: int,
+               kind: int) -> None:
+        self.tokens.extend(map(int, ids))
+        self.log_probs.extend(map(float, log_probs))
+        self.versions.extend([version] * len(ids))
+        self.kinds.extend([kind] * len(ids))
+        self.turns.extend([self.turn] * len(ids))
 
     @property
     def prefix(self) -> List[int]:
@@ -76,10 +95,12 @@ class Chunk:
 class PartialRollout:
     """n samples per prompt, prompt-major, generated `chunk` tokens at a time up to
     `max_tokens` each; `min_tokens` (no EOS before that many) counts over all chunks;
-    `images[i]`: prompt i's images (None: text prompts)."""
+    `images[i]`: prompt i's images (None: text prompts); `episode`: what runs between two
+    calls (default SingleTurn: nothing)."""
 
     def __init__(self, prompts: Sequence[Sequence[int]], n: int, max_tokens: int, chunk: int,
-                 min_tokens: int = 0, images: Optional[Sequence[tuple]] = None):
+                 min_tokens: int = 0, images: Optional[Sequence[tuple]] = None,
+                 episode: Optional[Episode] = None):
         if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0:
             raise ValueError(f"chunk must be an integer > 0, got {chunk!r}")
         if images is not None and len(images) != len(prompts):
@@ -87,6 +108,7 @@ class PartialRollout:
         self.images = None if images is None else [tuple(i) for i in images]
         self.prompts = [list(map(int, p)) for p in prompts]
         self.n, self.max_tokens, self.chunk, self.min_tokens = n, max_tokens, chunk, min_tokens
+        self.episode = episode or SingleTurn()
         self.samples = [PartialSample(list(p), i) for i, p in enumerate(self.prompts)
                         for _ in range(n)]
         self.chunks_done = 0
@@ -149,17 +171,38 @@ class PartialRollout:
             sample = self.samples[index]
             if self.chunks_done == 0 and prompt is not None:
                 sample.ran_prompt = list(map(int, prompt))
+            elif prompt is not None and self.images is None and \
+                    list(map(int, prompt)) != sample.prefix:
+                raise ValueError(f"sample {index}: the engine ran {len(prompt)} prompt ids, "
+                                 f"not the {len(sample.prefix)} of its prefix (prompt + every "
+                                 f"token so far): a continued call must run exactly what the "
+                                 f"last one sampled plus what was inserted")
             if sample.finish_reason is not None:
                 raise ValueError(f"sample {index} has finished ({sample.finish_reason}): it is "
                                  f"never continued")
             if len(ids) != len(logps):
                 raise ValueError(f"sample {index}: {len(ids)} tokens, {len(logps)} log-probs")
-            sample.tokens.extend(map(int, ids))
-            sample.log_probs.extend(map(float, logps))
-            sample.versions.extend([version] * len(ids))
+            sample.append(ids, logps, version, SAMPLED)
             cut = reason is None or (reason == "length" and len(ids) == budget)
+            if not cut and reason == "stop" and len(sample.tokens) < self.max_tokens:
+                reason = self._next_turn(sample, version)
+                cut = reason is None
             if not cut or len(sample.tokens) >= self.max_tokens:
                 sample.finish_reason = reason or "length"
+
+    def _next_turn(self, sample: PartialSample, version: int) -> Optional[str]:
+        """After a call that ended on its own: the episode's ids inserted (cut at the budget)
+        and the next turn begun (None: the sample continues), or "stop" (the episode is
+        done)."""
+        inserted = self.episode.between(sample.prompt, sample.tokens, sample.kinds,
+                                        sample.turn)
+        if inserted is None:
+            return "stop"
+        room = self.max_tokens - len(sample.tokens)
+        sample.append(list(inserted)[:room], [0.0] * min(room, len(inserted)), version,
+                      INSERTED)
+        sample.turn += 1
+        return None
 
     def end_chunk(self) -> None:
         """Every call of the chunk is recorded."""
@@ -172,7 +215,8 @@ class PartialRollout:
         s = self.samples
         return RolloutOutput([x.ran_prompt or x.prompt for x in s], [x.tokens for x in s],
                              [x.log_probs for x in s], [x.finish_reason for x in s],
-                             [x.prompt_index for x in s])
+                             [x.prompt_index for x in s], sampled=[x.kinds for x in s],
+                             turns=[x.turns for x in s])
 
     def versions(self) -> List[List[int]]:
         """Per sample, the weights version of each of its tokens."""
@@ -184,11 +228,13 @@ def generate_in_chunks(generate: Callable[..., RolloutOutput], prompts: Sequence
                        seed: Optional[int] = None, min_tokens: int = 0,
                        between: Callable[[int], None] = lambda chunk_index: None,
                        images: Optional[Sequence[tuple]] = None,
+                       episode: Optional[Episode] = None,
                        **sampling_overrides) -> Tuple[RolloutOutput, List[List[int]]]:
     """`generate(prompts, n, **overrides)` (a VLLMEngine's) chunk by chunk until every sample
     finishes; `version()` is read at each chunk and `between(c)` runs after chunk c (where a
-    weight sync can go). The rollout and each sample's per-token versions."""
-    rollout = PartialRollout(prompts, n, max_tokens, chunk, min_tokens, images)
+    weight sync can go); `episode` runs between a sample's turns. The rollout and each
+    sample's per-token versions."""
+    rollout = PartialRollout(prompts, n, max_tokens, chunk, min_tokens, images, episode)
     while not rollout.done:
         held = version()
         for call in rollout.next_calls(seed):
