@@ -21,15 +21,18 @@ from typing import Dict, List, Optional
 
 from mindrl.data.batch import Batch, right_pad
 from mindrl.rollout.engine_group import RolloutHandle
+from mindrl.rollout.episode import Episode
 from mindrl.rollout.merge import rollout_prompts, with_rollout
 from mindrl.rollout.partial import PartialRollout
 
 
 class ChunkedHandle(RolloutHandle):
-    """A RolloutHandle whose generate runs `chunk` new tokens per sample at a time."""
+    """A RolloutHandle whose generate runs `chunk` new tokens per sample at a time; with an
+    `episode` (rollout/episode.py) each sample runs its turns, a call per turn at most."""
 
     def __init__(self, group, parts: List[Batch], n: int, policy_version: int, submitted: float,
-                 chunk: int, seed: Optional[int], sampling_overrides: Dict):
+                 chunk: int, seed: Optional[int], sampling_overrides: Dict,
+                 episode: Optional[Episode] = None):
         super().__init__(group, parts, {}, n, policy_version, submitted)
         overrides = dict(sampling_overrides)
         if overrides.get("with_routes"):
@@ -43,7 +46,7 @@ class ChunkedHandle(RolloutHandle):
             prompts, images = rollout_prompts(part)
             if prompts:
                 self.rollouts[index] = PartialRollout(prompts, n, max_tokens, chunk, min_tokens,
-                                                      images)
+                                                      images, episode)
                 self.seeds[index] = None if seed is None else seed + first * n
             first += len(prompts)
         self._cv = threading.Condition()
@@ -160,13 +163,15 @@ class ChunkedHandle(RolloutHandle):
     result = wait
 
 
-def submit_in_chunks(group, batch: Batch, chunk: int, **sampling_overrides) -> ChunkedHandle:
+def submit_in_chunks(group, batch: Batch, chunk: int, episode: Optional[Episode] = None,
+                     **sampling_overrides) -> ChunkedHandle:
     """RolloutGroup.submit (the same split by prompt group and seeds per prompt), generated
-    `chunk` new tokens per sample at a time; returns at once."""
+    `chunk` new tokens per sample at a time, each sample an `episode` (default: one turn);
+    returns at once."""
     seed = sampling_overrides.pop("seed", group.config.sampling_config.seed)
     handle = ChunkedHandle(group, batch.split_groups(len(group.engines)),
                            batch.samples_per_group(), group.policy_version, time.perf_counter(),
-                           chunk, seed, sampling_overrides)
+                           chunk, seed, sampling_overrides, episode)
     handle._watch()
     group._pending.append(handle)        # counted by group.in_flight while it may generate
     return handle

@@ -77,3 +77,37 @@ def test_a_generate_stopped_after_its_first_step_continues_to_the_whole_generati
         rollout.end_chunk()
     _same_rollout(rollout.output(), whole)
     assert rollout.versions() == [[0] + [1] * (len(ids) - 1) for ids in whole.response_token_ids]
+
+
+class _Answer:
+    """An episode that answers every turn the engine ended itself with the same ids (what a
+    tool's reply in a template's layout would be), for two turns."""
+
+    def __init__(self, ids):
+        self.ids, self.turns = ids, []
+
+    def between(self, prompt, response, kinds, turn):
+        self.turns.append(turn)
+        return list(self.ids) if turn < 2 else None
+
+
+def test_an_episode_s_turns_continue_on_vllm_from_exactly_their_prefix(engine):
+    """Sampled (n=4, seeded): every sample that stopped on its own gets the answer inserted and
+    goes on; vLLM must have run each later call on prompt + output + answer (PartialRollout
+    compares the prompt ids vLLM reports), the answer's tokens are inserted, in the calling
+    turn, with log-prob 0, and the whole episode stays within its 40 tokens."""
+    engine, prompts = engine
+    answer = prompts[2][:3]                                   # three ids of "hello"
+    episode = _Answer(answer)
+    out, _ = generate_in_chunks(engine.generate, prompts, n=4, max_tokens=40, chunk=40,
+                                seed=3, episode=episode, temperature=1.0)
+    multi = [i for i, turns in enumerate(out.turns) if max(turns, default=0) > 0]
+    assert multi, out.finish_reasons                         # seed 3 stops several samples
+    for i in multi:
+        ids, kinds, turns = out.response_token_ids[i], out.sampled[i], out.turns[i]
+        first = turns.index(1)
+        assert ids[first - 3:first] == answer and kinds[first - 3:first] == [0, 0, 0]
+        assert turns[first - 3:first] == [0, 0, 0]            # the answer is the caller's
+        assert out.log_probs[i][first - 3:first] == [0.0, 0.0, 0.0]
+        assert kinds[first] == 1 and len(ids) <= 40
+    assert 0 in episode.turns and all(t in (0, 1, 2) for t in episode.turns)
