@@ -82,8 +82,9 @@ MODES: Dict[str, List[str]] = {
 DEFAULT_MODES = ("sync", "one_step", "bounded2")
 PARTIAL = ("bounded2_partial",)
 LAYOUT = ["++generate_config.rollout_devices=1"]
-# Each loop's staleness bound (config/async_checks.staleness_bound): its last BOUND steps only
-# train. Every loop runs TAIL steps more than asked, so that all train the same batches.
+# Each loop's staleness bound (config/checks/asynchronous.staleness_bound): its last BOUND
+# steps only train. Every loop runs TAIL steps more than asked, so that all train the same
+# batches.
 BOUND = {"sync": 0, "one_step": 1, "bounded2": 2, "bounded2_partial": 2,
          "bounded2_inflight": 2, "bounded2_recompute": 2}
 TAIL = max(BOUND.values())

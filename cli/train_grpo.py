@@ -129,20 +129,23 @@ def run(cfg: DictConfig, recipe: str) -> int:
     return 0
 
 
-def refuse_bad_overrides(argv) -> None:
+def refuse_bad_overrides(argv) -> list:
     """Exit 1 naming the key and its fix when the recipe or an override cannot be composed
-    (an absent key: its `+` or its right spelling), before Hydra refuses it less helpfully."""
-    from mindrl.config.cli_args import recipe_and_overrides
-    from mindrl.config.compose import compose_recipe
+    (an absent key: its `+` or its right spelling), before Hydra refuses it less helpfully;
+    else `argv` as Hydra is to read it: a `+key=value` whose key the recipe holds becomes
+    `++key=value` (config/compose.compose_with_overrides), so both spellings set it."""
+    from mindrl.config.cli_args import recipe_and_overrides, with_overrides
+    from mindrl.config.compose import compose_with_overrides
 
     named = recipe_and_overrides(argv, DEFAULT_RECIPE)
     if named is None:
-        return
+        return list(argv)
     try:
-        compose_recipe(*named)
+        _, taken = compose_with_overrides(*named)
     except ConfigError as e:
         print(f"invalid recipe {named[0]}: {e}", file=sys.stderr)
         raise SystemExit(EXIT_INVALID)
+    return with_overrides(argv, named[1], taken)
 
 
 @hydra.main(version_base="1.3", config_path=str(recipe_dir()), config_name=DEFAULT_RECIPE)
@@ -151,5 +154,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    refuse_bad_overrides(sys.argv[1:])
+    sys.argv[1:] = refuse_bad_overrides(sys.argv[1:])
     main()

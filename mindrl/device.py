@@ -225,7 +225,7 @@ def varlen_attention(dtype: torch.dtype):
 @functools.lru_cache(maxsize=None)
 def bf16_supported() -> bool:
     """Whether this device computes in bfloat16 natively, as torch itself reports it; a recipe
-    asking for bf16 where this is False is refused before start (config/dtype_checks.py).
+    asking for bf16 where this is False is refused before start (config/checks/dtype.py).
 
     Asked, never assumed: CPUs of one size differ. An AVX-512 bf16 (or AMX bf16, or Arm bf16)
     CPU runs bf16 matmuls in its own instructions; an AVX2-only one has none, and there torch's

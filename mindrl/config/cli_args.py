@@ -2,8 +2,10 @@
 
 Hydra's own refusal of an override the recipe lacks ("Key 'router_replay' is not in struct")
 names neither a documented key's `+` nor a misspelling's right name. The CLI composes the
-recipe once through `compose.compose_recipe` first, whose refusal does. A command line with
-Hydra flags other than --config-name (help, --cfg, a config path, a multirun) is left to Hydra.
+recipe once through `compose.compose_with_overrides` first, whose refusal does, and hands
+Hydra a `+key=value` on a key the recipe holds as `++key=value` (with_overrides), so both
+spellings of a recipe key work. A command line with Hydra flags other than --config-name
+(help, --cfg, a config path, a multirun) is left to Hydra.
 """
 
 from __future__ import annotations
@@ -32,3 +34,11 @@ def recipe_and_overrides(argv: Sequence[str],
         elif not arg.lstrip("+~").startswith(("hydra.", "hydra/")):
             overrides.append(arg)
     return name, overrides
+
+
+def with_overrides(argv: Sequence[str], given: Sequence[str],
+                   taken: Sequence[str]) -> List[str]:
+    """`argv` with each override of `given` (recipe_and_overrides' list) replaced by its
+    counterpart in `taken` (the same overrides as Hydra took them, in order)."""
+    changed = {g: t for g, t in zip(given, taken) if g != t}
+    return [changed.get(arg, arg) for arg in argv]

@@ -2,7 +2,7 @@
 
 On CPU the rollout engine runs vLLM in the actor's dtype: bfloat16 where the recipe puts both
 the actor and vLLM in it (a bf16 actor is only allowed on a CPU with bf16 instructions:
-dtype_checks.py), else float32 (an fp32 actor's log-probs and bf16 vLLM's would differ by
+config/checks/dtype.py), else float32 (an fp32 actor's log-probs and bf16 vLLM's would differ by
 about 0.04); eagerly (no graph compilation there); and sizes its KV cache by
 kv_cache_memory_bytes, never gpu_memory_utilization. The engine reads `cpu_vllm` from here,
 so the notice and what runs cannot drift apart. Pure: the caller (the CLI) asks device.py

@@ -45,3 +45,14 @@ class ConfigError(ValueError):
     @property
     def keys(self) -> list[str]:
         return [p.key for p in self.problems]
+
+
+def dedupe(problems: Iterable[Problem]) -> list[Problem]:
+    """The problems in order, each (key, message) once: roles that inherit one
+    megatron_training key would otherwise report it once per role."""
+    seen, out = set(), []
+    for p in problems:
+        if (p.key, p.message) not in seen:
+            seen.add((p.key, p.message))
+            out.append(p)
+    return out

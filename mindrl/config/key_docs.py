@@ -106,8 +106,9 @@ KEY_DOCS: dict[str, str] = {
         "tokens in bf16",
     "megatron_training.moe_router_freeze": "the router's weights get no gradients and stay "
                                            "out of the optimizer (experts still train)",
-    "megatron_training.moe_token_dispatcher_type": "how tokens reach experts: allgather (the "
-        "one that runs on CPU) or alltoall",
+    "megatron_training.moe_token_dispatcher_type": "how tokens reach experts: null (the "
+        "dispatcher the role's layout needs: alltoall at expert parallelism > 1, allgather at "
+        "1), allgather (equal token counts on every EP rank: refused at EP > 1) or alltoall",
     "megatron_training.moe_grouped_gemm": "true: each MoE layer's experts run as two grouped "
         "GEMMs (torch's, probed at model build in the params dtype; where it cannot run the "
         "build stops naming this key); false: one by one (Megatron's SequentialMLP); null: "

@@ -2,10 +2,13 @@
 
 Verifier names are not listed here: validation reads mindrl/rewards' registry itself
 (`known_verifiers`), so a verifier registered with `register_verifier` validates with no
-second edit. The algorithm tables and the model family names stay hand-kept because
+second edit. The algorithm tables and the model families stay hand-kept because
 mindrl/algorithms and the family registry import torch, which config must not pull in;
-tests keep them equal to the registries.
+tests keep them equal to the registries. Each family is declared once, in FAMILIES; every
+family list config reads is derived from it.
 """
+
+from dataclasses import dataclass
 
 ADV_ESTIMATORS: tuple[str, ...] = ("group_norm", "rloo", "reinforce_plus_plus", "gae")
 KL_PENALTIES: tuple[str, ...] = ("kl", "mse", "low_var_kl", "abs")
@@ -13,16 +16,36 @@ LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean
 ROLLOUT_IS_MODES: tuple[str, ...] = ("off", "token", "sequence")
 POLICY_LOSSES: tuple[str, ...] = ("ppo_clip",)
 
-# Registered model families (mindrl/ckpt/registry.py, by HF model_type), which config cannot
-# import: decoder families a spec's `architecture` may name, and vision-language families a
-# spec's `vision.family` may name. tests/ckpt/test_registry.py keeps them equal to the registry.
-ARCHITECTURES: tuple[str, ...] = ("qwen2", "llama", "qwen3", "qwen3_moe")
-VISION_FAMILIES: tuple[str, ...] = ("qwen2_5_vl",)
-# Decoder families with per-head q/k RMSNorms (Features.qk_norm): their [head_dim] weights
-# count in ModelSpec.num_parameters. tests/ckpt/test_qwen3_family.py keeps it equal.
-QK_NORM_ARCHITECTURES: tuple[str, ...] = ("qwen3", "qwen3_moe")
-# Mixture-of-Experts decoder families (Features.experts): their specs carry a `moe:` block.
-MOE_ARCHITECTURES: tuple[str, ...] = ("qwen3_moe",)
+
+@dataclass(frozen=True)
+class FamilyEntry:
+    """One registered model family as config sees it (by HF model_type). The family itself
+    (model half, tensor table) is mindrl/ckpt/registry.py's, which config cannot import;
+    tests/ckpt/test_registry.py holds these entries equal to its families' features."""
+
+    model_type: str
+    tiny_model: str          # `+scale_down`'s stand-in, a configs/model file
+    vision: bool = False     # vision-language: a spec's `vision.family` names it
+    qk_norm: bool = False    # per-head q/k RMSNorms (Features.qk_norm): [head_dim] weights
+    experts: bool = False    # Mixture-of-Experts (Features.experts): a spec's `moe:` block
+
+
+# In the registry's order. A family's tiny model need not be its own (Llama's is tiny-qwen2).
+FAMILIES: tuple[FamilyEntry, ...] = (
+    FamilyEntry("qwen2", "tiny-qwen2"),
+    FamilyEntry("llama", "tiny-qwen2"),
+    FamilyEntry("qwen2_5_vl", "tiny-qwen25vl", vision=True),
+    FamilyEntry("qwen3", "tiny-qwen3", qk_norm=True),
+    FamilyEntry("qwen3_moe", "tiny-qwen3-moe", qk_norm=True, experts=True),
+)
+# Decoder families a spec's `architecture` may name; vision-language ones its `vision.family`.
+ARCHITECTURES: tuple[str, ...] = tuple(f.model_type for f in FAMILIES if not f.vision)
+VISION_FAMILIES: tuple[str, ...] = tuple(f.model_type for f in FAMILIES if f.vision)
+# q/k norms count in ModelSpec.num_parameters; MoE specs carry a `moe:` block.
+QK_NORM_ARCHITECTURES: tuple[str, ...] = tuple(f.model_type for f in FAMILIES if f.qk_norm)
+MOE_ARCHITECTURES: tuple[str, ...] = tuple(f.model_type for f in FAMILIES if f.experts)
+# A family -> the tiny model `+scale_down` runs in its place (config/scale_down.py).
+TINY_MODELS: dict[str, str] = {f.model_type: f.tiny_model for f in FAMILIES}
 
 ROLES: tuple[str, ...] = ("actor", "ref", "reward")
 ROLE_SECTIONS = {"actor": "actor_config", "ref": "ref_config", "reward": "reward_config"}

@@ -112,6 +112,16 @@ def expert_tensor_parallel_size(cfg) -> int:
     return cfg.tensor_model_parallel_size if etp is None else etp
 
 
+def token_dispatcher_type(cfg) -> str:
+    """A MoE role's token dispatcher: its moe_token_dispatcher_type, or when null the one its
+    layout needs: alltoall at EP > 1 (allgather needs equal token counts on every EP rank, and
+    DP ranks' micro batches differ), allgather at EP 1 (where it always ran)."""
+    given = cfg.moe_token_dispatcher_type
+    if given is not None:
+        return given
+    return "alltoall" if cfg.expert_model_parallel_size > 1 else "allgather"
+
+
 def rollout_data_parallel_size(run: RunConfig) -> int:
     """vLLM instances: the engines' devices / (infer TP x PP); 0 when they do not divide."""
     world = (world_size(run, "actor") if engines_colocated(run)

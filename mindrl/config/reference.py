@@ -31,8 +31,9 @@ mindrl/config/schema.py and mindrl/config/key_docs.py. Do not edit by hand:
 tests/docs/test_config_reference.py fails when this page and the schema differ. -->
 
 A recipe in `configs/rlxf/NAME.yaml` composes a model shape through Hydra's defaults list
-(`defaults: [model: qwen25-7b, common/hydra_run, _self_]`; the shapes are `configs/model/*.yaml`,
-read by `mindrl/config/model_spec.py`) and has the sections below. It is validated once, up
+(`defaults: [model: qwen25-7b, common/hydra_run, common/async, _self_]`; the shapes are
+`configs/model/*.yaml`, read by `mindrl/config/model_spec.py`; `common/async` declares the
+asynchronous keys at their defaults) and has the sections below. It is validated once, up
 front, into the schema's dataclasses (field names = keys): a misspelt key fails with the nearest
 valid name; TP not dividing heads or query groups, PP not dividing layers, infer/train TP not
 dividing one another, resources larger than the cluster, batches that do not split into
@@ -40,12 +41,13 @@ mini/micro batches over DP, missing paths, unknown verifier or estimator names a
 `verifier_weight` length mismatch all fail before anything starts, naming the key, the value and
 the fix. Override from the command line as with any Hydra app (`rl_config.kl_coef=0`; a key the
 recipe lacks needs `+key=value`: without the `+`, or misspelt, the CLI refuses it naming the
-`+` form or the nearest key, `mindrl/config/cli_args.py`). Paths in the tiny recipes use
-`${mindrl.work_dir:}` (`MINDRL_WORK_DIR`, else `<repo>/work`).
+`+` form or the nearest key, `mindrl/config/cli_args.py`; a `+` on a key the recipe holds sets
+it as well). Paths in the tiny recipes use `${mindrl.work_dir:}` (`MINDRL_WORK_DIR`, else
+`<repo>/work`).
 
 A config ported from MindSpeed-RL: every key of its GRPO guide's parameter list
 (`tests/config/mindspeed_grpo_guide.yaml` carries them all) is accepted and honoured, or refused
-with the reason and the fix (`mindrl/config/ported.py`; the meanings below say which value
+with the reason and the fix (`mindrl/config/checks/ported.py`; the meanings below say which value
 is accepted). MindSpeed-RL's padding of a model for its pipeline (`num_layers` with
 `noop_layers`, as in its Qwen3-235B-A22B recipe) is read as the uneven stages it makes
 (`decoder_first/last_pipeline_num_layers`; `mindrl/config/ported_layers.py`), or refused where

@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Optional
 
-from mindrl.config.async_checks import rollout_correction
+from mindrl.config.checks.asynchronous import rollout_correction
 from mindrl.config.model_spec import ModelSpec
+from mindrl.config.placement import token_dispatcher_type
 from mindrl.config.schema import RunConfig
 
 
@@ -21,7 +22,7 @@ class Parallelism:
     pipeline_model_parallel_size: int = 1
     sequence_parallel: bool = False
     # Mixture-of-Experts' expert parallelism: each MoE layer's experts split over this many
-    # ranks; expert TP x EP ranks inside a stage's TP x DP (config/moe_checks.py checks it fits).
+    # ranks; expert TP x EP ranks inside a stage's TP x DP (config/checks/moe.py checks it fits).
     expert_model_parallel_size: int = 1
     # Uneven pipeline stages: the first / last stage's own layer count (None: the even split;
     # config/pipeline_stages.py).
@@ -57,7 +58,7 @@ class Parallelism:
 
 @dataclass(frozen=True)
 class MoETraining:
-    """A MoE role's RL settings (the recipe's moe_* keys, config/moe_checks.py): Megatron's
+    """A MoE role's RL settings (the recipe's moe_* keys, config/checks/moe.py): Megatron's
     TransformerConfig values, and the router freeze, which the engine applies."""
 
     aux_loss_coeff: float = 0.0
@@ -170,7 +171,7 @@ def moe_training(run: RunConfig, role: str) -> Optional[MoETraining]:
         return None
     return MoETraining(cfg.moe_aux_loss_coeff, cfg.moe_router_load_balancing_type,
                        cfg.moe_router_dtype, cfg.moe_router_freeze,
-                       cfg.moe_token_dispatcher_type, cfg.moe_grouped_gemm)
+                       token_dispatcher_type(cfg), cfg.moe_grouped_gemm)
 
 
 def role_setup(run: RunConfig, role: str, pad_id: int) -> RoleSetup:

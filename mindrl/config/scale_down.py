@@ -8,11 +8,13 @@ evenly, on as many times fewer devices, so data and expert parallelism still sta
 split's first / last stage counts (the recipe model's) are dropped. A tensor-parallel size of 1
 cannot be divided and stays 1: those engines (or model replicas) then shrink in number, D-fold,
 with the devices (grpo_qwen3_8b's 16 engines of TP1 become 8 at D=2), while the ratios of the
-divided sizes stay. The model becomes the tiny one of the recipe model's family (TINY_MODELS:
-tiny-qwen2 for Qwen2 and Llama, tiny-qwen3 for Qwen3, tiny-qwen3-moe for Qwen3-MoE) and the
-data the generated arithmetic task (made on first use, as the embedded default does), with
-lengths to match; a vision-language recipe's become tiny-qwen25vl and grpo_tiny_vl_cpu's image
-task (validated on its held-out images when the recipe validates). DAPO's overlong buffer keeps
+divided sizes stay. The model becomes the tiny one of the recipe model's family
+(names.TINY_MODELS, read from the family registration: tiny-qwen2 for Qwen2 and Llama,
+tiny-qwen3 for Qwen3, tiny-qwen3-moe for Qwen3-MoE; a family without one is refused, never run
+as another's) and the data the generated arithmetic task (made on first use, as the embedded
+default does), with lengths to match; a vision-language recipe's become tiny-qwen25vl and
+grpo_tiny_vl_cpu's image task (validated on its held-out images when the recipe validates).
+DAPO's overlong buffer keeps
 its share of the response limit (at least one token). Every flag stays as the recipe sets it
 (sequence parallel, colocation, offload, KL loss, verifiers, micro batch sizes, samples per
 prompt, updates per step); a micro-batch token budget keeps its count of longest samples. The
@@ -39,15 +41,13 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from mindrl.config import names
 from mindrl.config.errors import STRUCTURE, ConfigError, Problem
+from mindrl.config.model_spec import VisionSpec
 
 logger = logging.getLogger(__name__)
 WORK = "${mindrl.work_dir:}"
-TINY_MODEL = "tiny-qwen2"
-# The recipe model's architecture -> the tiny model of its family (others: TINY_MODEL).
-TINY_MODELS = {"qwen2": TINY_MODEL, "llama": TINY_MODEL, "qwen3": "tiny-qwen3",
-               "qwen3_moe": "tiny-qwen3-moe"}
-TINY_VL_MODEL = "tiny-qwen25vl"      # a recipe on a vision-language model keeps one
+TINY_REWARD_MODEL = "tiny-qwen2"     # a reward role's miniature, whatever the family
 ROLE_SECTIONS = ("megatron_training", "actor_config", "ref_config", "reward_config")
 ROLES = ("actor", "ref", "reward")       # ROLE_SECTIONS[1:]'s roles
 PP_KEY = "pipeline_model_parallel_size"
@@ -66,9 +66,8 @@ LENGTHS = {("megatron_training", "seq_length"): 64,
 MAX_TOKENS = 8
 # The tiny image task (grpo_tiny_vl_cpu's, the same files): a ~60-token question about one
 # 56 x 56 image (4 image tokens), one-digit answers; validation on held-out images.
-VL_TASK = {"tiny_model": TINY_VL_MODEL, "tokenizer": "char", "task": "vl",
-           "vl_question": "colour", "image_size": 56, "num_prompts": 1024,
-           "num_val_prompts": 64}
+VL_TASK = {"tokenizer": "char", "task": "vl", "vl_question": "colour", "image_size": 56,
+           "num_prompts": 1024, "num_val_prompts": 64}
 VL_DATA = f"{WORK}/data/vl_colour_56px"
 VL_LENGTHS = {**LENGTHS, ("megatron_training", "seq_length"): 128,
               ("rl_config", "max_prompt_length"): 96, ("generate_config", "max_model_len"): 128}
@@ -108,7 +107,7 @@ def scale_down(raw: Any) -> Any:
             if key in values:
                 values[key] = False
         if section == "reward_config" and values.get("load"):
-            values["load"] = f"{WORK}/models/{TINY_MODEL}-reward-mcore"
+            values["load"] = f"{WORK}/models/{TINY_REWARD_MODEL}-reward-mcore"
     rl = data.setdefault("rl_config", {})
     for name in RESOURCES:
         resource = rl.get(name)
@@ -132,14 +131,14 @@ def scale_down(raw: Any) -> Any:
     if gen.get("rollout_devices"):
         gen["rollout_devices"] = _divide(gen["rollout_devices"], divisor,
                                          "generate_config.rollout_devices", problems)
+    model = data.get("model") or {}
+    vision = bool(model.get("vision"))
+    tiny = _tiny_model(model, vision, problems)
     if problems:
         raise ConfigError(problems)
 
-    model = data.get("model") or {}
-    vision = bool(model.get("vision"))
-    tiny = TINY_VL_MODEL if vision else TINY_MODELS.get(model.get("architecture"), TINY_MODEL)
     data["model"] = OmegaConf.to_container(OmegaConf.load(_model_file(tiny)))
-    data["prepare"] = dict(VL_TASK) if vision else {
+    data["prepare"] = {"tiny_model": tiny, **VL_TASK} if vision else {
         "tiny_model": tiny, "tokenizer": "char", "task": "arith", "num_prompts": 4096,
         "max_operand": 3, "holdout_pairs": 0}
     shared = data.setdefault("megatron_training", {})
@@ -173,6 +172,26 @@ def scale_down(raw: Any) -> Any:
     if rl.get("filter_groups_train_batch_size") is not None:   # MindSpeed-RL's copy of it
         rl["filter_groups_train_batch_size"] = data["megatron_training"]["global_batch_size"]
     return OmegaConf.create(data)
+
+
+def _tiny_model(model: dict, vision: bool, problems: list) -> Any:
+    """The tiny model of the recipe model's family (names.TINY_MODELS): a vision-language
+    model's by its vision.family, a decoder's by its architecture. A family without one is
+    refused naming those that have one: another family's miniature would prove nothing."""
+    if vision:
+        key, known = "model.vision.family", names.VISION_FAMILIES
+        family = (model["vision"].get("family", VisionSpec.family)
+                  if isinstance(model["vision"], dict) else None)
+    else:
+        key, known, family = "model.architecture", names.ARCHITECTURES, model.get("architecture")
+    have = [name for name in known if name in names.TINY_MODELS]
+    if family in have:
+        return names.TINY_MODELS[family]
+    problems.append(Problem(key, "is not a registered model family with a tiny model "
+                            "(+scale_down runs a recipe on its family's)",
+                            f"use one of {', '.join(have)}, or register the family with its "
+                            "tiny model (mindrl/config/names.py FAMILIES)", family, STRUCTURE))
+    return None
 
 
 def _shrink_expert_parallel(data: dict, divisor: int, problems: list) -> None:
@@ -265,7 +284,7 @@ def _fewest_prompts(data: dict) -> None:
     actor DP rank gets a full micro batch and the batch checks pass; prompts per step keep the
     recipe's count of updates. Left as they are where the recipe does not parse: validation
     then names what is wrong."""
-    from mindrl.config.batch_checks import check_batches, divisors
+    from mindrl.config.checks.batch import check_batches, divisors
     from mindrl.config.parse import parse
     from mindrl.config.placement import data_parallel_size
 

@@ -45,7 +45,7 @@ class MegatronConfig:
     decoder_first_pipeline_num_layers: Optional[int] = None
     decoder_last_pipeline_num_layers: Optional[int] = None
     micro_batch_size: int = 1
-    # Megatron passes on packed rows of real tokens (no padding; exact, config/packing_checks).
+    # Megatron passes on packed rows of real tokens (no padding; exact, config/checks/packing.py).
     pack_sequences: bool = True
     # Micro batches of at most this many real tokens, balanced over DP (packed only); null =
     # micro_batch_size samples each. The actor's forward pass plans like its update.
@@ -70,8 +70,8 @@ class MegatronConfig:
     # A VL model's vision tower and merger stay out of the optimizer (no gradients).
     freeze_vision_tower: bool = False
     # Mixture-of-Experts (a model whose family has experts; refused on a dense one:
-    # config/moe_checks.py). Names and meanings are Megatron's / MindSpeed-RL's.
-    expert_model_parallel_size: int = 1   # ETP x EP inside TP x DP; config/moe_checks.py
+    # config/checks/moe.py). Names and meanings are Megatron's / MindSpeed-RL's.
+    expert_model_parallel_size: int = 1   # ETP x EP inside TP x DP; config/checks/moe.py
     # Expert TP: each expert split over this many ranks; null = the role's TP (Megatron's
     # default). 1 = whole experts over TP x EP ranks (MindSpeed-RL's moe_tp_extend_ep).
     expert_tensor_parallel_size: Optional[int] = None
@@ -79,9 +79,11 @@ class MegatronConfig:
     moe_router_load_balancing_type: Literal["aux_loss", "seq_aux_loss", "none"] = "seq_aux_loss"
     moe_router_dtype: Optional[Literal["fp32", "fp64"]] = None   # null: the params dtype
     moe_router_freeze: bool = False       # router weights out of the optimizer
-    moe_token_dispatcher_type: Literal["allgather", "alltoall"] = "allgather"
+    # null: the one the role's layout needs (placement.token_dispatcher_type: alltoall at
+    # EP > 1, allgather at EP 1).
+    moe_token_dispatcher_type: Optional[Literal["allgather", "alltoall"]] = None
     moe_grouped_gemm: Optional[bool] = None   # null: the device kind's default
-    # MindSpeed-RL keys (config/ported.py): accepted at the one value MindRL implements.
+    # MindSpeed-RL keys (config/checks/ported.py): accepted at the one value MindRL implements.
     stage: str = "ray_grpo"                       # the algorithm; GRPO is the only one
     recompute_granularity: Optional[str] = None   # no activation recomputation: null only
     recompute_method: Optional[str] = None
@@ -183,7 +185,7 @@ class RLConfig:
     ref_forward_micro_batch_size: Optional[int] = None
     blocking: bool = True
 
-    # --- asynchronous GRPO (trainer/async_trainer.py, docs/guides/async.md): engines on devices
+    # --- asynchronous GRPO (trainer/async_source.py, docs/guides/async.md): engines on devices
     # of their own generate the next batches while the actor trains; no sample trained on is
     # more than max_staleness policy versions old (one_step: 1). off: the synchronous loop.
     async_mode: Literal["off", "one_step", "bounded"] = "off"
@@ -227,13 +229,14 @@ class RLConfig:
     wandb_mode: Literal["online", "offline"] = "offline"
     wandb_save_dir: Optional[str] = None   # wandb's local files; null = the run directory
 
-    # --- MindSpeed-RL keys (config/ported.py). use_integrated_worker: true = colocate_all_models.
+    # --- MindSpeed-RL keys (config/checks/ported.py).
+    # use_integrated_worker: true = colocate_all_models.
     use_integrated_worker: bool = False
     guarantee_order: bool = False          # no effect: rollouts always come back in order
     kl_ctrl_type: str = "fixed"            # fixed only: kl_coef is constant
     log_max_throughput: bool = False       # false only: one perf/throughput figure
     num_cpus_for_local_task: Optional[float] = None  # null only: no Ray local task
-    # MindSpeed-RL's DAPO names (config/dapo_checks.py); overlong_buffer,
+    # MindSpeed-RL's DAPO names (config/checks/dapo.py); overlong_buffer,
     # overlong_buffer_penalty_factor and filter_groups_enable are aliases (parse.ALIASES).
     token_level_loss: Optional[bool] = None        # true = loss_agg_mode token-mean
     clip_higher_enable: Optional[bool] = None      # false = clip_ratio_low/high unset or equal
@@ -273,7 +276,7 @@ class GenerateConfig:
 
     infer_tensor_parallel_size: int = 1
     infer_pipeline_parallel_size: int = 1
-    infer_expert_parallel_size: int = 1   # 1 or the infer TP (config/moe_checks.py)
+    infer_expert_parallel_size: int = 1   # 1 or the infer TP (config/checks/moe.py)
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     max_model_len: int = 4096
@@ -310,9 +313,9 @@ class GenerateConfig:
     # sync refills every weight, and every sync after such a wake is verified). 0: never.
     # vLLM's CPU build has no sleep mode: nothing sleeps there (a start-up notice says so).
     sleep_level: Literal[0, 1, 2] = 0
-    # MindSpeed-RL keys (config/ported.py), accepted at the value MindRL implements only.
+    # MindSpeed-RL keys (config/checks/ported.py), accepted at the value MindRL implements only.
     torchair_graph: bool = False          # false only: no torchair graph mode
-    enable_expert_parallel: bool = False  # vLLM EP = infer TP (config/moe_checks.py)
+    enable_expert_parallel: bool = False  # vLLM EP = infer TP (config/checks/moe.py)
     num_scheduler_steps: int = 1          # 1 only: vLLM V1 schedules one step at a time
 
     @property
@@ -323,7 +326,7 @@ class GenerateConfig:
     def expert_parallel(self) -> bool:
         """Whether each engine's experts split whole over its infer-TP ranks (vLLM's expert
         parallelism inside one engine, EP = infer TP): asked by enable_expert_parallel or by
-        MindSpeed-RL's infer_expert_parallel_size (config/moe_checks.py holds it to infer TP)."""
+        MindSpeed-RL's infer_expert_parallel_size (config/checks/moe.py holds it to infer TP)."""
         return self.enable_expert_parallel or self.infer_expert_parallel_size > 1
 
 

@@ -118,7 +118,7 @@ class InflightWeights:
 
 def check_inflight(mode: Optional[str], generate_config, multimodal: bool = False) -> None:
     """Refuse an engine that could not take weights in while generating (the run's checks,
-    config/async_checks.py, refuse the same by key before anything starts)."""
+    config/checks/asynchronous.py, refuse the same by key before anything starts)."""
     if not mode:
         return
     if mode not in MODES:

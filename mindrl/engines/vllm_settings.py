@@ -64,7 +64,7 @@ def llm_kwargs(cfg: GenerateConfig, seed: int, logprobs_mode: str, build,
 def returned_routes(cfg: GenerateConfig, build) -> bool:
     """Whether vLLM itself returns the routes (``enable_return_routed_experts``): the build
     can (platforms/vllm_abilities.py) and the engine has what vLLM needs for it, a prefix
-    cache and one pipeline stage (config/replay_checks.py refuses the rest); otherwise the
+    cache and one pipeline stage (config/checks/replay.py refuses the rest); otherwise the
     engine's workers capture them (engines/vllm_routes.py)."""
     return (build.abilities.returns_routes and cfg.enable_prefix_caching
             and cfg.infer_pipeline_parallel_size == 1)

@@ -31,7 +31,7 @@ what differs:
     resume generates the batches that were in flight again (nothing of the buffer is saved).
 
 The objective: with a bound above 0 rollout_is off means token, the behaviour weight of the
-decoupled objective (config/async_checks.rollout_correction); the proximal policy is the
+decoupled objective (config/checks/asynchronous.rollout_correction); the proximal policy is the
 weights before the update (docs/guides/async.md#the-objective).
 
 At max_staleness 0 every step admits only its own batch and waits for it at once: the
@@ -44,7 +44,7 @@ from __future__ import annotations
 import time
 from typing import Dict, List, Optional
 
-from mindrl.config.async_checks import staleness_bound
+from mindrl.config.checks.asynchronous import staleness_bound
 from mindrl.config.schema import RunConfig
 from mindrl.data.batch import Batch
 from mindrl.rollout.partial import crossed_update_frac, whole_generation_versions

@@ -82,7 +82,7 @@ def test_arguments_default_to_the_three_loops_and_refuse_unknown_ones():
 
 def test_every_loop_runs_the_same_layout_with_its_own_bound(tmp_path):
     from mindrl.config import ClusterResources, load_recipe
-    from mindrl.config.async_checks import staleness_bound
+    from mindrl.config.checks.asynchronous import staleness_bound
 
     natural = bench_e2e.SHAPES["natural"]
     seen = {}

@@ -1,6 +1,7 @@
-"""The family registry: config's name lists equal it, its two halves agree, the converter's
---model-type-hf table is read from it; and the rule seams a Mixture-of-Experts family needs
-({expert} names, declared shapes such as a per-head norm's, declared fused groups)."""
+"""The family registry: config's family table and name lists equal it, its two halves agree,
+the converter's --model-type-hf table is read from it; and the rule seams a Mixture-of-Experts
+family needs ({expert} names, declared shapes such as a per-head norm's, declared fused
+groups)."""
 
 import dataclasses
 
@@ -28,6 +29,16 @@ def test_config_name_lists_equal_the_registry():
     assert names.ARCHITECTURES == decoders == ("qwen2", "llama", "qwen3", "qwen3_moe")
     assert names.VISION_FAMILIES == vision == ("qwen2_5_vl",)
     assert model_types() == registry.model_types()
+
+
+def test_config_family_table_declares_the_registrys_families():
+    """config/names.py FAMILIES, which every config family list is derived from: one entry per
+    registered family, in its order, with the features config reads."""
+    assert tuple(f.model_type for f in names.FAMILIES) == registry.model_types()
+    for entry in names.FAMILIES:
+        features = model_family(entry.model_type).features
+        assert (entry.vision, entry.qk_norm, entry.experts) == \
+            (features.multimodal, features.qk_norm, features.experts), entry.model_type
 
 
 def test_each_family_halves_agree():

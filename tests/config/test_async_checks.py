@@ -1,10 +1,10 @@
-"""rl_config.async_mode and max_staleness (config/async_checks.py): refused before anything
+"""rl_config.async_mode and max_staleness (config/checks/asynchronous.py): refused before anything
 starts, naming the key and the fix; the bound and the loss's rollout correction they imply."""
 
 import pytest
 
 from mindrl.config import ClusterResources, load_recipe
-from mindrl.config.async_checks import staleness_bound
+from mindrl.config.checks.asynchronous import staleness_bound
 from mindrl.config.roles import loss_config
 from support.recipe_errors import recipe_error
 

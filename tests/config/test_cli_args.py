@@ -26,3 +26,16 @@ def test_overrides_keep_their_prefixes_and_order_and_hydra_s_own_are_dropped():
                                   ["--config-path", "/x"], ["-cd", "/x"], ["--config-name"]])
 def test_other_hydra_flags_are_left_to_hydra(argv):
     assert recipe_and_overrides(argv, DEFAULT) is None
+
+
+def test_overrides_hydra_is_to_read_replace_their_originals_in_place():
+    """The CLI hands Hydra argv with each override as compose took it (a `+` on a key the
+    recipe holds as `++`); flags and Hydra's own settings stay where they were."""
+    from mindrl.config.cli_args import with_overrides
+
+    argv = ["-cn", "r1", "+rl_config.max_staleness=2", "hydra.run.dir=/x", "a.b=1"]
+    name, given = recipe_and_overrides(argv, DEFAULT)
+    taken = ["++rl_config.max_staleness=2", "a.b=1"]
+    assert with_overrides(argv, given, taken) == [
+        "-cn", "r1", "++rl_config.max_staleness=2", "hydra.run.dir=/x", "a.b=1"]
+    assert with_overrides(argv, given, given) == argv

@@ -6,7 +6,7 @@ import pytest
 from mindrl import device
 from mindrl.config import (ClusterResources, compose_recipe, load_recipe,
                            local_cluster, validate_lenient)
-from mindrl.config.dtype_checks import check_bf16
+from mindrl.config.checks.dtype import check_bf16
 from mindrl.config.errors import CLUSTER
 from support.recipe_errors import recipe_error
 

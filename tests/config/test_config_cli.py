@@ -83,6 +83,23 @@ def test_an_override_the_recipe_lacks_is_refused_with_its_fix_before_hydra(tmp_p
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("plus", ["", "+"])
+def test_the_async_guide_s_keys_reach_the_run_with_or_without_plus(tmp_path, plus):
+    """docs/guides/async.md's keys, which every recipe declares (common/async.yaml), in both
+    spellings through Hydra's own parse: one_step with a bound of 2 is refused naming
+    max_staleness (both values arrived), and with its own engine device the plan says so."""
+    keys = (f"{plus}rl_config.async_mode=one_step", f"{plus}generate_config.rollout_devices=1",
+            "rl_config.colocate_actor_ref=true", "+dry_run=true")
+    proc = run_cli(tmp_path, "-cn", SMOKE_RECIPE, *keys, f"{plus}rl_config.max_staleness=2")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "rl_config.max_staleness" in proc.stderr and "one_step means a bound of 1" in \
+        proc.stderr, proc.stderr
+    proc = run_cli(tmp_path, "-cn", SMOKE_RECIPE, *keys)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "rollout devices 1 (their own: generate_config.rollout_devices)" in proc.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_test_runs_that_name_no_recipe_run_the_smoke_recipe(tmp_path):
     """tests/support/grpo_runs: a CLI run that names no recipe is the a+b= smoke run, not the
     (longer) embedded default; a named recipe is kept, once, before the overrides."""

@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from mindrl.config import ClusterResources, ConfigError, validate
-from mindrl.config.ported import ONLY_VALUES
+from mindrl.config.checks.ported import ONLY_VALUES
 from mindrl.config.resolvers import register_resolvers
 from mindrl.config.placement import place_roles
 

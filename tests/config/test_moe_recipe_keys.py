@@ -1,16 +1,17 @@
 """The MoE recipe keys: refused on a dense model naming the key; refused at values MindRL does
-not run (expert parallelism that does not divide the experts or DP, or with the allgather
-dispatcher; vLLM expert parallelism; MoE at TP > 1 without sequence parallelism; a negative or
-switched-off balancing loss; grouped GEMM, whose stacked weights no table maps), each naming
-the key and the fix; handed to each role's engine; and the recipes that carry them: grpo_tiny_moe_cpu and
-dapo_qwen3_30b_a3b (MindSpeed-RL's values; its actor EP2 accepted, its vLLM EP8 inside each
-engine: EP = infer TP 4)."""
+not run (expert parallelism that does not divide the experts or DP, or with an explicit
+allgather dispatcher: a null one follows the layout, alltoall at EP > 1; vLLM expert
+parallelism; MoE at TP > 1 without sequence parallelism; a negative or switched-off balancing
+loss; grouped GEMM, whose stacked weights no table maps), each naming the key and the fix;
+handed to each role's engine; and the recipes that carry them: grpo_tiny_moe_cpu (its EP 2
+example as documented) and dapo_qwen3_30b_a3b (MindSpeed-RL's values; its actor EP2 accepted,
+its vLLM EP8 inside each engine: EP = infer TP 4)."""
 
 import pytest
 
 from mindrl.config import (ClusterResources, compose_recipe, load_recipe, make_plan,
                            validate_lenient)
-from mindrl.config.moe_checks import check_moe
+from mindrl.config.checks.moe import check_moe
 from mindrl.config.roles import MoETraining, role_setup
 
 from support.recipe_errors import problem_of, recipe_error
@@ -44,7 +45,7 @@ def test_a_moe_key_on_a_dense_model_is_refused_naming_it(override, key):
 
 
 EP = "megatron_training.expert_model_parallel_size"
-# EP > 1 dispatched alltoall (config/moe_checks.py), on 4 CPU slots.
+# EP > 1 dispatched alltoall (config/checks/moe.py), on 4 CPU slots.
 ALLTOALL = ("megatron_training.moe_token_dispatcher_type=alltoall",
             "rl_config.actor_resource.num_cpus=2", "rl_config.reference_resource.num_cpus=2")
 CPU4 = ClusterResources("cpu", 4)
@@ -64,14 +65,50 @@ def test_expert_parallel_2_plans_and_sets_up_the_actor_at_ep2():
     ([f"{EP}=3", *ALLTOALL], CPU4, EP, "does not divide tiny-qwen3-moe's 8 "
                                                             "experts"),
     ([f"{EP}=4", *ALLTOALL], CPU4, EP, "does not divide the actor's data parallelism 2"),
-    ([f"{EP}=2", *ALLTOALL[1:]], CPU4, "megatron_training.moe_token_dispatcher_type",
-     "allgather at expert parallelism 2"),
+    ([f"{EP}=2", "megatron_training.moe_token_dispatcher_type=allgather", *ALLTOALL[1:]], CPU4,
+     "megatron_training.moe_token_dispatcher_type", "allgather at expert parallelism 2"),
 ])
 def test_expert_parallel_that_does_not_fit_is_refused_naming_key_and_fix(overrides, cluster, key,
                                                                          words):
     p = problem(refused(MOE, overrides, cluster), key)
     assert words in p.message, p.message
     assert p.fix
+
+
+# The EP example of the recipe's comment and docs/guides/demo.md, as written: on the 2 cores.
+EP2_AS_DOCUMENTED = (f"{EP}=2", "rl_config.actor_resource.num_cpus=2",
+                     "rl_config.reference_resource.num_cpus=2")
+
+
+def test_the_documented_ep2_example_validates_with_the_alltoall_dispatcher():
+    """The recipe leaves the dispatcher null: each role gets the one its layout needs
+    (alltoall at EP > 1, allgather at EP 1, where the recipe always ran)."""
+    run = load_recipe(MOE, list(EP2_AS_DOCUMENTED), cluster=CPU2, check_paths=False)
+    assert run.actor_config.moe_token_dispatcher_type is None     # the recipe names none
+    for role in ("actor", "ref"):
+        setup = role_setup(run, role, 0)
+        assert setup.parallel.expert_model_parallel_size == 2
+        assert setup.moe.token_dispatcher_type == "alltoall"
+        assert setup.moe.transformer_config()["moe_token_dispatcher_type"] == "alltoall"
+    assert make_plan(run, CPU2, [])["fits_cluster"]
+    at_ep1 = load_recipe(MOE, cluster=CPU2, check_paths=False)
+    assert role_setup(at_ep1, "actor", 0).moe.token_dispatcher_type == "allgather"
+
+
+def test_an_explicit_dispatcher_is_kept_or_refused_naming_the_key_and_fix():
+    """A dispatcher the user names is never replaced: alltoall at EP 1 stays alltoall, and
+    allgather at EP 2 is refused naming the key and both fixes."""
+    key = "megatron_training.moe_token_dispatcher_type"
+    run = load_recipe(MOE, [f"{key}=alltoall"], cluster=CPU2, check_paths=False)
+    assert role_setup(run, "actor", 0).moe.token_dispatcher_type == "alltoall"
+    p = problem(refused(MOE, [*EP2_AS_DOCUMENTED, f"{key}=allgather"]), key)
+    assert "allgather at expert parallelism 2" in p.message, p.message
+    assert p.fix.startswith("set it to alltoall, or null"), p.fix
+    # per role: the reference at EP 1 keeps allgather beside an EP 2 actor
+    run = load_recipe(MOE, [*EP2_AS_DOCUMENTED, "+ref_config.expert_model_parallel_size=1"],
+                      cluster=CPU2, check_paths=False)
+    assert [role_setup(run, r, 0).moe.token_dispatcher_type for r in ("actor", "ref")] == [
+        "alltoall", "allgather"]
 
 
 INFER_EP, ENABLE_EP = ("generate_config.infer_expert_parallel_size",

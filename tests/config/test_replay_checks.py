@@ -1,4 +1,4 @@
-"""rl_config.router_replay (config/replay_checks.py): refused on a dense actor, r2 at actor
+"""rl_config.router_replay (config/checks/replay.py): refused on a dense actor, r2 at actor
 PP > 1, and r3 where the device's engine cannot hand its routes back as configured (CUDA's
 vLLM returns them only with its prefix cache and one pipeline stage; a capture on a device
 with graphs needs eager), each naming the key and the fix; accepted on the MoE default.

@@ -2,7 +2,7 @@
 MoE layers) in a world of 2 over gloo: each rank holds 4 experts per layer, and two GRPO
 updates fed the same micro batches equal EP 1's (losses and grad norms to 1e-6, every updated
 parameter to 1% of an Adam step, experts gathered back under their global numbers). The
-alltoall dispatcher: allgather needs equal token counts on every EP rank (config/moe_checks.py)."""
+alltoall dispatcher: allgather needs equal token counts on every EP rank (config/checks/moe.py)."""
 
 import pytest
 

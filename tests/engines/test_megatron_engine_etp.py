@@ -54,7 +54,7 @@ def test_whole_experts_over_the_tp_ranks_update_as_experts_split_over_them(setup
     # Adam divides by sqrt(v): on an expert's near-zero gradients a 1e-9 change in reduction
     # order moves the update by a share of lr (1e-3), as in test_megatron_engine_ep.py
     # (measured 1.4e-5 here); a misplaced or unreduced expert differs by the whole 2e-3 move
-    # (measured: expert TP 1 at EP 1, which config/moe_checks.py refuses).
+    # (measured: expert TP 1 at EP 1, which config/checks/moe.py refuses).
     assert worst <= 5e-5 and moved > 1e-3
 
 

@@ -33,3 +33,40 @@ def test_agreement_over_real_tokens_and_the_replay_share():
     assert out["moe/route_agreement"] == pytest.approx(4 / 5)
     assert out["moe/route_replay_share"] == 0.25
     assert step.replay_metrics(Batch.of(prompt_mask=prompt_mask), {}) == {}
+
+
+def test_under_r3_the_agreement_is_1_by_construction_so_r3_forces_no_pass_for_it():
+    """r3 asks the engines for routes and replays them in the old-log-prob pass, so the routes
+    that pass records are the engine's (the router's own only where the engine gave none, its
+    last token, which is not compared): 1.0, whatever the routers would pick. r3 does not
+    turn the pass on; without it the batch holds no old_routes and no agreement is logged;
+    log_route_agreement turns it on."""
+    rl = SimpleNamespace(router_replay="r3", log_route_agreement=False)
+    assert step.engine_route_kwargs(rl) == {"with_routes": True}
+    assert step.pass_replay(rl) == step.ROLLOUT_ROUTES and not step.needs_route_pass(rl)
+    prompt_mask, response_mask = torch.tensor([[1, 1]]), torch.tensor([[1, 1]])
+    engine = torch.tensor([[[[0, 1]], [[2, 3]], [[4, 5]], [[-1, -1]]]])   # [1, 4, 1, 2]
+    no_pass = Batch.of(prompt_mask=prompt_mask, response_mask=response_mask,
+                       rollout_routes=engine)
+    assert "moe/route_agreement" not in step.replay_metrics(no_pass, {})
+    recorded = engine.clone()
+    recorded[0, 3, 0] = torch.tensor([6, 7])            # the router's own, last token
+    replayed = Batch.of(prompt_mask=prompt_mask, response_mask=response_mask,
+                        rollout_routes=engine, old_routes=recorded)
+    assert step.replay_metrics(replayed, {})["moe/route_agreement"] == 1.0
+    assert step.needs_route_pass(SimpleNamespace(router_replay="r3", log_route_agreement=True))
+
+
+def test_the_tiny_moe_default_under_r3_skips_the_pass_unless_a_batch_feeds_several_updates():
+    """grpo_tiny_moe_cpu trains one update a step, so under r3 it logs no agreement; with two
+    mini batches the pass runs (as in tests/trainer/test_route_replay_r3_run.py) and records
+    the routes (actor pipeline parallel size 1)."""
+    from mindrl.config import ClusterResources, load_recipe
+    from mindrl.trainer.grpo_trainer import GRPOTrainer
+
+    cpu2 = ClusterResources("cpu", 2)
+    one = load_recipe("grpo_tiny_moe_cpu", ["rl_config.router_replay=r3"], cluster=cpu2)
+    two = load_recipe("grpo_tiny_moe_cpu", ["rl_config.router_replay=r3",
+                                            "rl_config.mini_batch_size=4"], cluster=cpu2)
+    assert not GRPOTrainer(one)._needs_old_log_probs()
+    assert GRPOTrainer(two)._needs_old_log_probs() and step.records_routes(two)

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from mindrl.config.async_checks import staleness_bound
+from mindrl.config.checks.asynchronous import staleness_bound
 
 RECIPE_FILE = "mindrl_recipe.json"
 

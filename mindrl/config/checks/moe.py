@@ -88,11 +88,12 @@ def _expert_parallel(run: RunConfig, role: str) -> list[Problem]:
                            f"{cfg.pipeline_model_parallel_size}): expert-parallel ranks are "
                            f"carved out of data-parallel ones", f"use a divisor of {dp}, or "
                            f"give the {role} more devices", ep))
-    if ep > 1 and cfg.moe_token_dispatcher_type == "allgather":
+    if ep > 1 and cfg.moe_token_dispatcher_type == "allgather":   # given: null picks alltoall
+        fix = "set it to alltoall, or null (the dispatcher the layout needs: alltoall at EP > 1)"
         out.append(Problem(names.role_key(run, role, "moe_token_dispatcher_type"), f"is "
                            f"allgather at expert parallelism {ep}: it needs equal token counts "
                            f"on every EP rank, and each data-parallel rank's micro batches are "
-                           f"as long as its own samples", "set it to alltoall", "allgather"))
+                           f"as long as its own samples", fix, "allgather"))
     return out
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mindrl.config import names
 from mindrl.config.errors import Problem
-from mindrl.config.packing_checks import has_token_budget
+from mindrl.config.checks.packing import has_token_budget
 from mindrl.config.placement import data_parallel_size, rollout_data_parallel_size
 from mindrl.config.schema import RunConfig
 
