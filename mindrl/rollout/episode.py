@@ -2,7 +2,8 @@
 
 An episode is asked after every engine call that ended on its own (EOS or a stop id) what
 comes next: nothing (the episode is done) or ids to insert before the engine samples again (a
-tool's answer in the chat template's layout, an environment's observation). Token in, token
+tool's answer in the chat template's layout, an environment's observation). It is asked for
+every sample whose turn ended in the same chunk at once, so a tool pool gets one batch. Token in, token
 out: the ids the engine sampled carry forward as they are, the inserted ids are appended as
 given, and the next call's prompt is the previous prompt + its output + the inserted ids (the
 rollout checks the engine ran exactly that, rollout/partial.py). Nothing here decodes and
@@ -21,25 +22,48 @@ continues in the same turn, and the episode is not asked.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import List, Optional, Protocol, Sequence
 
 SAMPLED, INSERTED = 1, 0
 
 
-class Episode(Protocol):
-    """What runs between engine calls. `between` sees the sample so far (its prompt and
-    response ids, their kinds and turns) and answers the ids to insert, or None: done."""
+@dataclass(frozen=True)
+class TurnEnd:
+    """A sample whose engine call ended on its own: its prompt, its response so far (every
+    kind), each token's kind, and the turn that just ended (0 first)."""
 
-    def between(self, prompt: Sequence[int], response: Sequence[int],
-                kinds: Sequence[int], turn: int) -> Optional[List[int]]:
+    prompt: Sequence[int]
+    response: Sequence[int]
+    kinds: Sequence[int]
+    turn: int
+
+    def last_turn(self) -> List[int]:
+        """The ids the engine sampled in the turn that just ended (the trailing SAMPLED run):
+        what a tool format parses for calls."""
+        start = len(self.kinds)
+        while start > 0 and self.kinds[start - 1] == SAMPLED:
+            start -= 1
+        return list(self.response[start:])
+
+
+class Episode(Protocol):
+    """What runs between engine calls. `between` answers, per ended turn, the ids to insert
+    before the next call, or None: that episode is done. `multi_turn` False: never asked."""
+
+    multi_turn: bool
+
+    def between(self, turns: Sequence[TurnEnd]) -> List[Optional[List[int]]]:
         ...
 
 
 class SingleTurn:
     """One engine call, nothing between: every response token is sampled, in turn 0."""
 
-    def between(self, prompt, response, kinds, turn) -> None:
-        return None
+    multi_turn = False
+
+    def between(self, turns) -> List[None]:
+        return [None] * len(turns)
 
 
 def trained_ids(response: Sequence[int], kinds: Sequence[int]) -> List[int]:

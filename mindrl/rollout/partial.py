@@ -41,7 +41,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from mindrl.engines.rollout_output import RolloutOutput
-from mindrl.rollout.episode import INSERTED, SAMPLED, Episode, SingleTurn
+from mindrl.rollout.episode import INSERTED, SAMPLED, Episode, SingleTurn, TurnEnd
 
 
 @dataclass
@@ -109,6 +109,7 @@ class PartialRollout:
         self.prompts = [list(map(int, p)) for p in prompts]
         self.n, self.max_tokens, self.chunk, self.min_tokens = n, max_tokens, chunk, min_tokens
         self.episode = episode or SingleTurn()
+        self._turn_ended: List[Tuple[int, int]] = []   # (sample, version) since the chunk began
         self.samples = [PartialSample(list(p), i) for i, p in enumerate(self.prompts)
                         for _ in range(n)]
         self.chunks_done = 0
@@ -184,28 +185,34 @@ class PartialRollout:
                 raise ValueError(f"sample {index}: {len(ids)} tokens, {len(logps)} log-probs")
             sample.append(ids, logps, version, SAMPLED)
             cut = reason is None or (reason == "length" and len(ids) == budget)
-            if not cut and reason == "stop" and len(sample.tokens) < self.max_tokens:
-                reason = self._next_turn(sample, version)
-                cut = reason is None
-            if not cut or len(sample.tokens) >= self.max_tokens:
+            if not cut and reason == "stop" and len(sample.tokens) < self.max_tokens \
+                    and self.episode.multi_turn:
+                self._turn_ended.append((index, version))     # the episode decides
+            elif not cut or len(sample.tokens) >= self.max_tokens:
                 sample.finish_reason = reason or "length"
 
-    def _next_turn(self, sample: PartialSample, version: int) -> Optional[str]:
-        """After a call that ended on its own: the episode's ids inserted (cut at the budget)
-        and the next turn begun (None: the sample continues), or "stop" (the episode is
-        done)."""
-        inserted = self.episode.between(sample.prompt, sample.tokens, sample.kinds,
-                                        sample.turn)
-        if inserted is None:
-            return "stop"
-        room = self.max_tokens - len(sample.tokens)
-        sample.append(list(inserted)[:room], [0.0] * min(room, len(inserted)), version,
-                      INSERTED)
-        sample.turn += 1
-        return None
-
     def end_chunk(self) -> None:
-        """Every call of the chunk is recorded."""
+        """Every call of the chunk is recorded: the episode answers every turn that ended on
+        its own, at once (a batch of tool calls, not one at a time). A sample it answers gets
+        the ids inserted (cut at the budget) and begins its next turn; the others are done."""
+        ended, self._turn_ended = self._turn_ended, []
+        if ended:
+            views = [TurnEnd(self.samples[i].prompt, self.samples[i].tokens,
+                             self.samples[i].kinds, self.samples[i].turn) for i, _ in ended]
+            answers = self.episode.between(views)
+            if len(answers) != len(views):
+                raise ValueError(f"the episode answered {len(answers)} of {len(views)} turns")
+            for (index, version), inserted in zip(ended, answers):
+                sample = self.samples[index]
+                if inserted is None:
+                    sample.finish_reason = "stop"
+                    continue
+                room = self.max_tokens - len(sample.tokens)
+                kept = list(inserted)[:room]
+                sample.append(kept, [0.0] * len(kept), version, INSERTED)
+                sample.turn += 1
+                if len(sample.tokens) >= self.max_tokens:
+                    sample.finish_reason = "length"
         self.chunks_done += 1
 
     def output(self) -> RolloutOutput:

@@ -83,12 +83,14 @@ class _Answer:
     """An episode that answers every turn the engine ended itself with the same ids (what a
     tool's reply in a template's layout would be), for two turns."""
 
+    multi_turn = True
+
     def __init__(self, ids):
         self.ids, self.turns = ids, []
 
-    def between(self, prompt, response, kinds, turn):
-        self.turns.append(turn)
-        return list(self.ids) if turn < 2 else None
+    def between(self, turns):
+        self.turns += [t.turn for t in turns]
+        return [list(self.ids) if t.turn < 2 else None for t in turns]
 
 
 def test_an_episode_s_turns_continue_on_vllm_from_exactly_their_prefix(engine):

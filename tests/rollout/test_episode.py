@@ -20,12 +20,17 @@ from support.counting_engine import EOS, count_up
 class Scripted:
     """Inserts `answers[turn]` after each turn the engine ended on its own; done after them."""
 
+    multi_turn = True
+
     def __init__(self, *answers):
         self.answers, self.seen = answers, []
 
-    def between(self, prompt, response, kinds, turn):
-        self.seen.append((list(prompt), list(response), list(kinds), turn))
-        return list(self.answers[turn]) if turn < len(self.answers) else None
+    def between(self, turns):
+        out = []
+        for t in turns:
+            self.seen.append((list(t.prompt), list(t.response), list(t.kinds), t.turn))
+            out.append(list(self.answers[t.turn]) if t.turn < len(self.answers) else None)
+        return out
 
 
 def _run(episode, max_tokens=40, prompts=([1],), n=1, chunk=None, versions=None):
@@ -125,3 +130,17 @@ def test_a_single_turn_rollout_writes_loss_mask_equal_to_response_mask():
     tensors = out.response_tensors(pad_id=0, length=5)
     assert torch.equal(tensors["loss_mask"], tensors["response_mask"])
     assert tensors["token_turn"].tolist() == [[0] * 5]
+
+
+def test_the_episode_is_asked_once_per_chunk_for_every_turn_that_ended():
+    class Counting(Scripted):
+        calls = 0
+
+        def between(self, turns):
+            Counting.calls += 1
+            assert len(turns) == 4 and all(t.last_turn()[-1] == EOS for t in turns)
+            return super().between(turns)
+
+    out, _, calls = _run(Counting([4, 5]), prompts=([1], [3]), n=2)
+    assert Counting.calls == 2 and len(calls) == 2      # two turns, two engine calls
+    assert all(max(t) == 1 for t in out.turns)
