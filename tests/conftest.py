@@ -48,7 +48,7 @@ import pytest  # noqa: E402
 @pytest.fixture(scope="session", autouse=True)
 def preloaded_ray_workers(request, tmp_path_factory):
     """The Ray workers of every run a test starts fork from preload servers that imported
-    vLLM or Megatron once (mindrl/platforms/preload.py, docs/platforms.md#process-start-up):
+    vLLM or Megatron once (mindrl/platforms/preload/, docs/platforms.md#process-start-up):
     those MINDRL_PRELOAD_DIR names (`make test` starts one set for both phases and both
     workers: support/suite.py), else the session's own. Left out where the session runs no
     slow test (those start runs), or with MINDRL_PRELOAD=0."""

@@ -1,5 +1,5 @@
 """What every rollout engine would otherwise compile at its first sampled log-prob, done once
-in a process that engines fork from (platforms/preload.py's WARM_UPS).
+in a process that engines fork from (platforms/preload/kinds.py WARM_UPS).
 
 vLLM's sampler ranks each sampled token (the vocabulary entries scoring above it) with a
 torch.compile'd helper, `batched_count_greater_than`: about 1.5 CPU-s in every engine, plus

@@ -1,4 +1,4 @@
-"""Preload servers for the runs of one machine (mindrl/platforms/preload.py), one per kind:
+"""Preload servers for the runs of one machine (mindrl/platforms/preload/), one per kind:
 the engines' and ranks' started with the environment the runs' Ray workers get
 (worker_group.WORKER_ENV), the drivers' with this process's, so that their imports are the
 ones a plain start would make; and the two for a local Ray node's own Python processes (each

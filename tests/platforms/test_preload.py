@@ -1,4 +1,4 @@
-"""Preload servers (mindrl/platforms/preload.py): a worker forked from one runs its script with
+"""Preload servers (mindrl/platforms/preload/): a worker forked from one runs its script with
 the requesting process's arguments, environment and streams, exits as the script does, dies
 with the process that asked for it, and a Ray actor started through one is a working Ray
 worker whose parent is the server."""
@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from mindrl.platforms import preload
+from mindrl.platforms.preload import environment, kinds
+from mindrl.platforms.preload import server as preload_server
 
 
 def _wait_for(path: Path, timeout: float = 60.0) -> None:
@@ -278,23 +280,23 @@ def test_a_fork_asked_for_unbuffered_streams_writes_through(server, tmp_path):
 
 
 def test_added_path_is_what_a_request_puts_in_front_of_the_server_s(tmp_path):
-    assert preload.added_path(None, "/h") == ["/h"]
-    assert preload.added_path("/s", "/h:/g:/s") == ["/h", "/g"]
-    assert preload.added_path("/s", "/s") == []
-    assert preload.added_path("/s", "/h") is None               # the server's own dropped
-    assert preload.added_path("/s:/t", "/h:/t:/s") is None      # reordered
+    assert environment.added_path(None, "/h") == ["/h"]
+    assert environment.added_path("/s", "/h:/g:/s") == ["/h", "/g"]
+    assert environment.added_path("/s", "/s") == []
+    assert environment.added_path("/s", "/h") is None               # the server's own dropped
+    assert environment.added_path("/s:/t", "/h:/t:/s") is None      # reordered
     (tmp_path / "torch").mkdir()
     (tmp_path / "sitecustomize.py").write_text("")
     (tmp_path / "usercustomize.py").write_text("")
-    assert preload.shadowed([str(tmp_path), "/nonexistent"], {"torch", "csv"}) == \
+    assert environment.shadowed([str(tmp_path), "/nonexistent"], {"torch", "csv"}) == \
         [f"{tmp_path}/torch", f"{tmp_path}/usercustomize.py"]
 
 
 def test_every_warm_up_names_a_function_that_exists():
     import importlib
 
-    for kind, calls in preload.WARM_UPS.items():
-        assert kind in preload.PRELOADS
+    for kind, calls in kinds.WARM_UPS.items():
+        assert kind in kinds.PRELOADS
         for call in calls:
             module, function = call.split(":")
             assert callable(getattr(importlib.import_module(module), function)), call
@@ -309,20 +311,20 @@ def test_tqdm_s_monitor_thread_is_stopped_before_the_server_serves():
         pass
     monitor = tqdm.monitor
     assert monitor is not None and monitor.is_alive()
-    preload._until_one_thread(0.0)
+    preload_server._until_one_thread(0.0)
     assert tqdm.monitor is None and not monitor.is_alive()
 
 
 def test_differences_count_what_the_imports_saw():
     before = {"VLLM_X": "1"}
     after = {"VLLM_X": "1", "TORCHINDUCTOR_Y": "/c"}       # set by an import
-    assert preload._differences(before, after, {"VLLM_X": "1"}) == []
-    assert preload._differences(before, after, {"VLLM_X": "1", "TORCHINDUCTOR_Y": "/c"}) == []
-    assert preload._differences(before, after, {"VLLM_X": "2"}) == ["VLLM_X"]
-    assert preload._differences(before, after, {}) == ["VLLM_X"]
-    assert preload._differences(before, after, {"VLLM_X": "1", "TORCHINDUCTOR_Y": "/d"}) == \
+    assert environment._differences(before, after, {"VLLM_X": "1"}) == []
+    assert environment._differences(before, after, {"VLLM_X": "1", "TORCHINDUCTOR_Y": "/c"}) == []
+    assert environment._differences(before, after, {"VLLM_X": "2"}) == ["VLLM_X"]
+    assert environment._differences(before, after, {}) == ["VLLM_X"]
+    assert environment._differences(before, after, {"VLLM_X": "1", "TORCHINDUCTOR_Y": "/d"}) == \
         ["TORCHINDUCTOR_Y"]
-    assert preload._import_env({"VLLM_A": "1", "HOME": "/r", "TORCHINDUCTOR_CACHE_DIR": "x"}) \
+    assert environment._import_env({"VLLM_A": "1", "HOME": "/r", "TORCHINDUCTOR_CACHE_DIR": "x"}) \
         == {"VLLM_A": "1"}
 
 
@@ -332,8 +334,8 @@ def test_the_server_never_imports_ray_and_forgets_who_tried(tmp_path):
     # tried, so that a worker imports it afresh, with Ray.
     (tmp_path / "optional_ray.py").write_text(
         "try:\n    import ray\nexcept ImportError:\n    ray = None\n")
-    script = ("import sys; from mindrl.platforms import preload\n"
-              "preload._import_without_ray(['optional_ray'])\n"
+    script = ("import sys; from mindrl.platforms.preload import server\n"
+              "server._import_without_ray(['optional_ray'])\n"
               "print(any(m == 'ray' or m.startswith('ray.') for m in sys.modules),"
               " 'optional_ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

@@ -48,8 +48,8 @@ def _command(work: Path, run_dir: Path, overrides, ray_address: str = None):
 
 def _python():
     """`python`, or where the session's driver preload server listens (tests/conftest.py),
-    `python preload_client.py SOCKET`: the same script and arguments, in a process forked with
-    torch, transformers and Hydra already imported (mindrl/platforms/preload.py)."""
+    `python preload/client.py SOCKET`: the same script and arguments, in a process forked with
+    torch, transformers and Hydra already imported (mindrl/platforms/preload/)."""
     from mindrl.platforms import preload
 
     run_env.wait_for_preload()

@@ -5,8 +5,8 @@ vLLM's CPU platform sets LD_PRELOAD (libgomp, tcmalloc) and its own VLLM_* setti
 environment of the process that builds an engine, and tests build engines in the pytest process.
 A run started from that process afterwards inherited them (every process of it preloaded
 libgomp) where a user's shell has none, and its processes no longer matched the preload servers'
-environment (they started plainly: mindrl/platforms/preload.py). tests/conftest.py imports this
-module first, before any test runs.
+environment (they started plainly: mindrl/platforms/preload/environment.py). tests/conftest.py
+imports this module first, before any test runs.
 """
 
 import os

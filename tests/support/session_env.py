@@ -1,7 +1,8 @@
 """The environment every test session runs in: offline hub, one torch thread per process
 (docs/platforms.md#one-torch-thread-per-process), local single-user Ray. One table, applied by
 tests/conftest.py and by tests/support/suite.py before it starts the suite's preload servers:
-a server imports with the environment its requests will carry (mindrl/platforms/preload.py)."""
+a server imports with the environment its requests will carry
+(mindrl/platforms/preload/environment.py)."""
 
 import os
 

@@ -1,16 +1,15 @@
 """The Python a preloaded Ray worker starts with (Ray's runtime_env `py_executable`):
-`python preload_client.py SOCKET SCRIPT ARGS...`, run by path (it imports the standard library
-and the message framing of preload.py, nothing heavier). Interpreter options (`-c`, `-m`) start
-the plain interpreter.
+`python client.py SOCKET SCRIPT ARGS...`, run by path (it imports the standard library and the
+message framing of protocol.py, nothing heavier). Interpreter options (`-c`, `-m`) start the
+plain interpreter.
 
-It asks the preload server at SOCKET (mindrl/platforms/preload.py) to fork a worker that runs
-SCRIPT with this process's arguments, environment, working directory and standard streams,
-then stands in for it: Ray's raylet started this process and watches it, so it forwards the
-signals it gets, exits as the worker exits, and if it is killed the worker dies too (it holds
-the only write end of the worker's lifeline pipe). Without a server, or when the server says
-its imports would not be this process's, it becomes the plain `python SCRIPT ARGS...`. A
-server of an EXEC_ONLY kind (Ray's setup step) answers with the exec its fork worked out,
-which this process then makes.
+It asks the preload server at SOCKET (server.py) to fork a worker that runs SCRIPT with this
+process's arguments, environment, working directory and standard streams, then stands in for
+it: Ray's raylet started this process and watches it, so it forwards the signals it gets, exits
+as the worker exits, and if it is killed the worker dies too (it holds the only write end of
+the worker's lifeline pipe). Without a server, or when the server says its imports would not
+be this process's, it becomes the plain `python SCRIPT ARGS...`. A server of an EXEC_ONLY kind
+(Ray's setup step) answers with the exec its fork worked out, which this process then makes.
 """
 
 import os
@@ -19,8 +18,8 @@ import signal
 import socket
 import sys
 
-from mindrl.platforms.preload import CLIENT_SIGNALS as FORWARDED
-from mindrl.platforms.preload import PLAIN_STARTS, framed, read_message
+from mindrl.platforms.preload.protocol import CLIENT_SIGNALS as FORWARDED
+from mindrl.platforms.preload.protocol import PLAIN_STARTS, framed, read_message
 
 
 def _plain(socket_path: str, argv, why: str) -> None:
