@@ -306,6 +306,9 @@ KEY_DOCS: dict[str, str] = {
         "`${megatron_training.seed}`); seeds follow the prompt, not the engine",
     "generate_config.sampling_config.min_tokens": "no EOS before this many tokens "
                                                   "(<= max_tokens)",
+    "generate_config.sampling_config.stop_token_ids": "ids that end a turn besides EOS (kept "
+                                                      "in the response); a multi-turn "
+                                                      "episode adds its format's call end",
     "generate_config.sampling_config.ignore_eos": "always generate max_tokens (benchmarks, "
                                                   "fixed lengths)",
     "generate_config.reshard_bucket_mb": "the Megatron -> vLLM weight-sync bucket",
@@ -329,8 +332,9 @@ KEY_DOCS: dict[str, str] = {
     "prepare.tiny_model": "a configs/model name (e.g. tiny-qwen2) made random-init when the "
                           "tokenizer folder is missing",
     "prepare.tokenizer": "char or qwen25 (built offline)",
-    "prepare.task": "the generated task: arith (a+b=), max (max(a,b)= over digits) or vl "
-                    "(synthetic pictures)",
+    "prepare.task": "the generated task: arith (a+b=), max (max(a,b)= over digits), vl "
+                    "(synthetic pictures) or arith_tool (a+b= with large operands, held-out "
+                    "pairs drawn at random: the tool task)",
     "prepare.num_prompts": "generated training prompts",
     "prepare.max_operand": "arith operands run 0..max_operand (max: always digits 0..9)",
     "prepare.holdout_pairs": "operand pairs never trained on, written as the validation set; "
@@ -341,4 +345,23 @@ KEY_DOCS: dict[str, str] = {
     "prepare.vl_dataset": "task vl: the dataset recipe (configs/datasets) that preprocesses "
                           "them",
     "prepare.seed": "seed of the generated model and data",
+
+    # --- agent_config (docs/guides/agentic.md) ------------------------------------------------
+    "agent_config.tools": "tools the model may call (a registry name, or module:function of "
+                          "your own); empty: single-turn episodes",
+    "agent_config.format": "the tool-call layout of the model's chat template: qwen25, qwen3 "
+                           "or char (the tiny tokenizers)",
+    "agent_config.max_turns": "model turns per episode, at least 1; the episode's whole "
+                              "response (model and tool tokens) stays within "
+                              "sampling_config.max_tokens",
+    "agent_config.tool_timeout_s": "seconds a tool call may take; a late one answers "
+                                   "'timeout after N s' and the episode goes on",
+    "agent_config.max_tool_response_tokens": "a tool's answer is cut at this many tokens, "
+                                             "with a marker",
+    "agent_config.sandbox": "strict (refuse to start where a sandbox layer cannot be set up) "
+                            "or best_effort (run with the layers that hold, said in every "
+                            "trace)",
+    "agent_config.tool_workers": "processes of the tool pool",
+    "agent_config.traces_per_step": "episodes written as readable text to the run folder each "
+                                    "step",
 }

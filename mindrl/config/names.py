@@ -12,6 +12,10 @@ from dataclasses import dataclass
 
 ADV_ESTIMATORS: tuple[str, ...] = ("group_norm", "rloo", "reinforce_plus_plus", "gae")
 KL_PENALTIES: tuple[str, ...] = ("kl", "mse", "low_var_kl", "abs")
+# agent_config: the tool-call layouts (models/tool_formats.py) and the shipped tools
+# (mindrl/tools), names held equal to their registries by tests.
+TOOL_FORMATS: tuple[str, ...] = ("qwen25", "qwen3", "char")
+SHIPPED_TOOLS: tuple[str, ...] = ("calculator", "python", "search")
 LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
 ROLLOUT_IS_MODES: tuple[str, ...] = ("off", "token", "sequence")
 POLICY_LOSSES: tuple[str, ...] = ("ppo_clip",)

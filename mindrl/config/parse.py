@@ -16,20 +16,20 @@ from omegaconf.errors import OmegaConfBaseException
 from mindrl.config.errors import STRUCTURE, ConfigError, Problem
 from mindrl.config.names import ROLE_SECTIONS
 from mindrl.config.ported_layers import translate_noop_layers
-from mindrl.config.schema import (RUN_WIDE_KEYS, GenerateConfig, MegatronConfig,
+from mindrl.config.schema import (RUN_WIDE_KEYS, AgentConfig, GenerateConfig, MegatronConfig,
                                   PrepareConfig, RLConfig, RunConfig)
 from mindrl.config.structure import build, check_partial, failed, field_types, suggest
 from mindrl.config.model_spec import ModelSpec, load_model_spec
 
 SECTIONS = ("model", "megatron_training", "actor_config", "ref_config", "reward_config",
-            "rl_config", "generate_config", "prepare")
+            "rl_config", "generate_config", "prepare", "agent_config")
 TOP_LEVEL_SCALARS = {"run_dir": (str, type(None)), "dry_run": (bool,)}
 
 
 SECTION_TYPES = {"megatron_training": MegatronConfig, "actor_config": MegatronConfig,
                  "ref_config": MegatronConfig, "reward_config": MegatronConfig,
                  "rl_config": RLConfig, "generate_config": GenerateConfig,
-                 "prepare": PrepareConfig}
+                 "prepare": PrepareConfig, "agent_config": AgentConfig}
 
 
 def key_hint(dotted: str) -> str:
@@ -159,6 +159,7 @@ def parse(raw: Any, recipe: Optional[str] = None) -> RunConfig:
     rl = build(RLConfig, data.get("rl_config") or {}, "rl_config", problems)
     gen = build(GenerateConfig, data.get("generate_config") or {}, "generate_config", problems)
     prepare = build(PrepareConfig, data.get("prepare") or {}, "prepare", problems)
+    agent = build(AgentConfig, data.get("agent_config") or {}, "agent_config", problems)
 
     models: dict[str, ModelSpec] = {}
     if model is not None and not failed(shared):
@@ -183,4 +184,5 @@ def parse(raw: Any, recipe: Optional[str] = None) -> RunConfig:
     return RunConfig(model=model, megatron_training=shared, actor_config=roles["actor"],
                      ref_config=roles["ref"], reward_config=roles["reward"], rl_config=rl,
                      generate_config=gen, models=models, run_dir=data.get("run_dir"),
-                     dry_run=bool(data.get("dry_run", False)), recipe=recipe, prepare=prepare)
+                     dry_run=bool(data.get("dry_run", False)), recipe=recipe, prepare=prepare,
+                     agent_config=agent)

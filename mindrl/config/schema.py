@@ -268,6 +268,9 @@ class SamplingConfig:
     seed: Optional[int] = None
     min_tokens: int = 0               # no EOS before this many tokens
     ignore_eos: bool = False          # always generate max_tokens (benchmarks, fixed lengths)
+    # Ids that end a turn besides EOS (kept in the output, finish "stop"); a multi-turn
+    # episode adds its tool format's call end (agent_config).
+    stop_token_ids: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -339,7 +342,7 @@ class PrepareConfig:
 
     tiny_model: Optional[str] = None      # a configs/model name, e.g. tiny-qwen2
     tokenizer: Literal["char", "qwen25"] = "char"
-    task: Optional[Literal["arith", "max", "vl"]] = None
+    task: Optional[Literal["arith", "max", "vl", "arith_tool"]] = None
     num_prompts: int = 4096
     max_operand: int = 2
     holdout_pairs: int = 0                # operand pairs kept out of training: the validation set
@@ -350,6 +353,25 @@ class PrepareConfig:
     num_val_prompts: int = 64             # held-out images, never trained on
     vl_dataset: str = "tiny_vl_shapes"
     seed: int = 0
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Multi-turn episodes with tools (docs/guides/agentic.md): the model calls a tool, its
+    answer is inserted (attended, never trained), the model goes on. No tools: one turn."""
+
+    tools: list[str] = field(default_factory=list)   # registry names or module:function
+    format: str = "qwen25"            # the chat template's tool layout (names.TOOL_FORMATS)
+    max_turns: int = 4                # model turns per episode (the last answers)
+    tool_timeout_s: float = 10.0      # per call; a late call answers "timeout after N s"
+    max_tool_response_tokens: int = 256   # a tool's answer is cut there, with a marker
+    sandbox: Literal["strict", "best_effort"] = "strict"   # the python tool's layers
+    tool_workers: int = 1             # processes of the tool pool
+    traces_per_step: int = 4          # episodes kept as text in the run folder each step
+
+    @property
+    def multi_turn(self) -> bool:
+        return bool(self.tools)
 
 
 @dataclass(frozen=True)
@@ -368,6 +390,7 @@ class RunConfig:
     dry_run: bool = False
     prepare: PrepareConfig = field(default_factory=PrepareConfig)
     recipe: Optional[str] = None      # name it was composed from, when known
+    agent_config: AgentConfig = field(default_factory=AgentConfig)
 
     @property
     def active_roles(self) -> list[str]:

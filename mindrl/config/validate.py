@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
+from mindrl.config.checks.agent import check_agent
 from mindrl.config.checks.algorithm import check_algorithm
 from mindrl.config.checks.asynchronous import check_async
 from mindrl.config.checks.batch import check_batches
@@ -51,6 +52,7 @@ def find_problems(run: RunConfig, cluster: ClusterResources, *,
     out += check_moe(run, cluster)
     out += check_replay(run)
     out += check_reward(run)
+    out += check_agent(run)
     if paths:
         out += check_paths(run)
     return dedupe(out)

@@ -81,3 +81,32 @@ def arith_problems(count: int, max_operand: int = 2, seed: int = 0,
         return [problem(*rng.choice(pairs)) for _ in range(count)]
     return [problem(rng.randint(0, max_operand), rng.randint(0, max_operand))
             for _ in range(count)]
+
+
+def arith_random_split(max_operand: int, holdout: int,
+                       seed: int = 0) -> Tuple[List[Pair], List[Pair]]:
+    """For operands too many to enumerate with coverage (the tool task, up to 999): no train
+    pairs listed (training draws any pair but the held-out ones) and `holdout` distinct pairs
+    drawn with a fixed seed. A tool computes the sum, so no coverage rule is needed: the held
+    out questions ask nothing that training never rewarded."""
+    if max_operand < 0 or holdout < 0:
+        raise ValueError(f"max_operand={max_operand} and holdout={holdout} must be >= 0")
+    total = (max_operand + 1) ** 2
+    if holdout >= total:
+        raise ValueError(f"holdout={holdout} must be below the {total} pairs of operands "
+                         f"0..{max_operand}; set prepare.holdout_pairs lower")
+    rng, held = random.Random(seed), set()
+    while len(held) < holdout:
+        held.add((rng.randint(0, max_operand), rng.randint(0, max_operand)))
+    return [], sorted(held)
+
+
+def arith_problems_except(count: int, max_operand: int, held: Sequence[Pair],
+                          seed: int = 0) -> List[ArithProblem]:
+    """`count` problems over 0 <= a, b <= max_operand, never a held-out pair."""
+    rng, skip, out = random.Random(seed), set(held), []
+    while len(out) < count:
+        a, b = rng.randint(0, max_operand), rng.randint(0, max_operand)
+        if (a, b) not in skip:
+            out.append(problem(a, b))
+    return out

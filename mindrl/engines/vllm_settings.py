@@ -82,7 +82,8 @@ def sampling_params(cfg: SamplingConfig, n: int, **overrides):
     return SamplingParams(n=n, max_tokens=cfg.max_tokens, logprobs=max(cfg.logprobs, 0),
                           top_p=cfg.top_p, top_k=cfg.top_k, min_p=cfg.min_p,
                           temperature=cfg.temperature, seed=cfg.seed, detokenize=cfg.detokenize,
-                          min_tokens=cfg.min_tokens, ignore_eos=cfg.ignore_eos)
+                          min_tokens=cfg.min_tokens, ignore_eos=cfg.ignore_eos,
+                          stop_token_ids=list(cfg.stop_token_ids) or None)
 
 
 PER_PROMPT = ("max_tokens", "min_tokens")   # overrides that may be one value per prompt

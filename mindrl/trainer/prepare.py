@@ -130,6 +130,17 @@ def _prepare_arith(p, train_path, val_path) -> List[str]:
         f"arith task over {len(train)} operand pairs (operands 0..{p.max_operand})")
 
 
+def _prepare_arith_tool(p, train_path, val_path) -> List[str]:
+    """The tool task (a+b= with operands up to max_operand, e.g. 999): training prompts from
+    every pair but the held-out ones, validation = each held-out pair once."""
+    from mindrl.data.arith_task import arith_problems_except, arith_random_split, problem
+
+    _, held = arith_random_split(p.max_operand, p.holdout_pairs, p.seed)
+    return _write_task(lambda: arith_problems_except(p.num_prompts, p.max_operand, held, p.seed),
+                       lambda: [problem(a, b) for a, b in held], held, train_path, val_path,
+                       f"arith tool task (operands 0..{p.max_operand})")
+
+
 def _prepare_max(p, train_path, val_path) -> List[str]:
     """The larger of two digits: training prompts from the pairs not held out, validation =
     each held-out pair once (none held out: every pair once)."""
@@ -158,4 +169,5 @@ def _write_task(train_problems, val_problems, held, train_path, val_path, what) 
     return made
 
 
-_TASKS = {"arith": _prepare_arith, "max": _prepare_max}   # prepare.task -> its writer
+_TASKS = {"arith": _prepare_arith, "max": _prepare_max,   # prepare.task -> its writer
+          "arith_tool": _prepare_arith_tool}
