@@ -48,7 +48,6 @@ from mindrl.config.checks.asynchronous import staleness_bound
 from mindrl.config.schema import RunConfig
 from mindrl.data.batch import Batch
 from mindrl.rollout.partial import crossed_update_frac, whole_generation_versions
-from mindrl.rollout.partial_handle import submit_in_chunks
 from mindrl.rollout.sample_buffer import SampleBuffer
 from mindrl.trainer.async_metrics import staleness_metrics, timeline_metrics
 from mindrl.trainer.log_prob_passes import timed
@@ -77,9 +76,7 @@ class AsyncSource:
             state = loader.state_dict()
             rows = loader.next_batch()
             seed = self.sampler.seed(step, len(rows))
-            batch, kwargs = prompts.batch(rows, self.sampler.n), self.sampler.engine_kwargs()
-            handle = (rollout.submit(batch, seed=seed, **kwargs) if self._chunk is None else
-                      submit_in_chunks(rollout, batch, self._chunk, seed=seed, **kwargs))
+            handle = self.sampler.submit(prompts.batch(rows, self.sampler.n), seed, self._chunk)
             self.buffer.admit(step, rollout.policy_version, handle,
                               {"loader": state, "prompts": len(rows), "seed": seed})
             self._handles.append(handle)
@@ -117,7 +114,7 @@ class AsyncSource:
         a batch generated in chunks they carry `token_policy_version` too (each token the
         round's version), so the rounds' groups join into one batch."""
         batch, metrics = self.sampler.generate_and_score(rows, seed, timings)
-        if self._chunk is not None:
+        if self._chunk is not None and "token_policy_version" not in batch:
             batch = batch.add(token_policy_version=whole_generation_versions(
                 batch["policy_version"], batch["response_mask"]))
         return batch, metrics

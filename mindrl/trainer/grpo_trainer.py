@@ -111,10 +111,10 @@ class GRPOTrainer:
         """Score the held-out prompts with the validation sampling (greedy by default)."""
         rl, prompts = self.rl, self.parts.prompts
         self.parts.weights.settle()       # on verified weights (an async sync defers its check)
-        batch = self.parts.rollout.generate(prompts.batch(self.parts.val_rows, rl.val_n_samples),
-                                            temperature=rl.val_temperature, seed=step,
-                                            **prompts.rollout_kwargs)
-        scores, metrics = self.source.sampler.score(batch)
+        sampler = self.source.sampler
+        batch = sampler.submit(prompts.batch(self.parts.val_rows, rl.val_n_samples), seed=step,
+                               routes=False, temperature=rl.val_temperature).wait()
+        scores, metrics = sampler.score(batch)
         out = {"val/score": sum(scores) / len(scores)}
         out.update({"val/" + k.split("/", 1)[1]: v for k, v in metrics.items()
                     if k.split("/", 1)[1] in rl.verifier_function})

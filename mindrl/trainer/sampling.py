@@ -9,13 +9,14 @@ this module decides nothing about time.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import ray
 import torch
 
 from mindrl.config.schema import RunConfig
 from mindrl.data.batch import Batch
+from mindrl.rollout.partial_handle import submit_in_chunks
 from mindrl.trainer.dynamic_sampling import sample_informative
 from mindrl.trainer.log_prob_passes import timed
 from mindrl.trainer.metrics import reward_model_metrics
@@ -39,12 +40,33 @@ class Sampler:
         """What every generate of a step passes the engines besides the batch and seed."""
         return {**self.parts.prompts.rollout_kwargs, **engine_route_kwargs(self.rl)}
 
+    def submit(self, batch: Batch, seed: int, chunk: Optional[int] = None, routes: bool = True,
+               **overrides):
+        """Start generating `batch` and return its handle: one generate per engine for a
+        single turn in one piece, else through the rollout's bookkeeping
+        (rollout/partial_handle.py) in chunks of `chunk` tokens (partial rollouts), each sample
+        one episode (a multi-turn episode's turns are calls of their own). `routes`: the MoE
+        routes routing replay needs (not for validation)."""
+        rollout = self.parts.rollout
+        kwargs = {**(self.engine_kwargs() if routes else self.parts.prompts.rollout_kwargs),
+                  **overrides}
+        episode = self.episode()
+        if chunk is None and episode is None:
+            return rollout.submit(batch, seed=seed, **kwargs)
+        if chunk is None:
+            chunk = kwargs.get("max_tokens", self.gen.sampling_config.max_tokens)
+        return submit_in_chunks(rollout, batch, chunk, episode=episode, seed=seed, **kwargs)
+
+    def episode(self):
+        """A fresh episode for one submitted batch, or None for a single turn (none yet: the
+        tool loop lands with agent_config.tools)."""
+        return None
+
     def generate_and_score(self, rows: List[dict], seed: int, timings: Dict[str, float]):
         """A fresh round on the engines' current weights, waited for and scored."""
         with timed(timings, "gen"):
             with self._training_state_offloaded():
-                batch = self.parts.rollout.generate(self.parts.prompts.batch(rows, self.n),
-                                                    seed=seed, **self.engine_kwargs())
+                batch = self.submit(self.parts.prompts.batch(rows, self.n), seed).wait()
         with timed(timings, "reward"):
             scores, metrics = self.score(batch)
         return with_scores(batch, scores), metrics
