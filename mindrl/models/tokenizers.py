@@ -8,6 +8,12 @@ Two kinds (docs/platforms.md#tokenizers-models-and-data-without-a-hub):
 
 Both use the same ChatML template and special-token names (``<|endoftext|>`` pads,
 ``<|im_end|>`` ends a turn), so data and reward code never branch on the tokenizer kind.
+
+For tool calling (models/tool_formats.py) there are, beside the two kinds: ``add_tool_markers``
+(the four hermes markers as single tokens after a tiny tokenizer's ids),
+``build_qwen3_tokenizer`` (Qwen3's vocabulary: Qwen2.5's plus four added tokens) and
+``official_chat_template`` (the Qwen2.5-Instruct and Qwen3 chat templates as Qwen ships them,
+in models/chat_templates/, provenance in docs/licences.md).
 """
 
 from __future__ import annotations
@@ -53,8 +59,10 @@ CHAR_SPECIAL_TOKENS = (ENDOFTEXT, IM_START, IM_END)
 CHAR_ALPHABET = tuple(chr(c) for c in range(32, 127)) + ("\n",)
 
 
-def build_char_tokenizer() -> PreTrainedTokenizerFast:
-    """Character-level tokenizer: ids 0-2 are the specials, then printable ASCII and newline.
+def build_char_tokenizer(tool_markers: bool = False) -> PreTrainedTokenizerFast:
+    """Character-level tokenizer: ids 0-2 are the specials, then printable ASCII and newline
+    (99 ids); ``tool_markers=True`` adds the four tool markers after them (``add_tool_markers``:
+    ids 99-102, every other id unchanged).
 
     Built as a byte-level BPE without merges in Qwen2's exact pipeline rather than a
     WordLevel model: for a ``qwen2`` checkpoint, transformers 5's AutoTokenizer (and so
@@ -63,8 +71,9 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
     is one token and ``decode(encode(s)) == s``; other characters become ``<|endoftext|>``
     here (the rebuilt Qwen2Tokenizer drops them instead).
     """
-    return _wrap(char_tokenizer_object(), extra_special_tokens=[IM_START, IM_END],
-                 unk_token=ENDOFTEXT)
+    tok = _wrap(char_tokenizer_object(), extra_special_tokens=[IM_START, IM_END],
+                unk_token=ENDOFTEXT)
+    return add_tool_markers(tok) if tool_markers else tok
 
 
 def char_tokenizer_object(more_special_tokens: tuple[str, ...] = ()) -> Tokenizer:
@@ -79,6 +88,33 @@ def char_tokenizer_object(more_special_tokens: tuple[str, ...] = ()) -> Tokenize
     _set_qwen2_pipeline(tok)
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
     return tok
+
+
+# ---------------------------------------------------------------------------- tool markers
+
+# The hermes tool-call markers of Qwen's chat templates. Qwen2.5 has the first two as added
+# tokens, Qwen3 all four; the tiny tokenizers get them from add_tool_markers.
+TOOL_MARKERS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
+
+
+def add_tool_markers(tokenizer: PreTrainedTokenizerFast) -> PreTrainedTokenizerFast:
+    """Add TOOL_MARKERS to a tokenizer that has none of them (the char tokenizer, the char VL
+    tokenizer), in place, and return it: one token each, with the ids after the current ones
+    (so every existing id stays), not special (kept by ``skip_special_tokens`` decoding, as Qwen
+    ships its tool markers). The builders' defaults stay without them, so the tiny tokenizers'
+    sizes and ids (and the checkpoints and datasets made with them) are unchanged."""
+    vocab = tokenizer.get_vocab()
+    present = [m for m in TOOL_MARKERS if m in vocab]
+    if present:
+        raise ValueError(f"tokenizer already has {present}: add_tool_markers is for a "
+                         f"tokenizer with none of {list(TOOL_MARKERS)}")
+    first = len(tokenizer)
+    tokenizer.add_tokens([AddedToken(m, special=False, normalized=False) for m in TOOL_MARKERS])
+    got = tokenizer.convert_tokens_to_ids(list(TOOL_MARKERS))
+    if got != list(range(first, first + len(TOOL_MARKERS))):
+        raise RuntimeError(f"tool markers got ids {got}, expected {first}..."
+                           f"{first + len(TOOL_MARKERS) - 1}")
+    return tokenizer
 
 
 # ---------------------------------------------------------------------------- qwen2.5
@@ -203,6 +239,45 @@ def build_qwen25_tokenizer(cache_dir: Optional[Union[str, Path]] = None) -> PreT
             pass  # a read-only cache only costs the rebuild time next call
     specials = [t for t, s in QWEN25_ADDED_TOKENS if s and t != ENDOFTEXT]
     return _wrap(tok, extra_special_tokens=specials, unk_token=None)
+
+
+# ---------------------------------------------------------------------------- qwen3
+
+# Qwen3's tokenizer is Qwen2.5's plus these added tokens (ids 151665-151668, none special).
+QWEN3_ADDED_TOKENS = (("<tool_response>", False), ("</tool_response>", False),
+                      ("<think>", False), ("</think>", False))
+QWEN3_LAST_ID = 151668
+
+assert QWEN25_LAST_ID + len(QWEN3_ADDED_TOKENS) == QWEN3_LAST_ID
+
+
+def build_qwen3_tokenizer(cache_dir: Optional[Union[str, Path]] = None) -> PreTrainedTokenizerFast:
+    """The Qwen3 tokenizer (151,669 ids): the Qwen2.5 one (``build_qwen25_tokenizer``, same
+    cache) plus QWEN3_ADDED_TOKENS, with Qwen3's official chat template."""
+    tok = build_qwen25_tokenizer(cache_dir=cache_dir)
+    tok.add_tokens([AddedToken(t, special=s, normalized=False) for t, s in QWEN3_ADDED_TOKENS])
+    for i, (t, _) in enumerate(QWEN3_ADDED_TOKENS):
+        if tok.convert_tokens_to_ids(t) != QWEN25_LAST_ID + 1 + i:
+            raise RuntimeError(f"{t} got id {tok.convert_tokens_to_ids(t)}, "
+                               f"expected {QWEN25_LAST_ID + 1 + i}")
+    tok.chat_template = official_chat_template("qwen3")
+    return tok
+
+
+# ---------------------------------------------------------------------------- chat templates
+
+# Qwen's own chat templates, shipped as package data (docs/licences.md says where from).
+OFFICIAL_CHAT_TEMPLATES = {"qwen25": "qwen25_instruct.jinja", "qwen3": "qwen3.jinja"}
+
+
+def official_chat_template(name: str) -> str:
+    """The chat template Qwen ships with Qwen2.5-Instruct ('qwen25') or Qwen3 ('qwen3'),
+    byte for byte."""
+    if name not in OFFICIAL_CHAT_TEMPLATES:
+        raise ValueError(f"no shipped chat template {name!r}; choose one of "
+                         f"{', '.join(OFFICIAL_CHAT_TEMPLATES)}")
+    files = importlib.resources.files("mindrl.models") / "chat_templates"
+    return (files / OFFICIAL_CHAT_TEMPLATES[name]).read_text(encoding="utf-8")
 
 
 # ---------------------------------------------------------------------------- common

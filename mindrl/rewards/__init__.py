@@ -7,7 +7,7 @@ boxed_acc, boxed_format (EasyR1's math reward), countdown, arith, max_digit, acc
 
 from . import builtin  # noqa: F401  (registers the built-in verifiers)
 from .overlong import overlong_penalty
-from .pool import ERROR, OK, TIMEOUT, Outcome, VerifierPool
+from .pool import ERROR, OK, TIMEOUT, Outcome, VerifierPool, WorkerPool
 from .registry import VERIFIERS, get_verifier, register_verifier
 from .rule_reward import OverlongConfig, RuleReward
 
@@ -19,6 +19,7 @@ __all__ = [
     "RuleReward",
     "OverlongConfig",
     "VerifierPool",
+    "WorkerPool",
     "Outcome",
     "OK",
     "ERROR",

@@ -1,4 +1,9 @@
-"""A process pool that runs verifier jobs with a hard per-job timeout and never hangs.
+"""A process pool that runs jobs with a hard per-job timeout and never hangs: verifier jobs
+(`VerifierPool`) and tool calls (mindrl/tools/runner.py) alike, one pool of one design.
+
+A job kind is a setup function named "module:function" that each worker calls once at start;
+it returns the worker's `run(job) -> (status, value, detail)`. The pool knows nothing else of
+what a job is: it sends jobs, enforces deadlines, and replaces workers.
 
 Why not concurrent.futures / multiprocessing.Pool: neither can kill the one worker stuck in a
 sympy simplification (a pool's timeout abandons the result but the worker stays busy forever),
@@ -12,13 +17,15 @@ so the parent always knows which job a worker is on:
   as an error. Each kill settles one job, so a batch always finishes.
 
 Workers are started with "forkserver" (default) or "spawn", never plain fork: the trainer may
-hold threads. With forkserver, math-verify/sympy are imported once in the server, so replacing a
-killed worker costs a fork instead of seconds of imports.
+hold threads. With forkserver, a kind's slow imports (math-verify/sympy for verifiers) are made
+once in the server, so replacing a killed worker costs a fork instead of seconds of imports.
+The forkserver is one per process: the first pool that starts it chooses what it preloads.
 """
 
 from __future__ import annotations
 
 import logging
+import importlib
 import math
 import multiprocessing as mp
 import os
@@ -29,18 +36,24 @@ import traceback
 import weakref
 from collections import deque
 from multiprocessing.connection import wait as wait_ready
-from typing import Deque, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, List, NamedTuple, Optional, Sequence, Tuple
 
 logger = logging.getLogger(__name__)
 
 OK, ERROR, TIMEOUT = "ok", "error", "timeout"
 
-# (verifier name, completion, label, extra kwargs)
+# A verifier job: (verifier name, completion, label, extra kwargs). Other kinds send any
+# picklable object.
 Job = Tuple[str, str, object, dict]
+
+# What a worker's run function answers per job: (status, value, detail).
+Reply = Tuple[str, Any, str]
+
+VERIFIER_KIND = "mindrl.rewards.pool:verifier_setup"
 
 
 class Outcome(NamedTuple):
-    value: float  # 0.0 unless status == OK
+    value: Any  # the job's answer; for verifiers a float, 0.0 unless status == OK
     status: str  # OK | ERROR | TIMEOUT
     detail: str = ""
 
@@ -48,8 +61,8 @@ class Outcome(NamedTuple):
 # ----------------------------------------------------------------------------- worker side
 
 
-def _worker_main(conn, imports: Tuple[str, ...], memory_limit_mb: Optional[int]) -> None:
-    """Worker entry point: import verifiers once, then score job chunks until told to stop."""
+def _worker_main(conn, kind: str, setup_args: tuple, memory_limit_mb: Optional[int]) -> None:
+    """Worker entry point: set up the job kind once, then run job chunks until told to stop."""
     os.environ["OMP_NUM_THREADS"] = "1"
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle
     try:
@@ -59,17 +72,7 @@ def _worker_main(conn, imports: Tuple[str, ...], memory_limit_mb: Optional[int])
 
             limit = memory_limit_mb * 2**20
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-        import math_verify  # noqa: F401  (the slow import, paid once per worker)
-
-        # Its "timeout is disabled" warning is expected here: this pool is the timeout.
-        logging.getLogger("math_verify").setLevel(logging.ERROR)
-
-        import mindrl.rewards.builtin  # noqa: F401  (registers the built-in verifiers)
-
-        from mindrl.rewards.user_modules import load_all
-
-        load_all(imports)
-        from mindrl.rewards.registry import get_verifier
+        run = _resolve(kind)(*setup_args)
     except BaseException:
         conn.send(("fatal", traceback.format_exc()))
         return
@@ -81,21 +84,59 @@ def _worker_main(conn, imports: Tuple[str, ...], memory_limit_mb: Optional[int])
             return
         if chunk is None:
             return
-        for job_id, name, completion, label, extra in chunk:
-            conn.send(_run_job(get_verifier, job_id, name, completion, label, extra))
+        for job_id, job in chunk:
+            conn.send((job_id, *_run_one(run, job)))
 
 
-def _run_job(get_verifier, job_id, name, completion, label, extra):
+def _resolve(kind: str) -> Callable[..., Callable[[Any], Reply]]:
+    module, _, name = kind.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _run_one(run: Callable[[Any], Reply], job) -> Reply:
+    try:
+        return run(job)
+    except Exception as exc:  # noqa: BLE001 - a kind's own bug fails the job, not the worker
+        return ERROR, None, _short(exc)
+
+
+def _short(exc: BaseException) -> str:
+    # str(exc) of an arbitrary exception can itself be huge or slow: keep the type and a short
+    # message only.
+    msg = exc.args[0] if exc.args and isinstance(exc.args[0], str) else ""
+    return f"{type(exc).__name__}: {msg[:200]}"
+
+
+def verifier_setup(imports: Tuple[str, ...]) -> Callable[[Job], Reply]:
+    """The verifier kind: import math-verify and the verifiers once, score (name, completion,
+    label, extra) jobs."""
+    import math_verify  # noqa: F401  (the slow import, paid once per worker)
+
+    # Its "timeout is disabled" warning is expected here: this pool is the timeout.
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+
+    import mindrl.rewards.builtin  # noqa: F401  (registers the built-in verifiers)
+
+    from mindrl.rewards.user_modules import load_all
+
+    load_all(imports)
+    from mindrl.rewards.registry import get_verifier
+
+    def run(job: Job) -> Reply:
+        name, completion, label, extra = job
+        return _run_job(get_verifier, name, completion, label, extra)
+
+    return run
+
+
+def _run_job(get_verifier, name, completion, label, extra) -> Reply:
     try:
         value = float(get_verifier(name)(completion, label, **(extra or {})))
         if not math.isfinite(value):
             raise ValueError(f"verifier returned non-finite score {value}")
-        return job_id, OK, value, ""
+        return OK, value, ""
     except Exception as exc:  # noqa: BLE001 - any verifier failure is a 0 score, not a crash
-        # str(exc) of an arbitrary exception can itself be huge or slow: keep the type and a
-        # short message only.
-        msg = exc.args[0] if exc.args and isinstance(exc.args[0], str) else ""
-        return job_id, ERROR, 0.0, f"{type(exc).__name__}: {msg[:200]}"
+        return ERROR, 0.0, _short(exc)
 
 
 def _die_with_parent() -> None:
@@ -153,7 +194,7 @@ class _Worker:
 class _Batch:
     __slots__ = ("jobs", "results", "pending", "remaining")
 
-    def __init__(self, jobs: Sequence[Job]) -> None:
+    def __init__(self, jobs: Sequence[Any]) -> None:
         self.jobs = jobs
         self.results: List[Optional[Outcome]] = [None] * len(jobs)
         self.pending: Deque[int] = deque(range(len(jobs)))
@@ -164,31 +205,38 @@ class _Batch:
         self.remaining -= 1
 
 
-class VerifierPool:
-    """`map(jobs) -> outcomes`, one Outcome per (verifier, completion, label, extra) job.
+class WorkerPool:
+    """`map(jobs) -> outcomes`, one Outcome per job, in order, for any job kind.
 
     Args:
+        kind: "module:function" of the kind's setup, called once in each worker with
+            `setup_args` (picklable); it returns `run(job) -> (status, value, detail)`.
+            A run that raises settles its job as an ERROR; one that hangs or kills its
+            worker, as a TIMEOUT or ERROR, and the worker is replaced.
+        setup_args: what the setup receives.
         num_workers: worker processes (each single-threaded).
         timeout: seconds one job may run before its worker is killed.
-        worker_imports: modules (dotted names) or .py files each worker loads at start:
-            those that register custom verifiers (the built-in ones are always imported;
-            rewards/user_modules.py).
         mp_context: "forkserver" (cheap respawns) or "spawn".
         max_chunk: most jobs sent to a worker at once (fewer messages vs. load balance).
-        startup_timeout: seconds a worker may take to import before the pool gives up.
+        startup_timeout: seconds a worker may take to set up before the pool gives up.
         memory_limit_mb: optional RLIMIT_AS per worker: a runaway allocation becomes a
-            MemoryError (scored as an error) instead of swapping the machine.
+            MemoryError (an error) instead of swapping the machine.
+        preload: modules the forkserver imports once (if this pool is the one starting it).
+        name: what the workers and the messages are called ("verifier", "tool").
     """
 
     def __init__(
         self,
+        kind: str,
+        setup_args: tuple = (),
         num_workers: int = 2,
         timeout: float = 10.0,
-        worker_imports: Sequence[str] = (),
         mp_context: str = "forkserver",
         max_chunk: int = 16,
         startup_timeout: float = 120.0,
         memory_limit_mb: Optional[int] = None,
+        preload: Sequence[str] = (),
+        name: str = "job",
     ) -> None:
         if num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
@@ -198,19 +246,19 @@ class VerifierPool:
             raise ValueError(
                 f"mp_context must be 'forkserver' or 'spawn' (fork is unsafe), got {mp_context!r}"
             )
+        self.name = name
         self.num_workers = num_workers
         self.timeout = float(timeout)
         self.max_chunk = max(1, int(max_chunk))
         self.startup_timeout = float(startup_timeout)
         self.restarts = 0  # workers replaced after a timeout or crash, for monitoring
-        self._imports = tuple(worker_imports)
+        self._kind = kind
+        self._setup_args = tuple(setup_args)
         self._memory_limit_mb = memory_limit_mb
         self._ctx = mp.get_context(mp_context)
         if mp_context == "forkserver":
             # Takes effect only if this process has not started its forkserver yet.
-            preload = ["__main__", "math_verify", "mindrl.rewards.builtin",
-                       *(m for m in self._imports if not m.endswith(".py"))]
-            self._ctx.set_forkserver_preload(preload)
+            self._ctx.set_forkserver_preload(["__main__", kind.partition(":")[0], *preload])
         self._lock = threading.Lock()
         self._workers: List[_Worker] = []
         self._finalizer = weakref.finalize(self, _shutdown, self._workers)
@@ -219,11 +267,11 @@ class VerifierPool:
 
     # -- public
 
-    def map(self, jobs: Sequence[Job]) -> List[Outcome]:
+    def map(self, jobs: Sequence[Any]) -> List[Outcome]:
         """Run all jobs; returns one Outcome per job, in order. Never raises for a bad job."""
         with self._lock:
             if not self._finalizer.alive:
-                raise RuntimeError("VerifierPool is closed")
+                raise RuntimeError(f"{type(self).__name__} is closed")
             batch = _Batch(jobs)
             try:
                 while batch.remaining:
@@ -246,7 +294,11 @@ class VerifierPool:
     def close(self) -> None:
         self._finalizer()
 
-    def __enter__(self) -> "VerifierPool":
+    def pids(self) -> List[int]:
+        """The worker processes' ids now (a replaced worker's id changes)."""
+        return [w.proc.pid for w in self._workers]
+
+    def __enter__(self) -> "WorkerPool":
         return self
 
     def __exit__(self, *exc) -> None:
@@ -258,8 +310,8 @@ class VerifierPool:
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
         proc = self._ctx.Process(
             target=_worker_main,
-            args=(child_conn, self._imports, self._memory_limit_mb),
-            name="mindrl-verifier",
+            args=(child_conn, self._kind, self._setup_args, self._memory_limit_mb),
+            name=f"mindrl-{self.name}",
             daemon=True,
         )
         proc.start()
@@ -276,7 +328,7 @@ class VerifierPool:
             w.jobs = deque(batch.pending.popleft() for _ in range(max(1, size)))
             w.deadline = time.monotonic() + self.timeout
             try:
-                w.conn.send([(j, *batch.jobs[j]) for j in w.jobs])
+                w.conn.send([(j, batch.jobs[j]) for j in w.jobs])
             except (OSError, EOFError):
                 self._replace(i, batch, ERROR, "worker died before receiving jobs")
 
@@ -300,11 +352,11 @@ class VerifierPool:
                     w.ready = True
                 elif msg[0] == "fatal":
                     self.close()
-                    raise RuntimeError(f"verifier worker failed to start:\n{msg[1]}")
+                    raise RuntimeError(f"{self.name} worker failed to start:\n{msg[1]}")
                 else:
                     job_id, status, value, detail = msg
                     if not w.jobs or w.jobs[0] != job_id:  # cannot happen with one pipe per worker
-                        raise RuntimeError(f"verifier worker replied out of order: {job_id}")
+                        raise RuntimeError(f"{self.name} worker replied out of order: {job_id}")
                     w.jobs.popleft()
                     batch.settle(job_id, Outcome(value, status, detail))
                     w.deadline = time.monotonic() + self.timeout if w.jobs else None
@@ -314,7 +366,7 @@ class VerifierPool:
             if not w.ready:
                 self.close()
                 raise RuntimeError(
-                    f"verifier worker exited with code {w.proc.exitcode} before it was ready"
+                    f"{self.name} worker exited with code {w.proc.exitcode} before it was ready"
                 )
             self._replace(i, batch, ERROR, f"worker process died (exit code {w.proc.exitcode})")
 
@@ -325,7 +377,7 @@ class VerifierPool:
                 self._replace(i, batch, TIMEOUT, f"exceeded {self.timeout:g}s")
             elif not w.ready and now - w.started > self.startup_timeout:
                 self.close()
-                raise RuntimeError(f"verifier worker not ready after {self.startup_timeout:g}s")
+                raise RuntimeError(f"{self.name} worker not ready after {self.startup_timeout:g}s")
 
     def _replace(self, i: int, batch: _Batch, status: str, detail: str) -> None:
         """Kill worker i, settle its current job as failed, requeue the rest, start a new one."""
@@ -335,8 +387,45 @@ class VerifierPool:
             batch.settle(w.jobs.popleft(), Outcome(0.0, status, detail))
             batch.pending.extendleft(reversed(w.jobs))
         self.restarts += 1
-        logger.warning("verifier worker %d replaced: %s", w.proc.pid, detail)
+        logger.warning("%s worker %d replaced: %s", self.name, w.proc.pid, detail)
         self._workers[i] = self._spawn()
+
+
+class VerifierPool(WorkerPool):
+    """`map(jobs) -> outcomes`, one Outcome per (verifier, completion, label, extra) job.
+
+    Args:
+        num_workers, timeout, mp_context, max_chunk, startup_timeout, memory_limit_mb: as
+            WorkerPool's.
+        worker_imports: modules (dotted names) or .py files each worker loads at start:
+            those that register custom verifiers (the built-in ones are always imported;
+            rewards/user_modules.py).
+    """
+
+    def __init__(
+        self,
+        num_workers: int = 2,
+        timeout: float = 10.0,
+        worker_imports: Sequence[str] = (),
+        mp_context: str = "forkserver",
+        max_chunk: int = 16,
+        startup_timeout: float = 120.0,
+        memory_limit_mb: Optional[int] = None,
+    ) -> None:
+        imports = tuple(worker_imports)
+        super().__init__(
+            VERIFIER_KIND,
+            (imports,),
+            num_workers=num_workers,
+            timeout=timeout,
+            mp_context=mp_context,
+            max_chunk=max_chunk,
+            startup_timeout=startup_timeout,
+            memory_limit_mb=memory_limit_mb,
+            preload=["math_verify", "mindrl.rewards.builtin",
+                     *(m for m in imports if not m.endswith(".py"))],
+            name="verifier",
+        )
 
 
 def _kill(w: _Worker) -> None:
