@@ -52,7 +52,7 @@ def published_peak_tflops(dtype: str):
 
 
 def eng_micro_batches(lengths, budget: int) -> int:
-    from mindrl.data.packing import plan_by_tokens
+    from mindrl.data.rows.plans import plan_by_tokens
 
     return len(plan_by_tokens(lengths, 1, budget)[0])
 

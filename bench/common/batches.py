@@ -33,7 +33,7 @@ def natural_batch(vocab, B, P, R, seed=0, mean_fraction=0.3, fixed_response=Fals
 def pack_layout(b: dict) -> dict:
     """The batch's real tokens, the tokens of its padded rows, and the packed token budget
     (PACK_MICRO_BATCH x the longest sample)."""
-    from mindrl.data.packing import sample_lengths
+    from mindrl.data.rows import sample_lengths
 
     lengths = sample_lengths(b["prompt_mask"], b["response_mask"])
     rows = len(lengths) * (int(b["prompt_mask"].sum(1).max()) + b["response_ids"].shape[1])

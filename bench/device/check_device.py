@@ -287,7 +287,7 @@ def packed_timing(spec, b: dict, dtype: str, steps: int) -> dict:
     import math
 
     from mindrl.data.batch import Batch
-    from mindrl.data.packing import plan_by_tokens
+    from mindrl.data.rows.plans import plan_by_tokens
 
     layout = pack_layout(b)
     out = {"pack_timing_budget": layout["budget"],

@@ -4,9 +4,9 @@ micro-batch weighting, metric reductions) is algorithms/objective.py.
 
 One instance lives in each rank of a role (TP x PP x DP processes). Every rank of the role
 receives the same step Batch (mindrl/data/batch.py: tensors and per-sample lists), each DP
-rank takes its own samples of it on the host (a plan from data/packing.py: by rows, or by a
-token budget balanced over the DP ranks), and engines/model_rows.py turns each micro batch into
-model inputs on the device, padded rows or one packed row per micro batch.
+rank takes its own samples of it on the host, and data/rows/ turns them into model inputs on the
+device: a plan (by rows, or by a token budget balanced over the DP ranks), then padded rows or one
+packed row per micro batch.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from mindrl import device
 from mindrl.algorithms import objective
 from mindrl.config.model_spec import ModelSpec
 from mindrl.config.roles import LossConfig, MoETraining, OptimConfig, Parallelism
-from mindrl.data import packing
+from mindrl.data import rows
 from mindrl.data.batch import Batch
-from mindrl.engines import model_rows, vocab_parallel
+from mindrl.engines import vocab_parallel
 from mindrl.engines.moe_passes import MoEPasses
 from mindrl.models.builder import build_gpt_model
 from mindrl.models.forward import run_schedule
@@ -39,7 +39,7 @@ def _in_batch_order(result: Dict[str, torch.Tensor], order: List[int]
             for k, v in result.items()}
 
 
-def _plan_order(plan: packing.Plan) -> List[int]:
+def _plan_order(plan: rows.Plan) -> List[int]:
     return [i for rank in plan for micro in rank for i in micro]
 
 
@@ -127,18 +127,15 @@ class MegatronEngine:
 
     # ------------------------------------------------------------------ data split
 
-    def _plan(self, batch: Batch, micro_batch_size: int) -> packing.Plan:
+    def _plan(self, batch: Batch, micro_batch_size: int) -> rows.Plan:
         """[DP rank][micro batch] -> sample indices of `batch`, the same on every rank."""
-        dp = self.ps.get_data_parallel_world_size()
-        if self.max_tokens is None:
-            return packing.plan_by_rows(len(batch), dp, micro_batch_size)
-        lengths = packing.sample_lengths(batch["prompt_mask"], batch["response_mask"])
-        return packing.plan_by_tokens(lengths.tolist(), dp, self.max_tokens)
+        return rows.plan(batch, self.ps.get_data_parallel_world_size(), micro_batch_size,
+                         self.max_tokens)
 
-    def _micro_batches(self, batch: Batch, plan: packing.Plan):
+    def _micro_batches(self, batch: Batch, plan: rows.Plan):
         """This DP rank's micro batches on its device, and their sequence length."""
         tp = self.parallel.tensor_model_parallel_size if self.parallel.sequence_parallel else 1
-        return model_rows.micro_batches(
+        return rows.micro_batches(
             batch, plan[self.ps.get_data_parallel_rank()], device.current_device(),
             pad_id=self.pad_id, multiple_of=tp, packed=self.packed,
             common_length=self.ps.get_pipeline_model_parallel_world_size() > 1)
@@ -148,8 +145,8 @@ class MegatronEngine:
         at the response positions only, loss.logprob_chunk_tokens tokens at a time (one pass
         gives both; see vocab_parallel.response_token_stats for the memory bound)."""
         positions = micro["positions"]
-        targets = model_rows.at_positions(
-            model_rows.next_token_targets(micro["tokens"], self.pad_id), positions)
+        targets = rows.at_positions(
+            rows.next_token_targets(micro["tokens"], self.pad_id), positions)
         real = micro.get("response_index")     # packed rows: the real response tokens only
         if real is None or output.shape[0] != 1 or real.numel() == positions.numel():
             logp, ent = vocab_parallel.response_token_stats(
@@ -197,7 +194,7 @@ class MegatronEngine:
         self.model.eval()
         mbs = micro_batch_size or self.micro_batch_size
         parts = ([list(range(len(batch)))] if like_update is None
-                 else packing.mini_batches(len(batch), *like_update))
+                 else rows.mini_batches(len(batch), *like_update))
         results = [self._log_probs_of(batch.select(p) if like_update else batch, mbs,
                                       with_entropy, with_routes, replay) for p in parts]
         merged = {k: torch.cat([r[k] for r in results]) for k in results[0]}
@@ -248,7 +245,7 @@ class MegatronEngine:
 
         def collect(output, m):   # output [mb, L, 1] or a packed [1, T, 1]: a score per token
             last = m["last_positions"].long().unsqueeze(1)
-            return {"scores": model_rows.at_positions(output[..., 0].float(), last)[:, 0]}
+            return {"scores": rows.at_positions(output[..., 0].float(), last)[:, 0]}
 
         with torch.no_grad():
             outputs = self._run_schedule(micro, seq_length, True, collect)
@@ -307,8 +304,8 @@ class MegatronEngine:
         clock = self._tower_clock()
         if clock is not None:
             clock.take()
-        for rows in packing.mini_batches(len(batch), mini_batch_size, shuffle, seed):
-            history.append(self._train_mini_batch(batch.select(rows), entropy_coeff, replay))
+        for samples in rows.mini_batches(len(batch), mini_batch_size, shuffle, seed):
+            history.append(self._train_mini_batch(batch.select(samples), entropy_coeff, replay))
         out = objective.merge_mini_batches(history)
         replay_s = self.experts.take_replay_s() if self.experts is not None else 0.0
         if replay is not None:

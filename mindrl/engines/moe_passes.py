@@ -17,13 +17,13 @@ import torch
 
 from mindrl.config.model_spec import ModelSpec
 from mindrl.config.roles import MoETraining
-from mindrl.data import packing
+from mindrl.data import rows
 from mindrl.models import moe_balance, moe_routing, route_replay
 
 
 def sample_lengths(micro: dict) -> torch.Tensor:
     """Each sample's real tokens (prompt and response) in a micro batch."""
-    return packing.sample_lengths(micro["prompt_mask"], micro["response_mask"]).cpu()
+    return rows.sample_lengths(micro["prompt_mask"], micro["response_mask"]).cpu()
 
 
 def packed(micro: dict) -> bool:

@@ -18,7 +18,7 @@ def _position_ids(tokens: torch.Tensor) -> torch.Tensor:
 def run_schedule(model, micro_batches: List[dict], seq_length: int, forward_only: bool,
                  on_output: Callable[[torch.Tensor, dict], Any]) -> List[Any]:
     """One pass of Megatron's pipeline schedule over micro batches (dicts with "tokens", and
-    optionally "position_ids" and "packed_seq_params": a packed row, engines/model_rows.py).
+    optionally "position_ids" and "packed_seq_params": a packed row, data/rows/packed.py).
 
     on_output(logits_vocab_parallel [mb, S, V/TP], micro) runs on the last stage: forward-only
     its results are collected; in training it returns (loss, metrics) and the schedule runs

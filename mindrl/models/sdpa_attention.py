@@ -6,7 +6,7 @@ separate kernels, with copies between: at the 75M bench shape it was 7 s of a 42
 CPU, where SDPA's fused kernel (flash attention on CPU and CUDA) takes about half, with less
 memory. Same maths: causal softmax(q k^T * scale) v per query group.
 
-Packed input (Megatron's thd layout: [T, heads, d] with cu_seqlens, engines/model_rows.py),
+Packed input (Megatron's thd layout: [T, heads, d] with cu_seqlens, data/rows/packed.py),
 which the local attention refuses: the device's varlen kernel where it has one for the dtype
 (device.varlen_attention), else exact causal SDPA per sequence, sequences of similar length
 right-padded to the longest of them and batched into one call (a causal row never attends to

@@ -71,7 +71,7 @@ def test_gradients_do_not_depend_on_the_plan_for_any_loss_aggregation(setup):
 
 def test_first_update_recomputes_the_old_log_probs_exactly(setup):
     spec, full_by_tp, batch = setup
-    from mindrl.data.packing import mini_batches
+    from mindrl.data.rows import mini_batches
 
     ratios = spawn_local(first_update_ratios, 2, spec, full_by_tp, batch, 4, 12)[0]
     first = mini_batches(N, 4, True, 7)[0]          # the worker's shuffled layout

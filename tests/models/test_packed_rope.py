@@ -40,7 +40,7 @@ def _both(t, freqs, cu, mscale=1.0):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_row_frequencies_match_megatron_bit_for_bit(dtype):
-    # three sequences and a padded tail (its own cu_seqlens entry), as engines/model_rows.py
+    # three sequences and a padded tail (its own cu_seqlens entry), as data/rows/packed.py
     cu = torch.tensor([0, 5, 6, 13, 16], dtype=torch.int32)
     t = torch.randn(16, 4, 16).to(dtype)
     ours, theirs, ga, gb = _both(t, _freqs(7), cu)

@@ -179,9 +179,9 @@ def first_update_ratios(rank, world, spec, full_by_tp, batch, mini_batch_size, m
         return logp, ent
 
     engine._token_stats = record
-    from mindrl.data import packing
+    from mindrl.data import rows
 
-    first = packing.mini_batches(len(full), *layout)[0]
+    first = rows.mini_batches(len(full), *layout)[0]
     engine.forward_backward(full.select(first))
     ratios = torch.cat([torch.exp(lp - o)[m.bool()] for lp, o, m in seen])
     gathered = [None] * world

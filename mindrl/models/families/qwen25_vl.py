@@ -192,7 +192,7 @@ class Qwen25VLModel(GPTModel):
                            slots: Optional[torch.Tensor] = None) -> torch.Tensor:
         """[3, B, S] (temporal, height, width) positions, as transformers computes them: text
         tokens count on in all three; an image's tokens (`slots`, default every pad) take its
-        grid coordinates. Rows are right-padded (engines/model_rows.py), so padding only
+        grid coordinates. Rows are right-padded (data/rows/padded.py), so padding only
         follows the real tokens."""
         slots = self.image_slots(input_ids) if slots is None else slots
         positions, _ = self._rope_index.get_rope_index(input_ids, slots.long() * IMAGE,
@@ -202,7 +202,7 @@ class Qwen25VLModel(GPTModel):
     def _packed_slots_and_positions(self, input_ids: torch.Tensor, packed,
                                     prompt_lengths: Optional[torch.Tensor],
                                     image_grid_thw: Optional[torch.Tensor]):
-        """A packed row [1, T] (engines/model_rows.py): image slots [1, T] and M-RoPE positions
+        """A packed row [1, T] (data/rows/packed.py): image slots [1, T] and M-RoPE positions
         [3, 1, T] computed per sample, exactly as for that sample's own padded row, then laid
         back to back (Megatron's thd RoPE then takes each token's own frequencies)."""
         bounds = getattr(packed, "host_cu_seqlens", None) or packed.cu_seqlens_q.tolist()

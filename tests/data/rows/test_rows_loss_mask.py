@@ -1,4 +1,4 @@
-"""The row seam (engines/model_rows.py) reads response_mask for what is real and loss_mask for
+"""The row seam (data/rows/micro.py) reads response_mask for what is real and loss_mask for
 what is trained: a response with holes in its loss mask (an episode's inserted tokens) packs
 and pads exactly as the same response without holes, and only the vocabulary maths' entries
 (`response_index`) leave the inserted tokens out."""
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mindrl.data.batch import Batch, left_pad, right_pad
-from mindrl.engines.model_rows import micro_batches
+from mindrl.data.rows import micro_batches
 
 PAD = 0
 PROMPTS = [[5, 6, 7], [8, 9], [10]]

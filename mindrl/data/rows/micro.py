@@ -1,13 +1,10 @@
-"""The one seam between the step's Batch and Megatron's model inputs.
+"""A plan's micro batches as Megatron's model inputs, and the readings back from them.
 
 Rollouts arrive as left-padded prompts [B, P] and right-padded responses [B, R]. A micro batch
-(the sample indices a plan from data/packing.py gives this rank) becomes one of two layouts:
-- padded rows: each sample one right-padded row `prompt_valid ++ response` from position 0,
-  every row as long as the rank's longest (causal attention and no padding mask: trailing
-  padding is never attended by a real token, so the log-probs are exact);
-- packed: the samples' real tokens back to back in one row with `cu_seqlens` (Megatron's thd
-  layout): no padding but a tail to a multiple of TP (sequence parallel) or to the rank's
-  longest pack (pipeline stages exchange tensors of one shape).
+(the sample indices a plan from plans.py gives this rank) becomes one of two layouts:
+- padded rows (padded.py), every row as long as the rank's longest;
+- packed (packed.py): no padding but a tail to a multiple of TP (sequence parallel) or to the
+  rank's longest pack (pipeline stages exchange tensors of one shape).
 Each micro batch is a dict on this rank's device: the row(s), the logit position of every
 response token (`positions` [mb, R], indexing the packed row when packed), each sample's last
 real token (`last_positions`), its prompt length (a multimodal model places image features in
@@ -17,47 +14,14 @@ such as images picked).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Dict, List, Sequence
 
 import torch
 
 from mindrl.algorithms.objective import trained_tokens
 from mindrl.data.batch import Batch
-from mindrl.data.packing import packed_rows, sample_lengths
-
-
-@dataclass
-class PaddedRows:
-    tokens: torch.Tensor          # [B, L] right-padded prompt ++ response
-    prompt_lengths: torch.Tensor  # [B] valid prompt tokens per sample
-    response_length: int          # R
-
-    def response_positions(self) -> torch.Tensor:
-        """[B, R] index of the logit that predicts response token t (position len_p + t - 1)."""
-        t = torch.arange(self.response_length, device=self.tokens.device)
-        return self.prompt_lengths.unsqueeze(1) - 1 + t.unsqueeze(0)
-
-
-def padded_rows(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-                response_ids: torch.Tensor, pad_id: int = 0,
-                multiple_of: int = 1) -> PaddedRows:
-    """Left-padded prompts + right-padded responses -> right-padded rows (length a multiple of
-    `multiple_of`, e.g. TP size for sequence parallel)."""
-    batch, _ = prompt_ids.shape
-    response_length = response_ids.shape[1]
-    prompt_lengths = prompt_mask.sum(dim=1).long()
-    if (prompt_lengths == 0).any():
-        raise ValueError("a sample has an empty prompt: every prompt needs at least one token")
-    length = int(prompt_lengths.max()) + response_length
-    length = -(-length // multiple_of) * multiple_of
-    tokens = torch.full((batch, length), pad_id, dtype=prompt_ids.dtype, device=prompt_ids.device)
-    for b in range(batch):
-        valid = prompt_ids[b][prompt_mask[b].bool()]
-        n = valid.numel()
-        tokens[b, :n] = valid
-        tokens[b, n:n + response_length] = response_ids[b]
-    return PaddedRows(tokens, prompt_lengths, response_length)
+from mindrl.data.rows.packed import packed_rows, sample_lengths
+from mindrl.data.rows.padded import padded_rows
 
 
 def next_token_targets(tokens: torch.Tensor, pad_id: int = 0) -> torch.Tensor:

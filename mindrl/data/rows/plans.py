@@ -1,4 +1,4 @@
-"""Which samples go to which DP rank and micro batch, and how a micro batch is packed.
+"""Which samples go to which DP rank, micro batch and mini batch.
 
 Two plans over one batch (every rank holds the whole Batch and computes the same plan, with no
 communication):
@@ -10,33 +10,24 @@ communication):
   tokens allow, else at the k best-fit decreasing needs on the fullest rank. Heaps and
   bisection keep it O(n log k): a step of thousands of samples plans in milliseconds. verl's
   `rearrange_micro_batches` has this shape.
-A sample's length is its real tokens: the valid prompt plus the response up to its last
-unmasked token. The loss stays exact under any plan (the engine weighs each micro batch by its
-share of the mini batch's tokens or sequences), so a plan only changes speed.
-
-`packed_rows` lays a micro batch out as one row of real tokens with cumulative sequence
-lengths, Megatron's "thd" layout.
+A sample's length is its real tokens (packed.sample_lengths). The loss stays exact under any
+plan (the engine weighs each micro batch by its share of the mini batch's tokens or
+sequences), so a plan only changes speed. `plan` chooses between the two; `mini_batches` is
+the update's split before either.
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
-from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
 import torch
 
+from mindrl.data.batch import Batch
+from mindrl.data.rows.packed import sample_lengths
+
 Plan = List[List[List[int]]]   # [DP rank][micro batch] -> sample indices, ascending
-
-
-def sample_lengths(prompt_mask: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """[B] real tokens per sample: valid prompt + response through its last unmasked token."""
-    prompt = prompt_mask.sum(dim=1).long()
-    width = response_mask.shape[1]
-    column = torch.arange(1, width + 1, device=response_mask.device)
-    response = (response_mask.bool() * column).amax(dim=1).long() if width else prompt * 0
-    return prompt + response
 
 
 def _lightest_first(lengths: Sequence[int], members: Sequence[int], bins: int,
@@ -129,70 +120,14 @@ def plan_by_tokens(lengths: Sequence[int], dp_size: int, max_tokens: int,
     return plan
 
 
-@dataclass
-class PackedRows:
-    """One micro batch as a single row of real tokens ("thd": total tokens, heads, dim)."""
-
-    tokens: torch.Tensor          # [1, T] the samples' prompt ++ response, back to back
-    position_ids: torch.Tensor    # [1, T] 0.. within each sample
-    cu_seqlens: torch.Tensor      # [n + 1] int32, or [n + 2] with a padding tail entry
-    max_seqlen: int               # the longest entry, the tail included (RoPE's table size)
-    starts: torch.Tensor          # [n] each sample's first index in the row
-    prompt_lengths: torch.Tensor  # [n] valid prompt tokens per sample
-    lengths: torch.Tensor         # [n] real tokens per sample
-    response_length: int          # R of the Batch's response fields
-
-    def response_positions(self) -> torch.Tensor:
-        """[n, R] index in the row of the logit predicting response token t; positions past a
-        sample's last real token stay inside it (masked by response_mask in the loss)."""
-        t = torch.arange(self.response_length, device=self.tokens.device)
-        last = (self.starts + self.lengths - 1).unsqueeze(1)
-        first = (self.starts + self.prompt_lengths - 1).unsqueeze(1)
-        return torch.minimum(first + t.unsqueeze(0), last)
-
-    def last_positions(self) -> torch.Tensor:
-        """[n] index of each sample's last real token (where a reward model's score is read)."""
-        return self.starts + self.lengths - 1
-
-
-def packed_rows(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor,
-                response_mask: torch.Tensor, pad_id: int = 0, multiple_of: int = 1,
-                pad_to: Optional[int] = None) -> PackedRows:
-    """Left-padded prompts + right-padded responses -> one packed row.
-
-    The row is padded at its end to a multiple of `multiple_of` (TP under sequence parallel)
-    or to `pad_to` (a pipeline's common shape); the padding is its own cu_seqlens entry, so no
-    sample attends to it and RoPE sees whole sequences.
-    """
-    prompt_lengths = prompt_mask.sum(dim=1).long()
-    if (prompt_lengths == 0).any():
-        raise ValueError("a sample has an empty prompt: every prompt needs at least one token")
-    lengths = sample_lengths(prompt_mask, response_mask)
-    device = prompt_ids.device
-    # Row-major selection keeps each sample's valid prompt then its response, sample by sample.
-    response_keep = (torch.arange(response_ids.shape[1], device=device)
-                     < (lengths - prompt_lengths)[:, None])
-    keep = torch.cat([prompt_mask.bool(), response_keep], dim=1)
-    tokens = torch.cat([prompt_ids, response_ids.to(prompt_ids.dtype)], dim=1)[keep]
-    total = int(lengths.sum())
-    padded = max(pad_to or 0, -(-total // multiple_of) * multiple_of)
-    if padded % multiple_of:
-        raise ValueError(f"pack length {padded} is not a multiple of {multiple_of}")
-    tail = padded - total
-    bounds = torch.cat([lengths, lengths.new_tensor([tail] if tail else [])])
-    cu_seqlens = torch.zeros(len(bounds) + 1, dtype=torch.int32, device=device)
-    cu_seqlens[1:] = torch.cumsum(bounds, 0)
-    # Each token's place in its own sequence (the tail counts as one more sequence).
-    sequence_starts = cu_seqlens[:-1].long()
-    positions = (torch.arange(padded, device=device)
-                 - torch.repeat_interleave(sequence_starts, bounds))
-    if tail:
-        tokens = torch.cat([tokens, torch.full((tail,), pad_id, dtype=tokens.dtype,
-                                               device=device)])
-    starts = sequence_starts[:len(lengths)]
-    return PackedRows(tokens.unsqueeze(0), positions.unsqueeze(0),
-                      cu_seqlens, max(int(lengths.max()), tail), starts, prompt_lengths, lengths,
-                      response_ids.shape[1])
+def plan(batch: Batch, dp_size: int, micro_batch_size: int,
+         max_tokens: Optional[int] = None) -> Plan:
+    """The plan of `batch`, the same on every rank: by tokens within a budget of `max_tokens`,
+    else by rows of `micro_batch_size` samples."""
+    if max_tokens is None:
+        return plan_by_rows(len(batch), dp_size, micro_batch_size)
+    lengths = sample_lengths(batch["prompt_mask"], batch["response_mask"])
+    return plan_by_tokens(lengths.tolist(), dp_size, max_tokens)
 
 
 def mini_batches(n: int, mini_batch_size: int, shuffle: bool = False,
