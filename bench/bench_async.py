@@ -4,9 +4,10 @@
     python bench/bench_async.py --prompts 4 --n 4  # 16 a step (the first run, 2026-11-27)
     python bench/bench_async.py --steps 2 --prompts 2 --n 4 --max-tokens 64   # smoke run
 
-Each loop runs cli/train_grpo.py (bench/bench_e2e.py's `natural` shape and its MindRL
-overrides: the 75M Qwen2 from random init, free sampling up to 1024 tokens with no ignore_eos
-and no min_tokens, so the lengths the policy chooses, about 60 on average with a long tail),
+Each loop runs cli/train_grpo.py (bench_e2e's `natural` shape, bench/common/shapes.py, and its
+MindRL overrides, bench/common/mindrl_runs.py: the 75M Qwen2 from random init, free sampling
+up to 1024 tokens with no ignore_eos and no min_tokens, so the lengths the policy chooses,
+about 60 on average with a long tail),
 back to back in one invocation, on one layout: the vLLM engine on a CPU slot of its own
 (`generate_config.rollout_devices: 1`, as asynchronous mode requires) and the actor on the
 other, each process with --threads torch threads (default 1: one core each on 2 cores). The
@@ -60,9 +61,11 @@ from typing import Dict, List, Optional, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_e2e import (SHAPES, Shape, mindrl_metrics, mindrl_step,  # noqa: E402
-                             machine_info, shrink, summary, timed_steps)
+from bench.common.machine import machine_info  # noqa: E402
+from bench.common.mindrl_runs import mindrl_metrics, mindrl_step  # noqa: E402
 from bench.common.results import add_results_argument, emit, git_commit  # noqa: E402
+from bench.common.shapes import SHAPES, Shape, shrink  # noqa: E402
+from bench.common.steps import summary, timed_steps  # noqa: E402
 
 # Each loop's overrides after the shape's; every loop gets LAYOUT.
 MODES: Dict[str, List[str]] = {
@@ -119,8 +122,9 @@ def overrides(mode: str, shape: Shape) -> List[str]:
 
 
 def async_step(row: dict, completions: int) -> dict:
-    """One metrics.jsonl row as bench_e2e's step row plus the idle seconds of each side and the
-    staleness (the synchronous loop's from its timings; see the module docstring)."""
+    """One metrics.jsonl row as a step row (common/mindrl_runs.mindrl_step) plus the idle
+    seconds of each side and the staleness (the synchronous loop's from its timings; see the
+    module docstring)."""
     step = mindrl_step(row, completions)
     if "async/engine_idle_s" in row:
         engine_idle = row["async/engine_idle_s"] + row["timing_s/reshard"]
@@ -134,8 +138,8 @@ def async_step(row: dict, completions: int) -> dict:
 
 
 def async_summary(steps: List[dict]) -> dict:
-    """bench_e2e's summary plus the idle fractions (medians of the per-step shares) and the
-    staleness over the timed steps."""
+    """The step rows' summary (common/steps.summary) plus the idle fractions (medians of the
+    per-step shares) and the staleness over the timed steps."""
     timed = timed_steps(steps)
 
     def share(key):

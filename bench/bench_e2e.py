@@ -30,10 +30,11 @@ Shapes:
            completion length distribution each framework saw (mean, p50, p90, max) and a
            floor from the tokens actually generated and trained.
 Both frameworks start from the same random-init HF checkpoint, read the same prompt file and
-score with the same `arith` verifier. Shared hyperparameters (one table, SHARED below): fp32,
-temperature 1, top_p 1, no top_k, clip 0.2, no KL (so no reference pass in either), no
-entropy bonus, token-mean loss (TRL's loss_type="dapo"), group-normalised advantages, one
-optimizer step per batch, Adam(0.9, 0.99), constant lr, grad clip 1.
+score with the same `arith` verifier. Shared hyperparameters (one table, SHARED in
+bench/common/shapes.py beside the shapes): fp32, temperature 1, top_p 1, no top_k, clip 0.2,
+no KL (so no reference pass in either), no entropy bonus, token-mean loss (TRL's
+loss_type="dapo"), group-normalised advantages, one optimizer step per batch,
+Adam(0.9, 0.99), constant lr, grad clip 1.
 `--prompts/--n/--max-tokens/--steps` shrink every chosen shape (a smoke run); the micro batch
 then shrinks to divide the batch.
 
@@ -109,233 +110,30 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
-import shutil
 import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common.flops import FlopModel, kv_cache_bytes  # noqa: E402
+from bench.common.flops import FlopModel  # noqa: E402
 from bench.common.gemm import matmul_gflops  # noqa: E402
-from bench.common.machine import machine_facts  # noqa: E402
+from bench.common.machine import machine_info  # noqa: E402
+from bench.common.mindrl_runs import run_mindrl  # noqa: E402
 from bench.common.results import add_results_argument, emit  # noqa: E402
-from mindrl.config.compose import SMOKE_RECIPE  # noqa: E402
-
-
-@dataclass(frozen=True)
-class Shape:
-    name: str
-    model: str               # configs/model name
-    prompts: int             # per step
-    n: int                   # samples per prompt
-    max_tokens: int          # completion length (exact when exact_length)
-    exact_length: bool
-    lr: float
-    steps: int
-    threads: int             # torch threads per process, both frameworks
-    micro_batch: int         # samples per forward/backward micro batch (TRL), the budget's unit
-    # the columns run when --frameworks is not given
-    frameworks: Tuple[str, ...] = ("mindrl", "trl", "trl_default")
-    # bf16 mixed precision in both trainers (fp32 main weights): MindRL's Megatron bf16, TRL's
-    # bf16=True; only where the CPU computes in bf16
-    bf16: bool = False
-
-    @property
-    def completions(self) -> int:
-        return self.prompts * self.n
-
-    @property
-    def seq_length(self) -> int:
-        return SHARED["max_prompt_length"] + self.max_tokens
-
-    @property
-    def token_budget(self) -> int:
-        """MindRL's packed micro batch: TRL's micro batch at its longest."""
-        return self.micro_batch * self.seq_length
-
-
-SHAPES = {
-    "tiny": Shape("tiny", "tiny-qwen2", prompts=16, n=8, max_tokens=3, exact_length=False,
-                  lr=1e-3, steps=200, threads=1, micro_batch=16),
-    "75m": Shape("75m", "bench-qwen2-75m", prompts=8, n=8, max_tokens=256, exact_length=True,
-                 lr=1e-4, steps=6, threads=2, micro_batch=16),
-    "natural": Shape("natural", "bench-qwen2-75m", prompts=8, n=8, max_tokens=1024,
-                     exact_length=False, lr=1e-4, steps=6, threads=2, micro_batch=16,
-                     frameworks=("mindrl", "trl", "trl_default", "trl_cb")),
-}
-SHAPES["75m_bf16"] = dataclasses.replace(SHAPES["75m"], name="75m_bf16", bf16=True,
-                                         frameworks=("mindrl", "trl"))
+from bench.common.shapes import SHAPES, SHARED, Shape, paths, shrink  # noqa: E402
+from bench.common.steps import length_summary, summary, timed_steps  # noqa: E402
 
 # TRL's columns: the GRPOConfig settings each changes from `trl` (gradient checkpointing off,
 # HF generate). trl_default: TRL's default checkpointing; trl_cb: TRL's generation through
 # transformers' continuous batching (finished rows leave the batch, as in vLLM).
 TRL_VARIANTS = {"trl": {}, "trl_default": {"gradient_checkpointing": True},
                 "trl_cb": {"use_transformers_continuous_batching": True}}
-
-# Hyperparameters both frameworks get (names: MindRL's recipe keys).
-SHARED = dict(temperature=1.0, top_p=1.0, clip_ratio=0.2, kl_coef=0.0, entropy_coeff=0.0,
-              adam_beta1=0.9, adam_beta2=0.99, adam_eps=1e-8, weight_decay=0.0, clip_grad=1.0,
-              seed=1234, max_prompt_length=24, num_prompts=4096, max_operand=2)
-
-def shrink(shape: Shape, steps: Optional[int] = None, prompts: Optional[int] = None,
-           n: Optional[int] = None, max_tokens: Optional[int] = None) -> Shape:
-    """A smaller shape for a smoke run; the micro batch shrinks to divide the batch."""
-    shape = dataclasses.replace(
-        shape, steps=steps or shape.steps, prompts=prompts or shape.prompts, n=n or shape.n,
-        max_tokens=max_tokens or shape.max_tokens)
-    return dataclasses.replace(shape, micro_batch=math.gcd(shape.micro_batch,
-                                                           shape.completions))
-
-
-def paths(work: Path, shape: Shape) -> Dict[str, Path]:
-    return {"hf": work / "models" / f"{shape.model}-hf",
-            "mcore": work / "models" / f"{shape.model}-mcore",
-            "data": work / "data" / "arith" / "train.jsonl",
-            "mindrl_run": work / "runs" / f"mindrl-{shape.name}",
-            "trl_run": work / "runs" / f"trl-{shape.name}"}
-
-
-# ---------------------------------------------------------------------------- lengths, floor
-
-def length_summary(lengths: Sequence[float]) -> dict:
-    """mean, p50, p90 (linear interpolation between order statistics), max, samples."""
-    values = sorted(float(v) for v in lengths)
-    if not values:
-        return {"mean": None, "p50": None, "p90": None, "max": None, "samples": 0}
-
-    def quantile(q: float) -> float:
-        at = q * (len(values) - 1)
-        low = math.floor(at)
-        high = min(low + 1, len(values) - 1)
-        return values[low] + (values[high] - values[low]) * (at - low)
-
-    return {"mean": statistics.fmean(values), "p50": quantile(0.5), "p90": quantile(0.9),
-            "max": values[-1], "samples": len(values)}
-
-
-def machine_info(shapes: Sequence[Shape]) -> dict:
-    """The CPU, torch's view of it, threads, and whether a bf16 shape ran."""
-    return {**machine_facts(), "threads_per_process": {s.name: s.threads for s in shapes},
-            "bf16": any(s.bf16 for s in shapes)}
-
-
-# ---------------------------------------------------------------------------- MindRL
-
-# The recipe mindrl_overrides change (a+b=, the smoke recipe), named rather than left to the
-# CLI's default.
-RECIPE = SMOKE_RECIPE
-
-
-def mindrl_overrides(shape: Shape, work: Path) -> List[str]:
-    p, s = paths(work, shape), SHARED
-    seq = shape.seq_length
-    return [
-        f"model={shape.model}", f"run_dir={p['mindrl_run']}",
-        f"prepare.tiny_model={shape.model}", f"prepare.num_prompts={s['num_prompts']}",
-        f"prepare.max_operand={s['max_operand']}", "prepare.holdout_pairs=0",
-        f"megatron_training.tokenizer_name_or_path={p['hf']}",
-        f"megatron_training.load={p['mcore']}", f"megatron_training.data_path={p['data']}",
-        f"megatron_training.global_batch_size={shape.prompts}",
-        f"megatron_training.train_iters={shape.steps}", f"megatron_training.seq_length={seq}",
-        f"megatron_training.micro_batch_size={shape.micro_batch}",
-        "++megatron_training.pack_sequences=true",   # the default; said, not assumed
-        f"megatron_training.max_tokens_per_micro_batch={shape.token_budget}",
-        f"megatron_training.lr={shape.lr}", f"megatron_training.seed={s['seed']}",
-        f"megatron_training.adam_beta1={s['adam_beta1']}",
-        f"megatron_training.adam_beta2={s['adam_beta2']}",
-        f"+megatron_training.adam_eps={s['adam_eps']}",
-        f"megatron_training.weight_decay={s['weight_decay']}",
-        f"megatron_training.clip_grad={s['clip_grad']}",
-        f"+megatron_training.cpu_threads={shape.threads}",
-        f"megatron_training.bf16={str(shape.bf16).lower()}",
-        # vLLM in the actor's dtype (on CPU only beside a bf16 actor: config/cpu_notice.py)
-        f"generate_config.dtype={'bfloat16' if shape.bf16 else 'float32'}",
-        f"rl_config.mini_batch_size={shape.prompts}",
-        f"rl_config.n_samples_per_prompt={shape.n}",
-        f"rl_config.kl_coef={s['kl_coef']}", f"rl_config.entropy_coeff={s['entropy_coeff']}",
-        f"rl_config.clip_ratio={s['clip_ratio']}",
-        f"rl_config.max_prompt_length={s['max_prompt_length']}",
-        "rl_config.save_freq=1000000", "rl_config.val_data_path=null",
-        "rl_config.dynamic_sampling=false",
-        "rl_config.val_before_train=false", "rl_config.val_freq=null",
-        f"generate_config.max_model_len={seq}",
-        "generate_config.kv_cache_memory_bytes="
-        f"{kv_cache_bytes(shape.model, shape.completions, shape.seq_length)}",
-        f"+generate_config.cpu_threads={shape.threads}",
-        f"generate_config.sampling_config.max_tokens={shape.max_tokens}",
-        f"+generate_config.sampling_config.ignore_eos={str(shape.exact_length).lower()}",
-        f"generate_config.sampling_config.temperature={s['temperature']}",
-        f"generate_config.sampling_config.top_p={s['top_p']}",
-        f"generate_config.sampling_config.seed={s['seed']}",
-    ]
-
-
-def drop_stale_model(shape: Shape, work: Path) -> None:
-    """A checkpoint made before the model's max_position_embeddings was raised would cap
-    vLLM's max_model_len: remove it (and its conversion) so that prepare makes it again,
-    from the same seed, so the same weights."""
-    from mindrl.config.model_spec import load_model_spec
-
-    p = paths(work, shape)
-    config = p["hf"] / "config.json"
-    if not config.is_file():
-        return
-    want = load_model_spec(shape.model).max_position_embeddings
-    if json.loads(config.read_text()).get("max_position_embeddings") != want:
-        shutil.rmtree(p["hf"], ignore_errors=True)
-        shutil.rmtree(p["mcore"], ignore_errors=True)
-
-
-def run_mindrl(shape: Shape, work: Path, extra: Sequence[str] = ()) -> List[dict]:
-    """cli/train_grpo.py as a user runs it (a fresh run dir, so no resume), with `extra`
-    overrides after the shape's (--mindrl-overrides); its step rows."""
-    return [mindrl_step(row, shape.completions) for row in mindrl_metrics(shape, work, extra)]
-
-
-def mindrl_metrics(shape: Shape, work: Path, extra: Sequence[str] = ()) -> List[dict]:
-    """cli/train_grpo.py with the shape's overrides and `extra` after them (a fresh run dir);
-    the rows of its metrics.jsonl that time a step (bench/bench_async.py reads more keys)."""
-    drop_stale_model(shape, work)
-    run_dir = paths(work, shape)["mindrl_run"]
-    shutil.rmtree(run_dir, ignore_errors=True)
-    env = {**os.environ, "MINDRL_WORK_DIR": str(work), "RAY_USAGE_STATS_ENABLED": "0"}
-    env.pop("RAY_ADDRESS", None)
-    cmd = [sys.executable, str(ROOT / "cli" / "train_grpo.py"), "--config-name", RECIPE,
-           *mindrl_overrides(shape, work), *extra]
-    proc = subprocess.run(cmd, env=env, cwd=str(work), capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"MindRL run failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    return step_rows(run_dir / "metrics.jsonl")
-
-
-def step_rows(metrics: Path) -> List[dict]:
-    """The rows of a metrics.jsonl that time a step (validation rows do not)."""
-    rows = [json.loads(line) for line in open(metrics) if line.strip()]
-    return [row for row in rows if "timing_s/step" in row]
-
-
-def mindrl_step(row: dict, completions: int) -> dict:
-    """One metrics.jsonl row as a step row. Per-sample lengths are not logged: every sample
-    counts as the step's mean prompt + mean response (see the floor in the docstring)."""
-    t = {k.split("/", 1)[1]: v for k, v in row.items() if k.startswith("timing_s/")}
-    response, prompt = row["response_length/mean"], row["prompt_length/mean"]
-    return {"step_s": t["step"], "gen_s": t["gen"], "reward_s": t["reward"],
-            "logprob_s": t["old_log_prob"] + t["ref"],
-            "update_s": t["update_actor"], "sync_s": t["reshard"],
-            "completion_tokens": response * completions, "prompt_tokens": prompt * completions,
-            "seq_lengths": [prompt + response] * completions,
-            "completion_length": {"mean": response, "max": row["response_length/max"],
-                                  "p50": row.get("response_length/p50"),
-                                  "p90": row.get("response_length/p90")},
-            "reward": row["critic/score/mean"]}
 
 
 # ---------------------------------------------------------------------------- TRL
@@ -457,53 +255,6 @@ def run_trl(shape: Shape, work: Path, variant: str = "trl") -> List[dict]:
 
 
 # ---------------------------------------------------------------------------- report
-
-MIN_TIMED_STEPS = 5
-
-
-def timed_steps(steps: List[dict]) -> List[dict]:
-    """The steps after the first, which is warm-up (all of them if there is only one)."""
-    return steps[1:] if len(steps) > 1 else steps
-
-
-def completion_distribution(timed: List[dict]) -> dict:
-    """The completion lengths a framework saw over its timed steps: exact from every sample
-    where the run gave them (TRL), else from the per-step statistics (MindRL: mean of the
-    step means, max of the maxima, median of the step p50 / p90 when logged, else null)."""
-    if all("completion_lengths" in s for s in timed):
-        return {**length_summary([n for s in timed for n in s["completion_lengths"]]),
-                "source": "every sample"}
-    stats = [s["completion_length"] for s in timed]
-
-    def median_of(key):
-        values = [st[key] for st in stats]
-        return None if None in values else statistics.median(values)
-
-    return {"mean": statistics.fmean(st["mean"] for st in stats), "p50": median_of("p50"),
-            "p90": median_of("p90"), "max": max(st["max"] for st in stats),
-            "samples": None, "source": "per-step statistics (metrics.jsonl)"}
-
-
-def summary(steps: List[dict]) -> dict:
-    """Medians (and the step's min) over the timed steps."""
-    timed = timed_steps(steps)
-    if len(timed) < MIN_TIMED_STEPS:
-        print(f"warning: only {len(timed)} timed step(s) after warm-up "
-              f"(fewer than {MIN_TIMED_STEPS}): min and median are rough", flush=True)
-    med = {k: statistics.median(s[k] for s in timed)
-           for k in ("step_s", "gen_s", "logprob_s", "update_s", "sync_s", "reward_s")}
-    window = max(1, min(20, len(steps) // 4))
-    rewards = [s.get("reward", float("nan")) for s in steps]
-    return {**med, "step_s_min": min(s["step_s"] for s in timed),
-            "step_s_median": med["step_s"], "timed_steps": len(timed),
-            "completion_tokens_per_step": statistics.median(s["completion_tokens"]
-                                                            for s in timed),
-            "completion_tokens_per_s": statistics.median(s["completion_tokens"] / s["step_s"]
-                                                         for s in timed),
-            "completion_length": completion_distribution(timed),
-            "reward_first": statistics.fmean(rewards[:window]),
-            "reward_last": statistics.fmean(rewards[-window:]), "steps": len(steps)}
-
 
 def floor_figures(steps: List[dict], flops: FlopModel, gflops: float) -> dict:
     """Each timed step's floor from its own lengths; medians of the floor and of the ratio."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import platform
 from pathlib import Path
+from typing import Sequence
 
 
 def cpu_facts(cpuinfo: str) -> dict:
@@ -48,3 +49,10 @@ def machine_facts() -> dict:
             "cpu_count": os.cpu_count(), "cpus_allowed": len(os.sched_getaffinity(0)),
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
             "torch": torch.__version__}
+
+
+def machine_info(shapes: Sequence) -> dict:
+    """The machine (`machine_facts`), each shape's threads per process and whether a bf16
+    shape ran (`shapes`: bench/common/shapes.Shape)."""
+    return {**machine_facts(), "threads_per_process": {s.name: s.threads for s in shapes},
+            "bf16": any(s.bf16 for s in shapes)}

@@ -200,6 +200,7 @@ class VLLMEngine(EngineFingerprints):
         means (`resets_lazily`: a new one drops what the old ones computed first).
         """
         self._usable()
+        self.build.step_on_this_thread()       # a Ray call's thread may not be vLLM's own
         if weights_version != self._weights_version and weights_version is not None:
             if self.resets_lazily and self._weights_version is not None:
                 self._weights_changed()
@@ -243,6 +244,7 @@ class VLLMEngine(EngineFingerprints):
         from vllm.inputs import TokensPrompt
 
         self._usable()
+        self.build.step_on_this_thread()
         prompts = [TokensPrompt(prompt_token_ids=list(map(int, p)) + list(map(int, r)))
                    for p, r in zip(prompt_token_ids, response_token_ids)]
         with self.inflight.gate.generating() if self.inflight else contextlib.nullcontext():

@@ -36,6 +36,10 @@ class VLLMBuild:
     def release_segments(self, paths) -> None:
         """Nothing to remove on this build."""
 
+    def step_on_this_thread(self) -> None:
+        """Ready the calling thread to step the engine: nothing here (the model computes on the
+        device)."""
+
     def use_plain_linears(self) -> None:
         """Keep linear weights as loaded (nothing to do: this build never repacks them)."""
 

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from bench import bench_async, bench_e2e
+from bench import bench_async
+from bench.common import mindrl_runs, shapes
 
 
 def _row(step_s, gen_s, response=50.0, **extra):
@@ -37,7 +38,7 @@ def test_the_speedup_and_idle_fractions_from_two_metrics_files(tmp_path):
     one = _write(tmp_path / "one.jsonl",
                  [_async_row(0.1, 5.0, 5.0)] + [_async_row(2.5)] * 3
                  + [_async_row(2.5, 0.5, 1.0), _async_row(5.0)])
-    steps = {mode: [bench_async.async_step(r, completions=4) for r in bench_e2e.step_rows(path)]
+    steps = {mode: [bench_async.async_step(r, completions=4) for r in mindrl_runs.step_rows(path)]
              for mode, path in (("sync", sync), ("one_step", one))}
     results = {mode: {**bench_async.async_summary(s), **bench_async.whole_run(s)}
                for mode, s in steps.items()}
@@ -84,13 +85,13 @@ def test_every_loop_runs_the_same_layout_with_its_own_bound(tmp_path):
     from mindrl.config import ClusterResources, load_recipe
     from mindrl.config.checks.asynchronous import staleness_bound
 
-    natural = bench_e2e.SHAPES["natural"]
+    natural = shapes.SHAPES["natural"]
     seen = {}
     for mode in bench_async.MODES:
         shape = bench_async.mode_shape(natural, mode, threads=1)
         assert (shape.max_tokens, shape.exact_length, shape.model) == \
             (1024, False, "bench-qwen2-75m")
-        run = load_recipe(bench_e2e.RECIPE, [*bench_e2e.mindrl_overrides(shape, tmp_path),
+        run = load_recipe(mindrl_runs.RECIPE, [*mindrl_runs.mindrl_overrides(shape, tmp_path),
                                              *bench_async.overrides(mode, shape)],
                           cluster=ClusterResources("cpu", 2))
         gen = run.generate_config

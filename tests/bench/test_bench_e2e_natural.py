@@ -11,6 +11,8 @@ import pytest
 
 from bench.common.flops import FlopModel
 from bench.common.machine import cpu_facts
+from bench.common.mindrl_runs import mindrl_overrides, mindrl_step
+from bench.common.steps import completion_distribution
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "bench_e2e.py"
 
@@ -54,21 +56,21 @@ def test_length_summary_on_hand_lists(bench):
 
 def test_completion_distribution_from_samples_or_from_step_statistics(bench):
     trl_steps = [{"completion_lengths": [1, 2, 3]}, {"completion_lengths": [10]}]
-    d = bench.completion_distribution(trl_steps)
+    d = completion_distribution(trl_steps)
     assert (d["mean"], d["p50"], d["max"], d["samples"]) == (4.0, 2.5, 10.0, 4)
     row = {"timing_s/step": 2.0, "timing_s/gen": 1.0, "timing_s/reward": 0.1,
            "timing_s/old_log_prob": 0.0, "timing_s/ref": 0.0, "timing_s/update_actor": 0.5,
            "timing_s/reshard": 0.2, "response_length/mean": 60.0, "response_length/max": 200.0,
            "prompt_length/mean": 10.0, "critic/score/mean": 0.25}
-    step = bench.mindrl_step(row, completions=4)
+    step = mindrl_step(row, completions=4)
     assert step["seq_lengths"] == [70.0] * 4 and step["completion_tokens"] == 240.0
-    other = bench.mindrl_step({**row, "response_length/mean": 40.0,
-                               "response_length/max": 300.0}, completions=4)
-    d = bench.completion_distribution([step, other])
+    other = mindrl_step({**row, "response_length/mean": 40.0, "response_length/max": 300.0},
+                        completions=4)
+    d = completion_distribution([step, other])
     assert (d["mean"], d["max"], d["p50"], d["p90"]) == (50.0, 300.0, None, None)
-    logged = [bench.mindrl_step({**row, "response_length/p50": p50, "response_length/p90": 99.0},
-                                completions=4) for p50 in (30.0, 50.0)]
-    d = bench.completion_distribution(logged)
+    logged = [mindrl_step({**row, "response_length/p50": p50, "response_length/p90": 99.0},
+                          completions=4) for p50 in (30.0, 50.0)]
+    d = completion_distribution(logged)
     assert (d["p50"], d["p90"]) == (40.0, 99.0)
 
 
@@ -95,7 +97,7 @@ def test_every_shape_passes_mindrl_validation_packed_with_a_token_budget(bench, 
     from mindrl.config import ClusterResources, load_recipe
 
     for shape in _shapes(bench):
-        run = load_recipe("grpo_tiny_cpu", bench.mindrl_overrides(shape, tmp_path),
+        run = load_recipe("grpo_tiny_cpu", mindrl_overrides(shape, tmp_path),
                           cluster=ClusterResources("cpu", 2))
         mt, rl, gen = run.megatron_training, run.rl_config, run.generate_config
         assert run.active_roles == ["actor"], shape.name          # kl_coef 0: no reference
@@ -109,7 +111,7 @@ def test_every_shape_passes_mindrl_validation_packed_with_a_token_budget(bench, 
         assert mt.bf16 is shape.bf16, shape.name
     natural = bench.SHAPES["natural"]
     assert (natural.max_tokens, natural.exact_length, natural.steps) == (1024, False, 6)
-    assert "+generate_config.sampling_config.ignore_eos=false" in bench.mindrl_overrides(
+    assert "+generate_config.sampling_config.ignore_eos=false" in mindrl_overrides(
         natural, tmp_path)
 
 

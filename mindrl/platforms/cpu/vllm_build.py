@@ -3,7 +3,7 @@ eager, a KV cache sized in bytes, and the loaders of vllm_loaders.py."""
 
 from __future__ import annotations
 
-from mindrl.platforms.cpu import vllm_experts, vllm_loaders, vllm_shm
+from mindrl.platforms.cpu import vllm_experts, vllm_loaders, vllm_shm, vllm_start
 from mindrl.platforms.vllm_build import VLLMBuild
 
 # docs/platforms.md#vllm-on-cpu: without an explicit KV-cache size start-up demands 92% of the
@@ -44,6 +44,9 @@ class CPUVLLMBuild(VLLMBuild):
     def release_segments(self, paths) -> None:
         """Remove them once the workers have stopped (vLLM leaves them behind)."""
         vllm_shm.remove_segments(paths)
+
+    # The calling thread gets the engine's OpenMP thread count (vllm_start.py).
+    step_on_this_thread = staticmethod(vllm_start.step_on_this_thread)
 
     # Worker side (vllm_loaders.py): vLLM's model and what else they need as arguments.
     use_plain_linears = staticmethod(vllm_loaders.use_plain_linears)

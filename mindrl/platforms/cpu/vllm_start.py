@@ -34,6 +34,27 @@ def _not_thread_warning(record: logging.LogRecord) -> bool:
     return "torch.set_num_threads" not in record.getMessage()
 
 
+def step_on_this_thread() -> None:
+    """Give the calling thread the engine's OpenMP thread count before it steps an in-process
+    engine (infer TP 1: vLLM runs the model on whichever thread calls it).
+
+    torch's thread count is the process's; OpenMP's is each thread's own, and a thread takes
+    torch's only at its first torch parallel op. Until then it has the count the process
+    started with (OMP_NUM_THREADS: 1 in every Ray worker, workers/worker_group.WORKER_ENV).
+    vLLM's CPU attention reads OpenMP's count twice in a step: building the step's attention
+    metadata, which comes before any such op, and in the kernel, after the step's first
+    matmul. A thread's first step then failed with `cpu_attn_impl.hpp Check failed:
+    input->metadata->thread_num == thread_num (1 vs. 2)` wherever the engine ran more than
+    the process's starting count: an engine actor's generate runs on its default
+    concurrency group's thread, not the one that started vLLM (rollout/engine_group.py), and
+    under rl_config.inflight_sync no weight call ran on that thread before its first
+    generate (bench_e2e natural, cpu_threads 2, rollout_devices 1). torch's count is what
+    prepare_vllm_process (or vLLM's own binding) set; `torch._C.set_num_threads` is
+    torch.set_num_threads itself, which vLLM's CPU worker replaces with a no-op once it
+    starts. Cheap: one call per generate."""
+    torch._C.set_num_threads(torch.get_num_threads())
+
+
 def fork_tensor_parallel_workers() -> None:
     """An engine of infer TP > 1 forks its TP workers instead of spawning them.
 
