@@ -331,7 +331,8 @@ KEY_DOCS: dict[str, str] = {
     # --- prepare ---------------------------------------------------------------------------
     "prepare.tiny_model": "a configs/model name (e.g. tiny-qwen2) made random-init when the "
                           "tokenizer folder is missing",
-    "prepare.tokenizer": "char or qwen25 (built offline)",
+    "prepare.tokenizer": "char, char_tools (char with the four tool markers, for "
+                         "agent_config.format: char) or qwen25 (built offline)",
     "prepare.task": "the generated task: arith (a+b=), max (max(a,b)= over digits), vl "
                     "(synthetic pictures) or arith_tool (a+b= with large operands, held-out "
                     "pairs drawn at random: the tool task)",
@@ -362,6 +363,11 @@ KEY_DOCS: dict[str, str] = {
                             "or best_effort (run with the layers that hold, said in every "
                             "trace)",
     "agent_config.tool_workers": "processes of the tool pool",
+    "agent_config.call_bonus": "added to an episode's score when a tool answered at least "
+                               "one of its calls without an error (read from the inserted "
+                               "tokens, which the model cannot forge); 0: none",
+    "agent_config.search_corpus": "a jsonl of {\"id\", \"text\"} documents the search tool "
+                                  "ranks with BM25 (null: search answers an error)",
     "agent_config.traces_per_step": "episodes written as readable text to the run folder each "
                                     "step",
 }

@@ -203,11 +203,25 @@ def make_plan(run: RunConfig, cluster: ClusterResources,
         "rollout": rollout,
         "batch": batch_arithmetic(run),
         "images": _images(run),
+        "episodes": _episodes(run),
         "objective": _objective(run),
         "fits_cluster": fits,
         "memory_bytes": memory,
         "warnings": warnings,
     }
+
+
+def _episodes(run: RunConfig) -> Optional[dict[str, Any]]:
+    """How an agent run's episodes go (trainer/agent.py, rollout/tool_episode.py); None for
+    single-turn episodes."""
+    a = run.agent_config
+    if not a.multi_turn:
+        return None
+    return {"tools": list(a.tools), "format": a.format, "max_turns": a.max_turns,
+            "tokens": run.generate_config.sampling_config.max_tokens,
+            "tool_timeout_s": a.tool_timeout_s, "tool_workers": a.tool_workers,
+            "max_tool_response_tokens": a.max_tool_response_tokens, "sandbox": a.sandbox,
+            "call_bonus": a.call_bonus}
 
 
 def _objective(run: RunConfig) -> dict[str, Any]:
@@ -240,6 +254,8 @@ def _objective(run: RunConfig) -> dict[str, Any]:
         update.append(f"rollout IS {rl.rollout_is} (cap {rl.rollout_is_cap:g})")
     if rl.router_replay != "off":
         update.append(f"routing replay {rl.router_replay}")
+    if run.agent_config.multi_turn and run.agent_config.call_bonus:
+        terms.append(f"{run.agent_config.call_bonus:g} x a tool answered a call")
     return {"score_terms": terms,
             "verifiers": ({"processes": rl.verifier_parallel, "timeout_s": rl.verifier_timeout,
                            "modules": list(rl.verifier_modules)} if rl.rule_reward else None),
@@ -362,6 +378,16 @@ def format_plan(plan: dict[str, Any]) -> str:
                   f"  vision tower ({i['tower']}): "
                   + ("trains with the model" if i["tower_trains"]
                      else "frozen (actor_config.freeze_vision_tower)")]
+    if plan.get("episodes"):
+        e = plan["episodes"]
+        lines += ["", "episodes (multi-turn, with tools):",
+                  f"  tools {', '.join(e['tools'])} in format {e['format']}; at most "
+                  f"{e['max_turns']} model turns and {e['tokens']} tokens (model and tool "
+                  f"tokens together); tool answers inserted, attended, never trained",
+                  f"  calls in {e['tool_workers']} tool worker process(es), "
+                  f"{e['tool_timeout_s']:g} s a call, answers cut at "
+                  f"{e['max_tool_response_tokens']} tokens; sandbox {e['sandbox']} (the "
+                  f"python tool)"]
     o = plan["objective"]
     lines += ["", "reward and update:", "  score = " + " + ".join(o["score_terms"])]
     if o["verifiers"]:

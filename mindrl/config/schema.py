@@ -341,7 +341,7 @@ class PrepareConfig:
     rl_config.reward_model, a random-init reward model (reward_config.load, from `<load>-hf`)."""
 
     tiny_model: Optional[str] = None      # a configs/model name, e.g. tiny-qwen2
-    tokenizer: Literal["char", "qwen25"] = "char"
+    tokenizer: Literal["char", "char_tools", "qwen25"] = "char"
     task: Optional[Literal["arith", "max", "vl", "arith_tool"]] = None
     num_prompts: int = 4096
     max_operand: int = 2
@@ -368,6 +368,8 @@ class AgentConfig:
     sandbox: Literal["strict", "best_effort"] = "strict"   # the python tool's layers
     tool_workers: int = 1             # processes of the tool pool
     traces_per_step: int = 4          # episodes kept as text in the run folder each step
+    search_corpus: Optional[str] = None   # jsonl of {"id", "text"} the search tool ranks
+    call_bonus: float = 0.0           # added to the score of an episode a tool answered
 
     @property
     def multi_turn(self) -> bool:

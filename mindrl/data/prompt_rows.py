@@ -29,10 +29,13 @@ def extra_keys(dataset_additional_keys: Sequence[str]) -> List[str]:
 
 def prepare_rows(rows: Sequence[dict], source: str, keys: Sequence[str], max_prompt_length: int,
                  tokenize: Callable[[str], List[int]],
-                 length: Optional[Callable[[dict], int]] = None) -> PromptRows:
+                 length: Optional[Callable[[dict], int]] = None,
+                 finish: Optional[Callable[[List[int]], List[int]]] = None) -> PromptRows:
     """Rows with token ids; a row missing an extra key fails naming it, the row and the fix;
     rows over `max_prompt_length` tokens are set aside, counted by `length(row)` (default its
-    ids; an image prompt's with each image's pad expanded to its tokens)."""
+    ids; an image prompt's with each image's pad expanded to its tokens). `finish` rewrites
+    each row's ids before they are counted (an agent run's tool schemas in the system
+    message: trainer/agent.py)."""
     kept, rejected = [], []
     for index, row in enumerate(rows):
         missing = [k for k in keys if k not in row]
@@ -41,6 +44,8 @@ def prepare_rows(rows: Sequence[dict], source: str, keys: Sequence[str], max_pro
                              f"megatron_training.dataset_additional_keys); add the field to "
                              f"every row, or drop it from dataset_additional_keys")
         ids = list(row["prompt_ids"]) if "prompt_ids" in row else tokenize(row["prompt"])
+        if finish is not None:
+            ids = finish(ids)
         ready = {**row, "prompt_ids": ids}
         tokens = len(ids) if length is None else length(ready)
         if tokens > max_prompt_length:
@@ -73,13 +78,15 @@ def per_prompt_fields(rows: Sequence[dict], keys: Sequence[str]) -> Dict[str, li
 def load_prompt_source(path: str, keys: Sequence[str], max_prompt_length: int,
                        tokenize: Callable[[str], List[int]], rejects_path: Path,
                        log: Callable[[str], None],
-                       length: Optional[Callable[[dict], int]] = None) -> Tuple[List[dict], int]:
+                       length: Optional[Callable[[dict], int]] = None,
+                       finish: Optional[Callable[[List[int]], List[int]]] = None
+                       ) -> Tuple[List[dict], int]:
     """A prompt source's rows made ready (`prepare_rows`) and how many were skipped; skipped
     rows are written to `rejects_path` and said in one line."""
     from mindrl.data.indexed import load_prompt_rows
 
     ready = prepare_rows(load_prompt_rows(path), str(path), keys, max_prompt_length, tokenize,
-                         length)
+                         length, finish)
     if ready.rejected:
         rejects_path.parent.mkdir(parents=True, exist_ok=True)
         write_rejects(ready.rejected, str(path), max_prompt_length, rejects_path)

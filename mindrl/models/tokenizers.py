@@ -34,7 +34,7 @@ ENDOFTEXT = "<|endoftext|>"
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 
-TOKENIZER_KINDS = ("char", "qwen25")
+TOKENIZER_KINDS = ("char", "char_tools", "qwen25")   # char_tools: char + the tool markers
 
 # Qwen2.5's ChatML layout, minus tool calling (nothing here uses tools).
 CHAT_TEMPLATE = (
@@ -303,6 +303,8 @@ def build_tokenizer(kind: str,
     """Build a tokenizer by kind name; ``cache_dir`` only matters for 'qwen25'."""
     if kind == "char":
         return build_char_tokenizer()
+    if kind == "char_tools":
+        return build_char_tokenizer(tool_markers=True)
     if kind == "qwen25":
         return build_qwen25_tokenizer(cache_dir=cache_dir)
     raise ValueError(f"unknown tokenizer kind {kind!r}; choose one of {', '.join(TOKENIZER_KINDS)}")
@@ -314,7 +316,7 @@ class TokenizerNotFound(ValueError):
 
 def load_tokenizer(name_or_path: Union[str, Path]):
     """The project's one tokenizer loader (preprocessing, the indexed-dataset reader, the
-    trainer's checks): a built-in kind ("char", "qwen25") or an HF tokenizer directory,
+    trainer's checks): a built-in kind (TOKENIZER_KINDS) or an HF tokenizer directory,
     offline; anything else is refused with the command that makes a directory."""
     name = str(name_or_path)
     if name in TOKENIZER_KINDS:

@@ -11,9 +11,15 @@ layout, up to the next ``<|im_start|>assistant\\n``). Formats (``TOOL_FORMATS``)
   (one user query, then model and tool turns) the sampled ``<think>`` blocks stay in the
   history as sampled; a new user query would make the template drop them, which an
   append-only episode cannot do.
-* ``char``: the Qwen2.5 layout for the tiny tokenizers, with their system prompt ("You are a
-  helpful assistant."); the tokenizer needs the four tool markers
-  (``tokenizers.add_tool_markers``).
+* ``char``: for the tiny tokenizers (they need the four tool markers,
+  ``tokenizers.add_tool_markers``), made for a random-init model: the first prompt is the
+  Qwen2.5 layout with the char tokenizer's system prompt ("You are a helpful assistant."), but
+  a run's prompts carry no schemas (``schemas_in_prompt``: a tiny model cannot read them, and
+  the prompt stays the single-turn recipe's); a call with an empty body is an ``EmptyCall``
+  (the episode calls its first tool on the prompt's expression); and the answers follow the
+  call inside the model's turn (``inline_answers``: ``<tool_call></tool_call><tool_response>
+  357</tool_response>`` then the model goes on), so the answer to copy is a few tokens back,
+  not behind a user turn's 15 tokens of headers.
 
 Token in, token out: the ids the engine sampled are never decoded and re-encoded; only the
 inserted text is encoded, and only once. The layout's own text is encoded as the template's
@@ -74,7 +80,16 @@ class CallError:
     text: str
 
 
-Call = Union[ToolCall, CallError]
+@dataclass(frozen=True)
+class EmptyCall:
+    """A call with nothing between its markers, in a format that allows it (``char``): the
+    episode calls its first tool on the prompt's own expression (rollout/tool_episode.py), so
+    that a random-init model can find a call by chance (two tokens, no JSON)."""
+
+    text: str
+
+
+Call = Union[ToolCall, CallError, EmptyCall]
 # A piece of text to encode: (text, layout). Layout text is the format's own (its special
 # tokens are single ids); the rest is read as plain characters.
 Segment = Tuple[str, bool]
@@ -100,6 +115,11 @@ def _read_call(body: str, text: str) -> Call:
         return CallError(f"error: the \"arguments\" of the call of {name!r} must be a JSON "
                          f"object, not a {type(args).__name__}", text)
     return ToolCall(name, args)
+
+
+def _is_empty_call(text: str) -> bool:
+    return (text.startswith(TOOL_CALL) and text.endswith(TOOL_CALL_END)
+            and not text[len(TOOL_CALL):-len(TOOL_CALL_END)].strip())
 
 
 def parse_hermes_calls(text: str) -> List[Call]:
@@ -214,6 +234,9 @@ class ToolFormat:
     required_tokens: Tuple[str, ...]   # each must be one token of the tokenizer
     reasoning: bool = False            # <think>...</think> precedes the answer (Qwen3)
     missing_hint: str = ""             # how to get a tokenizer with required_tokens
+    empty_calls: bool = False          # an empty call body is an EmptyCall, not an error
+    schemas_in_prompt: bool = True     # the first prompt carries the tools' schemas
+    inline_answers: bool = False       # answers follow the call in the model's turn
 
     # -- tokens
 
@@ -254,7 +277,11 @@ class ToolFormat:
     def parse_calls(self, text: str) -> List[Call]:
         """The calls of one model turn's text (hermes rules, ``parse_hermes_calls``); a
         reasoning format reads the answer after the thinking only."""
-        return parse_hermes_calls(self.answer_text(text))
+        calls = parse_hermes_calls(self.answer_text(text))
+        if not self.empty_calls:
+            return calls
+        return [EmptyCall(c.text) if isinstance(c, CallError) and _is_empty_call(c.text) else c
+                for c in calls]
 
     def parse_turn(self, tokenizer, ids: Sequence[int]) -> List[Call]:
         """``parse_calls`` of the ids the engine sampled in one turn (decoded to read them;
@@ -327,6 +354,12 @@ class ToolFormat:
         end) the ``<|im_end|>`` is inserted first."""
         if not outputs:
             raise ValueError("no tool answers to insert: a turn without calls ends the episode")
+        if self.inline_answers:
+            for answer in outputs:
+                if not isinstance(answer, str):
+                    raise TypeError(f"a tool answer is text, not {type(answer).__name__}")
+            return [seg for answer in outputs for seg in
+                    ((TOOL_RESPONSE, True), (answer, False), (TOOL_RESPONSE_END, True))]
         out: List[Segment] = [] if closed else [(IM_END, True)]
         out.append((f"\n{IM_START}user", True))
         for answer in outputs:
@@ -361,6 +394,7 @@ TOOL_FORMATS: Dict[str, ToolFormat] = {
                                      "tokenizer or the model's own)"),
     "char": ToolFormat("char", template=None, default_system=CHAR_DEFAULT_SYSTEM,
                        required_tokens=(IM_START, IM_END) + TOOL_MARKERS,
+                       empty_calls=True, schemas_in_prompt=False, inline_answers=True,
                        missing_hint="build it with tokenizers.build_char_tokenizer("
                                     "tool_markers=True) or add_tool_markers(tokenizer)"),
 }

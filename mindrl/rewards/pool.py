@@ -16,6 +16,21 @@ so the parent always knows which job a worker is on:
   chunk is requeued and a fresh worker is started; a worker that dies is handled the same way,
   as an error. Each kill settles one job, so a batch always finishes.
 
+With `concurrency` > 1 (the tool pool; verifiers keep 1) a worker runs up to that many jobs at
+once, each in a thread of its own, and the parent keeps that many in flight on it, sending
+more as replies come back (in any order). Every job then has its own deadline, counted from
+dispatch: a job that waits (a sleep, a network call, a sandbox child) no longer holds the jobs
+behind it, so a batch of calls of which half sleep 1 s costs about 1 s, not half the batch in
+seconds. A kind may gate some of its jobs (`run.gate(job)`: a semaphore the job holds while it
+runs, e.g. at most one sandbox child per core): a job waiting at its gate tells the parent
+("wait") and its clock starts when it gets through ("start"). Past a deadline the worker is
+killed as above: every job past its own deadline is settled as a timeout, the others it was
+running are sent again from the start (they lose what they had done, so a kind's jobs should
+be safe to rerun). A worker that dies under several jobs cannot say which one killed it: they
+are sent again, each to run alone on a worker, so the one that kills its worker again is the
+one settled as an error; each kill still settles a job or isolates the jobs it interrupted,
+so a batch always finishes.
+
 Workers are started with "forkserver" (default) or "spawn", never plain fork: the trainer may
 hold threads. With forkserver, a kind's slow imports (math-verify/sympy for verifiers) are made
 once in the server, so replacing a killed worker costs a fork instead of seconds of imports.
@@ -36,7 +51,7 @@ import traceback
 import weakref
 from collections import deque
 from multiprocessing.connection import wait as wait_ready
-from typing import Any, Callable, Deque, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 logger = logging.getLogger(__name__)
 
@@ -61,8 +76,10 @@ class Outcome(NamedTuple):
 # ----------------------------------------------------------------------------- worker side
 
 
-def _worker_main(conn, kind: str, setup_args: tuple, memory_limit_mb: Optional[int]) -> None:
-    """Worker entry point: set up the job kind once, then run job chunks until told to stop."""
+def _worker_main(conn, kind: str, setup_args: tuple, memory_limit_mb: Optional[int],
+                 concurrency: int = 1) -> None:
+    """Worker entry point: set up the job kind once, then run job chunks until told to stop:
+    one job after another, or with `concurrency` > 1 each job in a thread of its own."""
     os.environ["OMP_NUM_THREADS"] = "1"
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle
     try:
@@ -77,6 +94,9 @@ def _worker_main(conn, kind: str, setup_args: tuple, memory_limit_mb: Optional[i
         conn.send(("fatal", traceback.format_exc()))
         return
     conn.send(("ready", os.getpid()))
+    if concurrency > 1:
+        _serve_concurrently(conn, run)
+        return
     while True:
         try:
             chunk = conn.recv()
@@ -86,6 +106,54 @@ def _worker_main(conn, kind: str, setup_args: tuple, memory_limit_mb: Optional[i
             return
         for job_id, job in chunk:
             conn.send((job_id, *_run_one(run, job)))
+
+
+def _serve_concurrently(conn, run: Callable[[Any], Reply]) -> None:
+    """Each job of every chunk in a daemon thread of its own, started as it arrives (the parent
+    never has more in flight than the pool's concurrency); replies go back as jobs finish.
+    `run.gate(job)`, where the kind has one, names a semaphore the job must hold while it runs:
+    a job that waits for it says so ("wait") and when it gets through ("start"), so that its
+    deadline counts from its start."""
+    send_lock = threading.Lock()
+    gate = getattr(run, "gate", None)
+
+    def send(message) -> None:
+        with send_lock:
+            conn.send(message)
+
+    def one(job_id: int, job) -> None:
+        try:
+            slot = gate(job) if gate is not None else None
+        except Exception:  # noqa: BLE001 - a gate's bug runs the job ungated
+            slot = None
+        try:
+            if slot is not None and not slot.acquire(blocking=False):
+                send(("wait", job_id))
+                slot.acquire()
+                send(("start", job_id))
+            try:
+                reply = _run_one(run, job)
+            finally:
+                if slot is not None:
+                    slot.release()
+            try:
+                send((job_id, *reply))
+            except (TypeError, AttributeError, ValueError, RecursionError) as exc:
+                # an answer that does not pickle (nothing was written: pickling comes first)
+                send((job_id, ERROR, None, "the answer cannot be sent: " + _short(exc)))
+        except (OSError, EOFError):
+            pass  # the parent is gone or closed the pipe: nobody waits for this answer
+
+    while True:
+        try:
+            chunk = conn.recv()
+        except (EOFError, OSError):
+            return
+        if chunk is None:
+            return
+        for job_id, job in chunk:
+            threading.Thread(target=one, args=(job_id, job), daemon=True,
+                             name=f"job-{job_id}").start()
 
 
 def _resolve(kind: str) -> Callable[..., Callable[[Any], Reply]]:
@@ -180,25 +248,33 @@ def _die_with_parent() -> None:
 
 
 class _Worker:
-    __slots__ = ("proc", "conn", "ready", "jobs", "deadline", "started")
+    __slots__ = ("proc", "conn", "ready", "jobs", "started", "alone")
 
     def __init__(self, proc, conn) -> None:
         self.proc = proc
         self.conn = conn
         self.ready = False
-        self.jobs: Deque[int] = deque()  # job ids sent and not answered yet, in order
-        self.deadline: Optional[float] = None  # for jobs[0]
+        # job ids sent and not answered yet, in the order sent -> each one's deadline (None:
+        # not started: queued behind the job before it, or waiting at its gate)
+        self.jobs: Dict[int, Optional[float]] = {}
         self.started = time.monotonic()
+        self.alone = False  # running a job that must run by itself (_Batch.alone)
+
+    def first_deadline(self) -> Optional[float]:
+        return min((d for d in self.jobs.values() if d is not None), default=None)
 
 
 class _Batch:
-    __slots__ = ("jobs", "results", "pending", "remaining")
+    __slots__ = ("jobs", "results", "pending", "remaining", "alone")
 
     def __init__(self, jobs: Sequence[Any]) -> None:
         self.jobs = jobs
         self.results: List[Optional[Outcome]] = [None] * len(jobs)
         self.pending: Deque[int] = deque(range(len(jobs)))
         self.remaining = len(jobs)
+        # jobs that were running together when their worker died: each runs alone from then
+        # on, so that the one that kills a worker is known
+        self.alone: Set[int] = set()
 
     def settle(self, job_id: int, outcome: Outcome) -> None:
         self.results[job_id] = outcome
@@ -214,10 +290,14 @@ class WorkerPool:
             A run that raises settles its job as an ERROR; one that hangs or kills its
             worker, as a TIMEOUT or ERROR, and the worker is replaced.
         setup_args: what the setup receives.
-        num_workers: worker processes (each single-threaded).
+        num_workers: worker processes.
         timeout: seconds one job may run before its worker is killed.
+        concurrency: jobs one worker runs at once (1: one after another, in its main
+            thread; more: each in a thread of its own, see the module docstring). The run
+            function must then be thread-safe.
         mp_context: "forkserver" (cheap respawns) or "spawn".
-        max_chunk: most jobs sent to a worker at once (fewer messages vs. load balance).
+        max_chunk: most jobs sent to a worker at once (fewer messages vs. load balance);
+            with concurrency > 1 a worker is sent what fills its free places instead.
         startup_timeout: seconds a worker may take to set up before the pool gives up.
         memory_limit_mb: optional RLIMIT_AS per worker: a runaway allocation becomes a
             MemoryError (an error) instead of swapping the machine.
@@ -237,9 +317,12 @@ class WorkerPool:
         memory_limit_mb: Optional[int] = None,
         preload: Sequence[str] = (),
         name: str = "job",
+        concurrency: int = 1,
     ) -> None:
         if num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ValueError(f"concurrency must be an integer >= 1, got {concurrency!r}")
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
         if mp_context not in ("forkserver", "spawn"):
@@ -248,6 +331,7 @@ class WorkerPool:
             )
         self.name = name
         self.num_workers = num_workers
+        self.concurrency = concurrency
         self.timeout = float(timeout)
         self.max_chunk = max(1, int(max_chunk))
         self.startup_timeout = float(startup_timeout)
@@ -310,7 +394,8 @@ class WorkerPool:
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
         proc = self._ctx.Process(
             target=_worker_main,
-            args=(child_conn, self._kind, self._setup_args, self._memory_limit_mb),
+            args=(child_conn, self._kind, self._setup_args, self._memory_limit_mb,
+                  self.concurrency),
             name=f"mindrl-{self.name}",
             daemon=True,
         )
@@ -318,23 +403,49 @@ class WorkerPool:
         child_conn.close()  # so the parent sees EOF when the worker dies
         return _Worker(proc, parent_conn)
 
+    def _open(self, w: _Worker) -> bool:
+        return w.ready and not w.alone and len(w.jobs) < self.concurrency
+
     def _dispatch(self, batch: _Batch) -> None:
+        """Sequential workers (concurrency 1): an idle one gets a chunk, whose first job starts
+        now and each next one at the previous one's reply. Concurrent ones: each gets enough to
+        fill its free places (a fair share of what is pending), every job starting now."""
+        sequential = self.concurrency == 1
+        if not sequential:
+            open_workers = sum(1 for w in self._workers if self._open(w))
+            share = math.ceil(len(batch.pending) / max(1, open_workers))
         for i, w in enumerate(self._workers):
             if not batch.pending:
                 return
-            if not w.ready or w.jobs:
+            if not self._open(w):
                 continue
-            size = min(self.max_chunk, math.ceil(len(batch.pending) / (2 * self.num_workers)))
-            w.jobs = deque(batch.pending.popleft() for _ in range(max(1, size)))
-            w.deadline = time.monotonic() + self.timeout
+            if sequential:
+                size = min(self.max_chunk,
+                           math.ceil(len(batch.pending) / (2 * self.num_workers)))
+            else:
+                size = min(self.concurrency - len(w.jobs), share)
+            sent: List[int] = []
+            while batch.pending and len(sent) < max(1, size):
+                if batch.pending[0] in batch.alone:
+                    if sent or w.jobs:
+                        break
+                    w.alone = True
+                sent.append(batch.pending.popleft())
+                if w.alone:
+                    break
+            if not sent:
+                continue
+            now = time.monotonic()
+            for k, j in enumerate(sent):
+                w.jobs[j] = now + self.timeout if (k == 0 or not sequential) else None
             try:
-                w.conn.send([(j, batch.jobs[j]) for j in w.jobs])
+                w.conn.send([(j, batch.jobs[j]) for j in sent])
             except (OSError, EOFError):
                 self._replace(i, batch, ERROR, "worker died before receiving jobs")
 
     def _wait(self) -> None:
+        deadlines = [d for w in self._workers for d in w.jobs.values() if d is not None]
         now = time.monotonic()
-        deadlines = [w.deadline for w in self._workers if w.jobs and w.deadline is not None]
         deadlines += [w.started + self.startup_timeout for w in self._workers if not w.ready]
         timeout = max(0.0, min(deadlines) - now) if deadlines else None
         handles = [w.conn for w in self._workers] + [w.proc.sentinel for w in self._workers]
@@ -353,13 +464,24 @@ class WorkerPool:
                 elif msg[0] == "fatal":
                     self.close()
                     raise RuntimeError(f"{self.name} worker failed to start:\n{msg[1]}")
+                elif msg[0] == "wait":     # at its gate: its clock starts when it gets through
+                    if msg[1] in w.jobs:
+                        w.jobs[msg[1]] = None
+                elif msg[0] == "start":
+                    if msg[1] in w.jobs:
+                        w.jobs[msg[1]] = time.monotonic() + self.timeout
                 else:
                     job_id, status, value, detail = msg
-                    if not w.jobs or w.jobs[0] != job_id:  # cannot happen with one pipe per worker
+                    # cannot happen with one pipe per worker
+                    if job_id not in w.jobs or (self.concurrency == 1
+                                                and next(iter(w.jobs)) != job_id):
                         raise RuntimeError(f"{self.name} worker replied out of order: {job_id}")
-                    w.jobs.popleft()
+                    del w.jobs[job_id]
                     batch.settle(job_id, Outcome(value, status, detail))
-                    w.deadline = time.monotonic() + self.timeout if w.jobs else None
+                    if self.concurrency == 1 and w.jobs:   # the next job of its chunk starts
+                        w.jobs[next(iter(w.jobs))] = time.monotonic() + self.timeout
+                    if not w.jobs:
+                        w.alone = False
         except (EOFError, OSError):
             dead = True  # after every reply it sent has been read
         if dead:
@@ -373,19 +495,33 @@ class WorkerPool:
     def _enforce_deadlines(self, batch: _Batch) -> None:
         now = time.monotonic()
         for i, w in enumerate(self._workers):
-            if w.jobs and w.deadline is not None and now >= w.deadline:
+            deadline = w.first_deadline()
+            if deadline is not None and now >= deadline:
                 self._replace(i, batch, TIMEOUT, f"exceeded {self.timeout:g}s")
             elif not w.ready and now - w.started > self.startup_timeout:
                 self.close()
                 raise RuntimeError(f"{self.name} worker not ready after {self.startup_timeout:g}s")
 
     def _replace(self, i: int, batch: _Batch, status: str, detail: str) -> None:
-        """Kill worker i, settle its current job as failed, requeue the rest, start a new one."""
+        """Kill worker i, settle the job(s) it failed, requeue the rest, start a new one.
+
+        A timeout settles every job past its own deadline. A death settles the one job that
+        was running (a sequential worker's current job); a worker that died under several
+        cannot say which, so they are requeued to run alone (`_Batch.alone`)."""
         w = self._workers[i]
         _kill(w)
-        if w.jobs:
-            batch.settle(w.jobs.popleft(), Outcome(0.0, status, detail))
-            batch.pending.extendleft(reversed(w.jobs))
+        now = time.monotonic()
+        running = [j for j, d in w.jobs.items() if d is not None]
+        if status == TIMEOUT:
+            failed = [j for j in running if w.jobs[j] <= now]
+        elif len(running) > 1:
+            failed = []
+            batch.alone.update(running)
+        else:
+            failed = running or list(w.jobs)[:1]
+        for j in failed:
+            batch.settle(j, Outcome(0.0, status, detail))
+        batch.pending.extendleft(reversed([j for j in w.jobs if j not in failed]))
         self.restarts += 1
         logger.warning("%s worker %d replaced: %s", self.name, w.proc.pid, detail)
         self._workers[i] = self._spawn()

@@ -18,6 +18,7 @@ import json
 import logging
 import shutil
 import tempfile
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -34,6 +35,9 @@ from .schema import ArgumentError, check_arguments
 logger = logging.getLogger(__name__)
 
 GRACE_S = 1.0   # an in-process tool's worker is killed this long after the call's deadline
+# Calls one pool worker runs at once, each in a thread (tools/worker.py): a batch whose calls
+# wait (a sleep, a service, a sandbox child) costs about its longest call, not their sum.
+CALLS_PER_WORKER = 32
 
 # Why a call failed (ToolResult.error), for the metrics.
 UNKNOWN_TOOL, BAD_ARGUMENTS, MALFORMED = "unknown_tool", "bad_arguments", "malformed"
@@ -77,6 +81,8 @@ class ToolRunner:
         tools: shipped names and users' `module:function` / `file.py:function` entries.
         limits: ToolLimits of every call.
         num_workers: pool workers (calls of one batch run in parallel across them).
+        calls_per_worker: calls each worker runs at once, in threads (1: one after another);
+            sandbox children are held to one per core per worker besides (tools/worker.py).
         tokenizer: with `limits.max_response_tokens`, answers are cut in tokens.
         layers: the sandbox probe's answer (default: `sandbox.probe()`, asked when a
             sandboxed tool is named); tests pass one to simulate a machine.
@@ -90,7 +96,8 @@ class ToolRunner:
     def __init__(self, tools: Sequence[str], limits: ToolLimits = ToolLimits(),
                  num_workers: int = 2, tokenizer=None, layers: Optional[Mapping[str, str]] = None,
                  announce: Callable[[str], None] = logger.info,
-                 mp_context: str = "forkserver") -> None:
+                 mp_context: str = "forkserver",
+                 calls_per_worker: int = CALLS_PER_WORKER) -> None:
         self.tools: Dict[str, Tool] = resolve_all(tools)
         self.limits = limits
         self.tokenizer = tokenizer
@@ -116,11 +123,15 @@ class ToolRunner:
                 mp_context=mp_context,
                 max_chunk=4,
                 name="tool",
+                concurrency=calls_per_worker,
             )
         except BaseException:
             shutil.rmtree(self._scratch_root, ignore_errors=True)
             raise
         self.counts: Counter = Counter()
+        # One batch at a time: the episodes of several batches in flight (asynchronous
+        # GRPO) answer from their own threads; the pool runs each batch's calls in parallel.
+        self._lock = threading.Lock()
 
     # -- public
 
@@ -132,8 +143,13 @@ class ToolRunner:
         return self.call_many([(name, arguments)])[0]
 
     def call_many(self, calls: Sequence[Tuple[Any, Any]]) -> List[ToolResult]:
-        """One ToolResult per (name, arguments) call, in order; calls run in parallel across
-        the workers. Never raises for a bad call."""
+        """One ToolResult per (name, arguments) call, in order; calls run at once, up to
+        calls_per_worker on each worker. Never raises for a bad call; thread-safe (one batch
+        at a time)."""
+        with self._lock:
+            return self._call_many(calls)
+
+    def _call_many(self, calls: Sequence[Tuple[Any, Any]]) -> List[ToolResult]:
         start = time.monotonic()
         results: List[Optional[ToolResult]] = [None] * len(calls)
         jobs, where = [], []
@@ -156,12 +172,22 @@ class ToolRunner:
     def metrics(self) -> Dict[str, float]:
         """Counts since start (or the last reset): tools/calls, tools/ok, tools/errors,
         tools/timeouts, tools/cut, per error kind, per tool, and the pool's restarts."""
-        out = {f"tools/{k}": float(v) for k, v in sorted(self.counts.items())}
+        with self._lock:
+            out = {f"tools/{k}": float(v) for k, v in sorted(self.counts.items())}
         out["tools/worker_restarts"] = float(self.pool.restarts)
         return out
 
     def reset_metrics(self) -> None:
-        self.counts.clear()
+        with self._lock:
+            self.counts.clear()
+
+    def drain_metrics(self) -> Dict[str, float]:
+        """`metrics()` since the last drain, then reset: a step's tool activity."""
+        with self._lock:
+            out = {f"tools/{k}": float(v) for k, v in sorted(self.counts.items())}
+            self.counts.clear()
+        out["tools/worker_restarts"] = float(self.pool.restarts)
+        return out
 
     def close(self) -> None:
         try:
@@ -227,6 +253,7 @@ class ToolRunner:
 
     def _count(self, r: ToolResult) -> None:
         self.counts["calls"] += 1
+        self.counts["seconds"] += float(r.seconds or 0.0)
         self.counts[{OK: "ok", ERROR: "errors", TIMEOUT: "timeouts"}[r.status]] += 1
         if r.error:
             self.counts[f"error/{r.error}"] += 1

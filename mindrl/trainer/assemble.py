@@ -27,6 +27,7 @@ from mindrl.rollout.engine_group import RolloutGroup
 from mindrl.trainer.prompt_batches import PromptBatches
 from mindrl.trainer.resume import ResumePlan, plan_resume
 from mindrl.trainer.route_replay_step import engine_route_kwargs
+from mindrl.trainer.agent import AgentParts, tool_prompt
 from mindrl.trainer.tracking import Tracker
 from mindrl.weight_sync.manager import WeightSync
 from mindrl.workers.placement import create_placement
@@ -50,6 +51,7 @@ class RunParts:
     save_dir: Path
     resume_plan: Optional[ResumePlan]
     data_metrics: Dict[str, float] = field(default_factory=dict)
+    agent: Optional[AgentParts] = None     # agent_config with tools: the tool loop's parts
 
     @property
     def actor(self) -> ActorGroup:
@@ -76,10 +78,10 @@ class RunParts:
 
 
 def _prompt_rows(prompts: PromptBatches, path: str, run_dir: Path, rejects_name: str,
-                 metric: str, data_metrics: Dict[str, float], log) -> List[dict]:
+                 metric: str, data_metrics: Dict[str, float], log, finish=None) -> List[dict]:
     """Token ids and extra keys; overlong prompts skipped, counted and listed in the run
-    directory (trainer/prompt_batches.py)."""
-    rows, data_metrics[metric] = prompts.rows(path, run_dir / rejects_name, log)
+    directory (trainer/prompt_batches.py); `finish`: an agent run's tools in the prompt."""
+    rows, data_metrics[metric] = prompts.rows(path, run_dir / rejects_name, log, finish)
     return rows
 
 
@@ -112,18 +114,22 @@ def assemble(run: RunConfig, log: Callable[[str], None] = print) -> RunParts:
         shared.tokenizer_name_or_path, run.models.get("actor"),
         extra_keys(shared.dataset_additional_keys), rl.max_prompt_length, run.pixel_dtype)
     data_metrics: Dict[str, float] = {}
+    finish = tool_prompt(run, prompts.tokenizer)
     loader = PromptLoader(
         _prompt_rows(prompts, shared.data_path, run_dir, "prompt_rejects.jsonl",
-                     "data/prompts_over_max_length", data_metrics, log),
+                     "data/prompts_over_max_length", data_metrics, log, finish),
         shared.global_batch_size, seed=shared.seed, shuffle=not shared.no_shuffle)
     val_rows = (_prompt_rows(prompts, rl.val_data_path, run_dir, "val_prompt_rejects.jsonl",
-                             "data/val_prompts_over_max_length", data_metrics, log)
+                             "data/val_prompts_over_max_length", data_metrics, log, finish)
                 [:rl.val_max_prompts] if rl.val_data_path else [])
     reward = (RuleReward(rl.verifier_function, rl.verifier_weight,
                          verifier_timeout=rl.verifier_timeout,
                          verifier_parallel=rl.verifier_parallel, overlong=overlong_config(run),
                          worker_imports=rl.verifier_modules)
               if rl.rule_reward else None)
+    # After the verifier pool (its forkserver preloads the verifiers) and before any worker
+    # starts: strict sandbox mode refuses a machine here, naming the layer.
+    agent = AgentParts.start(run, prompts.tokenizer, log)
     resume_plan = plan_resume(run, save_dir)
     slots, engine_slots = create_placement(run)
     setups = {role: role_setup(run, role, prompts.pad_id) for role in run.active_roles}
@@ -158,4 +164,4 @@ def assemble(run: RunConfig, log: Callable[[str], None] = print) -> RunParts:
                       rl.wandb_exp_name, rl.wandb_mode, wandb_dir=rl.wandb_save_dir)
     return RunParts(prompts, loader, val_rows, reward, groups, rollout,
                     WeightSync(actor, gen.verify_sync), tracker, save_dir, resume_plan,
-                    data_metrics)
+                    data_metrics, agent)

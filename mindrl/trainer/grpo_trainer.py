@@ -25,6 +25,7 @@ from mindrl import startup
 from mindrl.algorithms import entropy_coeff_at
 from mindrl.config.schema import RunConfig
 from mindrl.trainer.advantage_step import advantage_fields
+from mindrl.trainer.agent import episode_metrics
 from mindrl.trainer.assemble import RunParts, assemble
 from mindrl.trainer.async_source import AsyncSource
 from mindrl.trainer.lifecycle import RunLifecycle
@@ -104,6 +105,9 @@ class GRPOTrainer:
         metrics.update(timings)
         metrics.update(perf_metrics(metrics))
         metrics.update(replay_metrics(batch, metrics))
+        if parts.agent is not None:
+            metrics.update(parts.agent.metrics(batch))
+            parts.agent.write_traces(step, batch, scores.tolist())
         self.distributions = source.distributions(batch, step)
         return metrics
 
@@ -120,6 +124,10 @@ class GRPOTrainer:
                     if k.split("/", 1)[1] in rl.verifier_function})
         if "critic/reward_model/mean" in metrics:
             out["val/reward_model"] = metrics["critic/reward_model/mean"]
+        if self.parts.agent is not None:
+            episodes = episode_metrics(batch, self.parts.agent.tokenizer)
+            out["val/call_rate"] = episodes["agent/call_rate"]
+            out["val/turns_mean"] = episodes["agent/turns_mean"]
         return out
 
     def _validation_due(self, step: int, start: int) -> bool:

@@ -128,13 +128,15 @@ class RunLifecycle:
         return False
 
     def shutdown(self, graceful: bool = True) -> None:
-        """The reward curve and tracker closed, the verifier pool, every role and engine
+        """The reward curve and tracker closed, the verifier and tool pools, every role and engine
         ended (at once after a failure: a stuck member would never answer)."""
         parts = self.parts
         png = parts.tracker.reward_curve()
         parts.tracker.close()
         if parts.reward is not None:
             parts.reward.close()
+        if parts.agent is not None:
+            parts.agent.close()
         for group in parts.groups.values():
             group.shutdown(graceful=graceful)
         if parts.rollout is not None:

@@ -48,13 +48,15 @@ class PromptBatches:
         return {} if self.vision is None else {
             "mm_processor_kwargs": self.vision.mm_processor_kwargs}
 
-    def rows(self, path: str, rejects_path: Path, log: Callable[[str], None]
+    def rows(self, path: str, rejects_path: Path, log: Callable[[str], None],
+             finish: Optional[Callable[[List[int]], List[int]]] = None
              ) -> tuple[List[dict], int]:
         """A prompt source's rows and how many were over max_prompt_length (skipped, listed
-        in `rejects_path`; data/prompt_rows.py)."""
+        in `rejects_path`; data/prompt_rows.py); `finish` rewrites each row's ids first."""
         return load_prompt_source(path, self.extra_keys, self.max_prompt_length,
                                   lambda text: self.tokenizer(text)["input_ids"], rejects_path,
-                                  log, None if self.vision is None else self.vision.prompt_length)
+                                  log, None if self.vision is None else self.vision.prompt_length,
+                                  finish)
 
     def for_workers(self, batch: Batch) -> Batch:
         """The Batch the Megatron roles take: without what only vLLM reads (the PNG images and

@@ -53,14 +53,16 @@ class Sampler:
         episode = self.episode()
         if chunk is None and episode is None:
             return rollout.submit(batch, seed=seed, **kwargs)
+        if episode is not None:             # a turn ends at a call's end too
+            kwargs.setdefault("stop_token_ids", self.parts.agent.stop_token_ids)
         if chunk is None:
             chunk = kwargs.get("max_tokens", self.gen.sampling_config.max_tokens)
         return submit_in_chunks(rollout, batch, chunk, episode=episode, seed=seed, **kwargs)
 
     def episode(self):
-        """A fresh episode for one submitted batch, or None for a single turn (none yet: the
-        tool loop lands with agent_config.tools)."""
-        return None
+        """A fresh episode for one submitted batch: the tool loop with agent_config.tools
+        (trainer/agent.py), else None (a single turn)."""
+        return None if self.parts.agent is None else self.parts.agent.episode()
 
     def generate_and_score(self, rows: List[dict], seed: int, timings: Dict[str, float]):
         """A fresh round on the engines' current weights, waited for and scored."""
@@ -76,15 +78,21 @@ class Sampler:
         score, each part present when its rl_config switch is on. Verifiers get the whole
         response (an episode's inserted text included), the label and the dataset's
         additional keys as keywords; the rule score carries DAPO's overlong penalty when
-        rl_config.overlong_buffer_len is set (rewards/overlong_penalty)."""
+        rl_config.overlong_buffer_len is set (rewards/overlong_penalty), and an agent run's
+        agent_config.call_bonus (trainer/agent.py)."""
         parts, prompts = self.parts, self.parts.prompts
         scores, metrics = [0.0] * len(batch), {}
         if parts.reward is not None:
             responses = batch.response_lists()
-            texts = prompts.tokenizer.batch_decode(responses, skip_special_tokens=True)
+            texts = (prompts.tokenizer.batch_decode(responses, skip_special_tokens=True)
+                     if parts.agent is None else parts.agent.scoring_texts(batch))
             extras = [{k: batch[k][i] for k in prompts.extra_keys} for i in range(len(batch))]
             scores, metrics = parts.reward.score(texts, batch["label"], extras,
                                                  [len(r) for r in responses])
+        if parts.agent is not None and parts.agent.call_bonus:
+            bonus = parts.agent.bonus(batch)
+            metrics = {**metrics, "critic/call_bonus/mean": sum(bonus) / max(len(bonus), 1)}
+            scores = [s + b for s, b in zip(scores, bonus)]
         if parts.reward_model is not None:
             model_scores = parts.reward_model.compute_scores(ray.put(
                 prompts.for_workers(batch)), self.run.reward_config.micro_batch_size)

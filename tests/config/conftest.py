@@ -9,6 +9,7 @@ RECIPE_CLUSTERS = {
     "grpo_tiny_max_cpu": ClusterResources("cpu", 2),
     "grpo_tiny_vl_cpu": ClusterResources("cpu", 2),
     "grpo_tiny_moe_cpu": ClusterResources("cpu", 2),
+    "grpo_tiny_agent_cpu": ClusterResources("cpu", 2),
     "r1_zero_qwen25_7b": ClusterResources("npu", 8, 2, device_memory_gib=64),
     "r1_zero_qwen25_32b": ClusterResources("npu", 8, 4, device_memory_gib=64),
     "grpo_qwen25_7b": ClusterResources("cuda", 8, 1, device_memory_gib=80),
@@ -18,6 +19,9 @@ RECIPE_CLUSTERS = {
     "dapo_qwen3_32b": ClusterResources("npu", 16, 1, device_memory_gib=64),
     "dapo_qwen3_30b_a3b": ClusterResources("npu", 16, 1, device_memory_gib=64),
     "grpo_qwen3_235b_a22b": ClusterResources("npu", 128, 8, device_memory_gib=64),   # 8 A2
+    "retool_qwen25_7b": ClusterResources("npu", 8, 1, device_memory_gib=64),
+    "retool_qwen3_8b": ClusterResources("npu", 16, 1, device_memory_gib=64),   # one A3 node
+    "search_r1_qwen25_7b": ClusterResources("npu", 8, 1, device_memory_gib=64),
 }
 # Shipped recipes whose layout the plan refuses up front until an issue lands (their refusal
 # is tested where they are: tests/config/test_moe_recipe_keys.py).

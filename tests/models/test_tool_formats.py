@@ -308,6 +308,12 @@ def test_an_answer_cannot_forge_a_turn_boundary(toks, char_tok, name):
     vocab = tok.get_vocab()     # Qwen2.5 has no <tool_response> token: text there anyway
     specials = {vocab[t] for t in T.TOOL_MARKERS + ("<|im_start|>", "<|im_end|>") if t in vocab}
     suffix = fmt.suffix_ids(tok, [FORGED])
+    if fmt.inline_answers:      # char: the answer between the markers, characters only
+        first, last = tok.convert_tokens_to_ids(["<tool_response>", "</tool_response>"])
+        assert suffix[0] == first and suffix[-1] == last
+        assert not {first, last, im_start, im_end} & set(suffix[1:-1])
+        assert tok.decode(suffix) == fmt.suffix_text([FORGED])
+        return
     tail = F.encode_segments(tok, [("<|im_end|>\n<|im_start|>assistant\n", True)])
     assert suffix[:2] == [tok.encode("\n")[0], im_start] and suffix[-len(tail):] == tail
     # the turn boundaries are where MindRL put them, and only there
@@ -442,24 +448,26 @@ ARITH_TOOLS = [{"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}}}}]
 
 
-def test_char_format_is_the_qwen25_layout(char_tok):
-    # Given a system message, char's layout is Qwen2.5's: the Qwen2.5 template over the char
-    # tokenizer (markers one token each) gives the same ids, turn after turn.
+def test_char_format_prompts_as_qwen25_and_answers_inline(char_tok):
+    # Given a system message, char's first prompt is Qwen2.5's (the Qwen2.5 template over the
+    # char tokenizer, markers one token each); its answers follow the calls in the turn.
     fmt = F.get_tool_format("char")
     first = [{"role": "system", "content": "Use the calculator."},
              {"role": "user", "content": "12*7+5=?"}]
-    ids = fmt.prompt_ids(char_tok, first, ARITH_TOOLS)
-    messages = list(first)
-    for turn in ({"content": "", "calls": [("calculator", {"expr": "12*7"})], "out": ["84"]},
-                 {"content": "Then:", "calls": [("calculator", {"expr": "84+5"}),
-                                                ("calculator", {"expr": "1/0"})],
-                  "out": ["89", "error: division by zero"]}):
-        sampled = char_tok.encode(turn_text(fmt, turn) + T.IM_END)
-        assert fmt.parse_turn(char_tok, sampled) == [ToolCall(n, a) for n, a in turn["calls"]]
-        ids += sampled + fmt.suffix_ids(char_tok, turn["out"])
-        messages += [assistant_message(fmt, turn, True)] + \
-            [{"role": "tool", "content": o} for o in turn["out"]]
-        assert ids == template_ids(char_tok, "qwen25", messages, ARITH_TOOLS, True)
+    assert fmt.prompt_ids(char_tok, first, ARITH_TOOLS) == \
+        template_ids(char_tok, "qwen25", first, ARITH_TOOLS, True)
+    turn = {"content": "Then:", "calls": [("calculator", {"expr": "84+5"}),
+                                          ("calculator", {"expr": "1/0"})]}
+    sampled = char_tok.encode(turn_text(fmt, turn))
+    assert fmt.parse_turn(char_tok, sampled) == [ToolCall(n, a) for n, a in turn["calls"]]
+    suffix = fmt.suffix_ids(char_tok, ["89", "error: division by zero"], closed=False)
+    assert char_tok.decode(suffix) == ("<tool_response>89</tool_response><tool_response>"
+                                       "error: division by zero</tool_response>")
+    # an empty call is the char format's own: the episode fills it in (rollout/tool_episode)
+    empty = char_tok.encode("<tool_call></tool_call>")
+    assert fmt.parse_turn(char_tok, empty) == [F.EmptyCall("<tool_call></tool_call>")]
+    assert F.get_tool_format("qwen25").parse_calls("<tool_call></tool_call>")[0].__class__ \
+        is CallError
     # no system message: the char tokenizer's own ("You are a helpful assistant."), and
     # without tools the char tokenizer's ChatML template exactly
     assert fmt.system_text(None) == F.CHAR_DEFAULT_SYSTEM

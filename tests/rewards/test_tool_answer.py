@@ -19,3 +19,22 @@ def test_only_the_text_after_the_last_tool_answer_scores():
                                           ("578", 0.6), ("5790", 0.9), ("", 0.0), ("9", 0.0)])
 def test_the_shaped_score_counts_right_leading_characters(answer, score):
     assert tool_answer_digits(CALL + answer, "579") == pytest.approx(score)
+
+
+def test_the_next_turn_header_is_not_part_of_the_answer():
+    # as Sampler.score decodes an inserted char-format suffix (specials dropped) and kept
+    turn = "<tool_call></tool_call>\n<tool_response>\n579\n</tool_response>"
+    assert final_answer(turn + "\nassistant\n579") == "579"
+    assert final_answer(turn + "<|im_end|>\n<|im_start|>assistant\n57") == "57"
+    assert tool_answer_digits(turn + "\nassistant\n579", "579") == 1.0
+
+
+
+def test_an_episode_cut_inside_a_tool_answer_has_no_final_answer():
+    cut = "1111</tool_call>\n<tool_response>\nerror: </tool_call> with"
+    assert final_answer(cut) == "" and tool_answer_digits(cut, "1143") == 0.0
+
+
+def test_without_a_tool_answer_only_an_exact_answer_scores():
+    assert tool_answer_digits("1111", "1143") == 0.0
+    assert tool_answer_digits("1143", "1143") == 1.0

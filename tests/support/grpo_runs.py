@@ -97,6 +97,20 @@ def train_together(work: Path, runs: dict, timeout: int = 900) -> None:
     assert not failed, "\n\n".join(failed)
 
 
+def train_seeds(work: Path, runs: Path, recipe: str, seeds, steps: int, *overrides: str,
+                timeout: int = 1200) -> dict:
+    """`recipe` for `steps` steps once per seed, all at once (train_together), the first sync
+    verified and the last step saved; {seed: its run dir} (runs/seed<N>)."""
+    run_dirs = {seed: Path(runs) / f"seed{seed}" for seed in seeds}
+    train_together(work, {run_dirs[seed]: ("--config-name", recipe,
+                                            f"megatron_training.seed={seed}",
+                                            f"megatron_training.train_iters={steps}",
+                                            f"rl_config.save_freq={steps}",
+                                            "generate_config.verify_sync=first", *overrides)
+                          for seed in seeds}, timeout=timeout)
+    return run_dirs
+
+
 # Exec the command with SIGINT at its default, as a terminal starts it: a suite run in the
 # background starts everything with SIGINT ignored, and Python then never raises
 # KeyboardInterrupt (a plain `trap - INT` cannot undo that in a non-interactive shell).

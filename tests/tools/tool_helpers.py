@@ -70,3 +70,14 @@ def no_doc(x: int) -> str:
 def returns_int(x: int) -> int:
     """Returns an int, not an answer."""
     return x
+
+
+def nap(seconds: float, tag: int = 0) -> str:
+    """Sleep, then answer the tag.
+
+    Args:
+        seconds: how long.
+        tag: what to answer.
+    """
+    time.sleep(seconds)
+    return str(tag)

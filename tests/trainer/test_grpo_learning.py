@@ -19,7 +19,7 @@ first-40) 0.88 / 0.87 / 0.81, largest falls 0.01 / 0.01 / 0.02, held-out greedy 
 import pytest
 import torch
 
-from support.grpo_runs import metrics, train_together
+from support.grpo_runs import metrics, train_seeds
 
 from bench.common.machine import cpu_model
 from mindrl.trainer.learning_curve import policy_scores, summarize_curve
@@ -39,13 +39,7 @@ HELD_OUT = 0.6       # every seed: greedy accuracy on the held-out pairs after t
 def test_tiny_recipe_learns_the_rule_on_every_seed(work, tmp_path):
     # The seeds run at once; the first sync verified (against the checkpoint too), the rest is
     # about learning.
-    run_dirs = {seed: tmp_path / "runs" / f"seed{seed}" for seed in SEEDS}
-    train_together(work, {run_dirs[seed]: ("--config-name", RECIPE,
-                                            f"megatron_training.seed={seed}",
-                                            f"megatron_training.train_iters={STEPS}",
-                                            f"rl_config.save_freq={STEPS}",
-                                            "generate_config.verify_sync=first")
-                          for seed in SEEDS}, timeout=1200)
+    run_dirs = train_seeds(work, tmp_path / "runs", RECIPE, SEEDS, STEPS)
     summaries, held_out = {}, {}
     for seed in SEEDS:
         rows = metrics(run_dirs[seed])

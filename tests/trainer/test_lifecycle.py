@@ -75,7 +75,8 @@ class Parts:
         self.actor, self.rollout = Actor(self.calls, "actor"), Member(self.calls, "rollout")
         self.groups = {"actor": self.actor, "ref": Member(self.calls, "ref")}
         self.loader, self.tracker = Loader(self.calls), Tracker(self.calls)
-        self.reward, self.save_dir, self.resume_plan = None, tmp_path, resume_plan
+        self.reward, self.agent = None, None
+        self.save_dir, self.resume_plan = tmp_path, resume_plan
 
     def sync_weights(self, version, **kwargs):
         self.calls.append(("sync", version))

@@ -22,7 +22,7 @@ def test_the_penalty_reaches_the_scores():
     batch = Batch.of(response_ids=ids, response_mask=mask, label=["3"] * 4)
     reward = RuleReward(rl.verifier_function, rl.verifier_weight, verifier_parallel=1,
                         overlong=overlong_config(run))
-    parts = SimpleNamespace(reward=reward, reward_model=None,
+    parts = SimpleNamespace(reward=reward, reward_model=None, agent=None,
                             prompts=SimpleNamespace(tokenizer=tok, extra_keys=[]))
     try:
         scores, metrics = Sampler(run, parts).score(batch)

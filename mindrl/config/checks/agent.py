@@ -12,7 +12,6 @@ from mindrl.config.schema import RunConfig
 from mindrl.config.structure import suggest
 
 
-TOOL_LOOP_WIRED = False      # the tool loop's sampler path (trainer/sampling.py) lands next
 
 
 def _user_tool(spec: str):
@@ -59,11 +58,20 @@ def check_agent(run: RunConfig) -> list[Problem]:
                            f"(generate_config.sampling_config.max_tokens counts model and "
                            f"tool tokens)", "lower it, or raise the episode's max_tokens",
                            agent.max_tool_response_tokens))
-    if agent.tools and not TOOL_LOOP_WIRED:
-        out.append(Problem("agent_config.tools", "asks for multi-turn episodes with tools, "
-                           "which the trainer does not run yet (the episode seam and the "
-                           "loss mask exist: docs/guides/agentic.md)",
-                           "leave agent_config.tools empty", list(agent.tools)))
+    if agent.tools and run.rl_config.router_replay == "r3":
+        out.append(Problem("agent_config.tools", "runs multi-turn episodes, whose MoE routes "
+                           "are not joined across turns, so routing replay r3 cannot replay "
+                           "them", "set rl_config.router_replay to r2 or off, or leave "
+                           "agent_config.tools empty", list(agent.tools)))
+    if agent.tools and run.model.vision is not None:
+        out.append(Problem("agent_config.tools", "runs multi-turn episodes, which take text "
+                           "prompts only (a continued call of an image prompt is not checked "
+                           "token for token)", "leave agent_config.tools empty for a "
+                           "vision-language model", list(agent.tools)))
+    if agent.call_bonus < 0:
+        out.append(Problem("agent_config.call_bonus", "must be >= 0 (a penalty for calling "
+                           "would teach the model not to use its tools)",
+                           "set agent_config.call_bonus to 0 or more", agent.call_bonus))
     if agent.tool_workers < 1:
         out.append(Problem("agent_config.tool_workers", "must be at least 1",
                            "set agent_config.tool_workers >= 1", agent.tool_workers))
