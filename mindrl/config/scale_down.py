@@ -14,6 +14,12 @@ tiny-qwen3 for Qwen3, tiny-qwen3-moe for Qwen3-MoE; a family without one is refu
 as another's) and the data the generated arithmetic task (made on first use, as the embedded
 default does), with lengths to match; a vision-language recipe's become tiny-qwen25vl and
 grpo_tiny_vl_cpu's image task (validated on its held-out images when the recipe validates).
+An agent recipe (agent_config.tools) keeps its tools, turns, verifiers and sandbox mode on the
+tiny model with the char_tools tokenizer (models `<tiny>-tools-hf` / `-mcore`, never the plain
+char ones): its tool format becomes char (the tiny tokenizer has the tool markers, not Qwen's
+tokens; an empty call asks the first tool about the prompt's "a+b"), the episode 48 tokens
+with tool answers cut at 16, one tool worker, and search ranks the shipped tiny corpus
+(examples/data/sample/tiny_search_corpus.jsonl); each change logged.
 DAPO's overlong buffer keeps
 its share of the response limit (at least one token). Every flag stays as the recipe sets it
 (sequence parallel, colocation, offload, KL loss, verifiers, micro batch sizes, samples per
@@ -71,6 +77,14 @@ VL_TASK = {"tokenizer": "char", "task": "vl", "vl_question": "colour", "image_si
 VL_DATA = f"{WORK}/data/vl_colour_56px"
 VL_LENGTHS = {**LENGTHS, ("megatron_training", "seq_length"): 128,
               ("rl_config", "max_prompt_length"): 96, ("generate_config", "max_model_len"): 128}
+# An agent recipe's episode holds a call, the tool's answer and what follows in one budget
+# (grpo_tiny_agent_cpu's 48 tokens): max_tool_response_tokens must stay below it.
+AGENT_MAX_TOKENS, AGENT_TOOL_TOKENS = 48, 16
+AGENT_LENGTHS = {**LENGTHS, ("megatron_training", "seq_length"): 80,
+                 ("generate_config", "max_model_len"): 80}
+# The search tool's corpus in miniature: the sums the arith task asks ("1+2=3: one plus two is
+# three"), shipped, so the miniature's searches for "1+2" find something.
+TINY_SEARCH_CORPUS = "${mindrl.repo_dir:}/examples/data/sample/tiny_search_corpus.jsonl"
 
 
 def _divide(value: Any, divisor: int, key: str, problems: list) -> Any:
@@ -136,22 +150,27 @@ def scale_down(raw: Any) -> Any:
     tiny = _tiny_model(model, vision, problems)
     if problems:
         raise ConfigError(problems)
+    agentic = bool((data.get("agent_config") or {}).get("tools"))
 
     data["model"] = OmegaConf.to_container(OmegaConf.load(_model_file(tiny)))
     data["prepare"] = {"tiny_model": tiny, **VL_TASK} if vision else {
-        "tiny_model": tiny, "tokenizer": "char", "task": "arith", "num_prompts": 4096,
-        "max_operand": 3, "holdout_pairs": 0}
+        "tiny_model": tiny, "tokenizer": "char_tools" if agentic else "char", "task": "arith",
+        "num_prompts": 4096, "max_operand": 3, "holdout_pairs": 0}
+    # The tool markers' tokenizer is another model: its own folders (grpo_tiny_agent_cpu's
+    # names), so a plain char miniature never loads it, nor this one the plain char model.
+    models = f"{WORK}/models/{tiny}-tools" if agentic else f"{WORK}/models/{tiny}"
     shared = data.setdefault("megatron_training", {})
-    shared.update(model=tiny, tokenizer_name_or_path=f"{WORK}/models/{tiny}-hf",
+    shared.update(model=tiny, tokenizer_name_or_path=f"{models}-hf",
                   data_path=f"{VL_DATA}/train" if vision
                   else f"{WORK}/data/arith_0to3_holdout0/train.jsonl",
-                  load=f"{WORK}/models/{tiny}-mcore")
+                  load=f"{models}-mcore")
     for section in ("actor_config", "ref_config"):
         if (data.get(section) or {}).get("load"):
-            data[section]["load"] = f"{WORK}/models/{tiny}-mcore"
+            data[section]["load"] = f"{models}-mcore"
     _shorten_pipelines(data, data["model"]["num_layers"])
     longest = _longest(data)
-    for (section, key), value in (VL_LENGTHS if vision else LENGTHS).items():
+    lengths = VL_LENGTHS if vision else AGENT_LENGTHS if agentic else LENGTHS
+    for (section, key), value in lengths.items():
         data.setdefault(section, {})[key] = value
     for section in ("actor_config", "ref_config", "reward_config"):
         (data.get(section) or {}).pop("tokenizer_name_or_path", None)
@@ -162,9 +181,12 @@ def scale_down(raw: Any) -> Any:
     gen["dtype"] = "float32"
     sampling = gen.setdefault("sampling_config", {})
     recipe_max_tokens = sampling.get("max_tokens")
-    sampling["max_tokens"] = min(sampling.get("max_tokens", MAX_TOKENS), MAX_TOKENS)
+    budget = AGENT_MAX_TOKENS if agentic else MAX_TOKENS
+    sampling["max_tokens"] = min(sampling.get("max_tokens", budget), budget)
     _scale_overlong(rl, recipe_max_tokens, sampling["max_tokens"])
-    sampling["min_tokens"] = min(sampling.get("min_tokens", 0), MAX_TOKENS)
+    sampling["min_tokens"] = min(sampling.get("min_tokens", 0), budget)
+    if agentic:
+        _scale_agent(data["agent_config"])
     _scale_token_budgets(data, longest, _longest(data))
     del data["scale_down"]
     _fewest_prompts(data)
@@ -172,6 +194,36 @@ def scale_down(raw: Any) -> Any:
     if rl.get("filter_groups_train_batch_size") is not None:   # MindSpeed-RL's copy of it
         rl["filter_groups_train_batch_size"] = data["megatron_training"]["global_batch_size"]
     return OmegaConf.create(data)
+
+
+def _scale_agent(agent: dict) -> None:
+    """An agent recipe's tools on the tiny model (see the module docstring), each change
+    logged: the char format (the char tokenizer has none of Qwen's tool tokens), a tool answer
+    that fits the tiny episode, one tool worker, and the shipped tiny corpus for search."""
+    from mindrl.config.schema import AgentConfig
+
+    changes = []
+    if agent.get("format", AgentConfig.format) != "char":
+        changes.append(f"agent_config.format {agent.get('format', AgentConfig.format)} becomes "
+                       f"char (the tiny char_tools tokenizer has the tool markers, not Qwen's "
+                       f"tokens)")
+        agent["format"] = "char"
+    answer = agent.get("max_tool_response_tokens", AgentConfig.max_tool_response_tokens)
+    if not isinstance(answer, int) or answer > AGENT_TOOL_TOKENS:
+        changes.append(f"agent_config.max_tool_response_tokens {answer} becomes "
+                       f"{AGENT_TOOL_TOKENS} (a call and its answer fit the episode's "
+                       f"{AGENT_MAX_TOKENS} tokens)")
+        agent["max_tool_response_tokens"] = AGENT_TOOL_TOKENS
+    workers = agent.get("tool_workers", AgentConfig.tool_workers)
+    if workers != 1:
+        changes.append(f"agent_config.tool_workers {workers} becomes 1 (a handful of calls)")
+        agent["tool_workers"] = 1
+    if "search" in agent.get("tools", []) or agent.get("search_corpus"):
+        changes.append(f"agent_config.search_corpus {agent.get('search_corpus')} becomes the "
+                       f"shipped tiny corpus (examples/data/sample/tiny_search_corpus.jsonl)")
+        agent["search_corpus"] = TINY_SEARCH_CORPUS
+    for change in changes:
+        logger.warning("scale_down: %s", change)
 
 
 def _tiny_model(model: dict, vision: bool, problems: list) -> Any:

@@ -216,3 +216,77 @@ def generic(row, keys) -> HandlerResult:
         if value is not None:
             extra[optional] = _text(value, keys[optional])
     return question, label, extra
+
+
+# DAPO-Math-17k (BytedTsinghua-SIA/DAPO-Math-17k) wraps each problem in its own instruction
+# (answer on a last `Answer:` line); a tool-use template asks for a \boxed{} answer instead, so
+# the wrapper is cut off and the template's instruction is the only one the model reads.
+DAPO_PREFIX = ("Solve the following math problem step by step. The last line of your response "
+               "should be of the form Answer: $Answer (without quotes) where $Answer is the "
+               "answer to the problem.")
+DAPO_SUFFIX = "Remember to put your answer on its own line after \"Answer:\"."
+
+
+def _path_field(row: Mapping[str, Any], keys: Mapping[str, str], logical: str) -> Any:
+    """A field whose column may be a dotted path into nested dicts (reward_model.ground_truth),
+    the column's own name tried first."""
+    column = keys.get(logical)
+    if not column:
+        raise RowRejected("missing_key", f"no column mapped for {logical!r}")
+    if column in row:
+        value = row[column]
+    else:
+        value = row
+        for part in column.split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+            if value is None:
+                break
+    if value is None:
+        raise RowRejected("missing_key", f"{column!r} (for {logical!r}) is missing")
+    return value
+
+
+def _user_text(value: Any, column: str) -> str:
+    """The question of a prompt column: text, or a chat message list (its last user turn)."""
+    if isinstance(value, (list, tuple)):
+        users = [m for m in value if isinstance(m, Mapping) and m.get("role") == "user"]
+        if not users:
+            raise RowRejected("bad_type", f"{column!r} is a message list without a user turn")
+        value = users[-1].get("content")
+    return _text(value, column)
+
+
+@register("dapo_math", {"prompt": "prompt", "label": "reward_model.ground_truth"})
+def dapo_math(row, keys) -> HandlerResult:
+    """DAPO-Math-17k / verl-layout rows: `prompt` a chat message list (or text), the label at
+    reward_model.ground_truth (or a plain column); DAPO's `Answer:` instruction around the
+    problem is cut off, so the recipe's template says how to answer."""
+    question = _user_text(_path_field(row, keys, "prompt"), keys["prompt"]).strip()
+    if question.startswith(DAPO_PREFIX):
+        question = question[len(DAPO_PREFIX):].strip()
+    if question.endswith(DAPO_SUFFIX):
+        question = question[:-len(DAPO_SUFFIX)].strip()
+    label = _text(_path_field(row, keys, "label"), keys["label"]).strip()
+    return question, label, {}
+
+
+@register("search_qa", {"prompt": "question", "label": "golden_answers"})
+def search_qa(row, keys) -> HandlerResult:
+    """Open-domain QA (NQ, HotpotQA, ... in FlashRAG / Search-R1's layout: `question` and a
+    list of `golden_answers`; Search-R1's parquet has them at reward_model.ground_truth.target
+    too): the label is the JSON list of accepted answers, which `tool_answer_em` reads."""
+    question = _user_text(_path_field(row, keys, "prompt"), keys["prompt"]).strip()
+    answers = _path_field(row, keys, "label")
+    if isinstance(answers, Mapping) and "target" in answers:
+        answers = answers["target"]
+    if isinstance(answers, (str, bytes, int, float)) and not isinstance(answers, bool):
+        answers = [answers]
+    if not isinstance(answers, (list, tuple)):
+        raise RowRejected("bad_type", f"{keys['label']!r} is {type(answers).__name__}, "
+                                      f"expected a list of answers")
+    answers = [a for a in (_text(a, keys["label"]).strip() for a in answers) if a]
+    if not answers:
+        raise RowRejected("empty_label", "no accepted answer")
+    if question and not question.endswith("?"):
+        question += "?"
+    return question, json.dumps(answers, ensure_ascii=False), {}

@@ -11,6 +11,9 @@ Image recipes (a vision handler such as geometry3k_vl) read the model's processo
 (data/vl_images.py), the question is rendered with the processor's chat template (one image pad
 per image) and the resized PNG bytes go to ``<prefix>_images.{bin,idx}``: a uint8 indexed
 dataset, one document per kept row and one sequence per image.
+
+Search recipes (``corpus_input`` / ``corpus_output``) also write the search tool's corpus, a
+jsonl of {"id", "text"} passages (data/search_corpus.py), recorded in the manifest.
 """
 
 from __future__ import annotations
@@ -64,6 +67,11 @@ class PreprocessConfig:
     # processor's own); they must lie within the processor's bounds.
     min_pixels: Optional[int] = None
     max_pixels: Optional[int] = None
+    # Search recipes only: the passages the search tool ranks (data/search_corpus.py), written
+    # beside the prompts as a jsonl of {"id", "text"} (agent_config.search_corpus reads it).
+    corpus_input: Optional[str] = None
+    corpus_output: Optional[str] = None
+    corpus_max_docs: Optional[int] = None    # the first N passages; null = all
 
     @classmethod
     def from_dict(cls, raw: Dict[str, Any], source: str = "config") -> "PreprocessConfig":
@@ -92,6 +100,12 @@ class PreprocessConfig:
                                   f"max_pixels ({cfg.max_pixels})")
         if cfg.workers < 1:
             raise PreprocessError(f"{source}: workers must be >= 1")
+        if bool(cfg.corpus_input) != bool(cfg.corpus_output):
+            raise PreprocessError(f"{source}: corpus_input and corpus_output go together (the "
+                                  f"passages to read and the search corpus to write)")
+        if cfg.corpus_max_docs is not None and (not cfg.corpus_input or cfg.corpus_max_docs < 1):
+            raise PreprocessError(f"{source}: corpus_max_docs needs corpus_input and must be "
+                                  f">= 1")
         return cfg
 
 
@@ -455,6 +469,15 @@ def preprocess(cfg: PreprocessConfig, progress: bool = True) -> Dict:
         if kept == 0:
             raise PreprocessError(f"{cfg.input}: every row was rejected {dict(reasons)}; "
                                   f"check handler_name and map_keys")
+        corpus = None
+        if cfg.corpus_input:       # before the manifest, which marks the prefix complete
+            from mindrl.data.search_corpus import write_corpus
+
+            try:
+                corpus = write_corpus(cfg.corpus_input, cfg.corpus_output, cfg.corpus_max_docs)
+            except (OSError, ValueError) as e:
+                raise PreprocessError(f"search corpus: {e}") from None
+            logger.info("search corpus: %d passages -> %s", corpus["docs"], cfg.corpus_output)
         images = {"key": IMAGES_KEY, "format": "png", "count": out.image_count,
                   "min_pixels": vision.min_pixels, "max_pixels": vision.max_pixels} \
             if vision else None
@@ -470,6 +493,7 @@ def preprocess(cfg: PreprocessConfig, progress: bool = True) -> Dict:
             "map_keys": map_keys,
             "keys": keys,
             **({"images": images} if images else {}),
+            **({"corpus": corpus} if corpus else {}),
             "dtype": out.dtype.__name__,
             "counts": {"total": len(items), "kept": kept, "rejected": sum(reasons.values()),
                        "rejected_by_reason": dict(sorted(reasons.items()))},

@@ -107,6 +107,11 @@ def test_config_errors(tmp_path):
         preprocess(cfg, progress=False)
 
 
+DAPO_WRAPPED = ("Solve the following math problem step by step. The last line of your response "
+                "should be of the form Answer: $Answer (without quotes) where $Answer is the "
+                "answer to the problem.\n\nFind $a + b + c$.\n\nRemember to put your answer on "
+                "its own line after \"Answer:\".")
+
 # One raw row per shipped recipe, in its dataset's own column layout, and what the recipe must
 # make of it: (tokenizer kind standing in for the recipe's model directory, row, question text
 # the prompt must contain, label). tiny_arith's row is read from its shipped input file.
@@ -120,6 +125,18 @@ RECIPE_ROWS = {
                          "Using the numbers [3, 5, 7], create an equation that equals 22.",
                          '{"numbers": [3, 5, 7], "target": 22}'),
     "tiny_arith": ("char", None, None, None),
+    # the agent recipes (Qwen3's tokenizer: the qwen25 kind stands in, the same BPE for text)
+    **{name: ("qwen25", {"data_source": "math_dapo", "ability": "MATH",
+                         "prompt": [{"role": "user", "content": DAPO_WRAPPED}],
+                         "reward_model": {"ground_truth": "34", "style": "rule"}},
+              "Find $a + b + c$.", "34")
+       for name in ("dapo_math_17k_qwen25", "dapo_math_17k_qwen3")},
+    **{name: ("qwen25", {"ID": "2024-I-1", "Problem": "Find $m+n$.", "Solution": "...",
+                         "Answer": 204}, "Find $m+n$.", "204")
+       for name in ("aime2024_qwen25", "aime2024_qwen3")},
+    "search_r1_nq_hotpotqa_qwen25": ("qwen25", {"id": "train_0", "question": "who wrote hamlet",
+                                                "golden_answers": ["William Shakespeare"]},
+                                     "Question: who wrote hamlet?", '["William Shakespeare"]'),
     # image recipes: "vl" = a char-tokenizer Qwen2.5-VL processor dir standing in for the model's
     "geo3k_qwen25vl": ("vl", {"problem": "<image>Find x. Round to the nearest tenth.",
                               "answer": "7.2", "images": [{"bytes": "300x200", "path": None}]},

@@ -45,7 +45,25 @@ def check_paths(run: RunConfig) -> list[Problem]:
             out.append(Problem(names.role_key(run, role, "load"), "does not exist",
                                "convert the HF checkpoint (examples/ckpt) or set load: null "
                                "for a random start", cfg.load, PATHS))
+    out += check_search_corpus(run)
     return dedupe(out)
+
+
+def check_search_corpus(run: RunConfig) -> list[Problem]:
+    """A run with the search tool names its corpus, and the file exists: without one every
+    search call would answer an error, step after step, instead of the run stopping here."""
+    agent = run.agent_config
+    if "search" not in agent.tools:
+        return []
+    fix = ("preprocess a search recipe (corpus_output of configs/datasets/"
+           "search_r1_nq_hotpotqa_qwen25.yaml) and point agent_config.search_corpus at it")
+    if not agent.search_corpus:
+        return [Problem("agent_config.search_corpus", "is not set, and the search tool has "
+                        "nothing to search", fix, None, PATHS)]
+    if not os.path.isfile(agent.search_corpus):
+        return [Problem("agent_config.search_corpus", "does not exist", fix,
+                        agent.search_corpus, PATHS)]
+    return []
 
 
 def check_processor_files(run: RunConfig, role: str) -> list[Problem]:
