@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
@@ -84,16 +85,20 @@ def load_corpus(path: str) -> List[Tuple[str, str]]:
 
 
 _INDEXES: Dict[Tuple[str, float, int], BM25] = {}
+_INDEX_LOCK = threading.Lock()    # a worker runs several calls at once, in threads
 
 
 def index_for(path: str) -> BM25:
-    """The corpus's index, built once per process (rebuilt if the file changed)."""
+    """The corpus's index, built once per process (rebuilt if the file changed); calls at once
+    wait for the one that builds it."""
     stat = Path(path).stat()
     key = (str(Path(path).resolve()), stat.st_mtime, stat.st_size)
-    if key not in _INDEXES:
-        _INDEXES.clear()
-        _INDEXES[key] = BM25(load_corpus(path))
-    return _INDEXES[key]
+    with _INDEX_LOCK:
+        index = _INDEXES.get(key)
+        if index is None:
+            _INDEXES.clear()
+            index = _INDEXES[key] = BM25(load_corpus(path))
+    return index
 
 
 def search(query: str, top_k: int = 3) -> str:
