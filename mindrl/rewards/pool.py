@@ -97,6 +97,12 @@ def _worker_main(conn, kind: str, setup_args: tuple, memory_limit_mb: Optional[i
     if concurrency > 1:
         _serve_concurrently(conn, run)
         return
+    for job_id, job in _jobs(conn):
+        conn.send((job_id, *_run_one(run, job)))
+
+
+def _jobs(conn):
+    """(job_id, job) of every chunk the parent sends, until it says stop or goes away."""
     while True:
         try:
             chunk = conn.recv()
@@ -104,8 +110,7 @@ def _worker_main(conn, kind: str, setup_args: tuple, memory_limit_mb: Optional[i
             return
         if chunk is None:
             return
-        for job_id, job in chunk:
-            conn.send((job_id, *_run_one(run, job)))
+        yield from chunk
 
 
 def _serve_concurrently(conn, run: Callable[[Any], Reply]) -> None:
@@ -144,16 +149,9 @@ def _serve_concurrently(conn, run: Callable[[Any], Reply]) -> None:
         except (OSError, EOFError):
             pass  # the parent is gone or closed the pipe: nobody waits for this answer
 
-    while True:
-        try:
-            chunk = conn.recv()
-        except (EOFError, OSError):
-            return
-        if chunk is None:
-            return
-        for job_id, job in chunk:
-            threading.Thread(target=one, args=(job_id, job), daemon=True,
-                             name=f"job-{job_id}").start()
+    for job_id, job in _jobs(conn):
+        threading.Thread(target=one, args=(job_id, job), daemon=True,
+                         name=f"job-{job_id}").start()
 
 
 def _resolve(kind: str) -> Callable[..., Callable[[Any], Reply]]:
