@@ -43,7 +43,7 @@ from mindrl.engines.vllm_inflight import InflightWeights, check_inflight
 from mindrl.engines.vllm_settings import (PER_PROMPT, configure_environment, llm_kwargs,
                                           per_prompt_params, requests, sampling_params,
                                           worker_start)
-from mindrl.engines.vllm_stoppable import generate_stoppable
+from mindrl.engines.vllm_stoppable import SharedSteps, generate_stoppable
 from mindrl.errors import WeightSyncError
 from mindrl.platforms import device_ipc
 from mindrl.platforms.cpu.vllm_shared_weights import SharedWeights, prefix_renames
@@ -126,6 +126,7 @@ class VLLMEngine(EngineFingerprints):
             self.load_mode = load_mode
         self._failure: Optional[str] = None
         self._stopped: Set[int] = set()   # stop ids named by stop_generating
+        self._shared_steps = SharedSteps()   # the step loop of generates run beside others
         # Bumped by every weight change; `start_fingerprint`'s digest holds while unchanged.
         self._weights_epoch = 0
         self.tp_size = generate_config.infer_tensor_parallel_size
@@ -184,7 +185,7 @@ class VLLMEngine(EngineFingerprints):
                  images: Optional[Sequence[Sequence[bytes]]] = None,
                  mm_processor_kwargs: Optional[dict] = None, with_routes: bool = False,
                  stop_id: Optional[int] = None, weights_version: Optional[int] = None,
-                 **sampling_overrides) -> RolloutOutput:
+                 beside_others: bool = False, **sampling_overrides) -> RolloutOutput:
         """n samples per prompt (prompt-major) with the sampled tokens' log-probs, and with
         `with_routes` each sample's MoE routes (engines/vllm_routes.py: vLLM's own, or captured
         in the generate).
@@ -198,6 +199,9 @@ class VLLMEngine(EngineFingerprints):
         With a `stop_id` it can be stopped (`stop_generating`): unfinished samples then answer
         their tokens so far, finish reason None. `weights_version`: the weights the caller
         means (`resets_lazily`: a new one drops what the old ones computed first).
+        `beside_others`: this generate may run while others do (called in the engine's turns
+        concurrency group: a multi-turn rollout's turns, rollout/interleaved.py); they share
+        one step loop (engines/vllm_stoppable.SharedSteps). `seed` may then be a list too.
         """
         self._usable()
         self.build.step_on_this_thread()       # a Ray call's thread may not be vLLM's own
@@ -220,11 +224,12 @@ class VLLMEngine(EngineFingerprints):
                 routes = vllm_routes.returned_routes(results)
             else:
                 results, routes = vllm_routes.generate_with_routes(self.llm, prompts, params)
-        elif stop_id is not None or self.inflight is not None:
+        elif stop_id is not None or self.inflight is not None or beside_others:
             if not isinstance(params, list):
                 params = [params] * len(prompts)
             results = generate_stoppable(self.llm, prompts, params,
-                                         lambda: stop_id in self._stopped, self.inflight)
+                                         lambda: stop_id in self._stopped, self.inflight,
+                                         self._shared_steps if beside_others else None)
             self._stopped.discard(stop_id)    # ids are never reused
         else:
             results = self.llm.generate(prompts, params, use_tqdm=False)

@@ -86,7 +86,7 @@ def sampling_params(cfg: SamplingConfig, n: int, **overrides):
                           stop_token_ids=list(cfg.stop_token_ids) or None)
 
 
-PER_PROMPT = ("max_tokens", "min_tokens")   # overrides that may be one value per prompt
+PER_PROMPT = ("max_tokens", "min_tokens", "seed")   # overrides that may be one value per prompt
 
 
 def per_prompt_params(params, prompts: int, n: int, limits: Dict[str, Sequence[int]]):

@@ -34,6 +34,8 @@ from mindrl.workers.placement import EngineSlot
 
 CONTROL = "control"   # the engines' concurrency group for calls that must not wait
 SYNC = "sync"         # a weight sync's calls beside a generate (rl_config.inflight_sync)
+TURNS = "turns"       # a multi-turn rollout's calls, run beside each other (rollout/interleaved)
+TURN_CALLS = 64       # how many one engine runs at once (one step loop for all)
 
 
 @dataclass(eq=False)
@@ -118,9 +120,11 @@ class RolloutGroup:
 
         self.config, self.slots = generate_config, list(slots)
         # `stop_generating` runs beside a generate, and with inflight_sync a weight sync's
-        # calls (the engine's StepGate lets them at vLLM between decode steps); every other
-        # call, one at a time.
-        remote_cls = ray.remote(concurrency_groups={CONTROL: 1, SYNC: 1})(VLLMEngine)
+        # calls (the engine's StepGate lets them at vLLM between decode steps), and a
+        # multi-turn rollout's turns beside each other (TURNS); every other call, one at a
+        # time (a weight sync waits until no turn is on the engines: RolloutGroup.in_flight).
+        remote_cls = ray.remote(concurrency_groups={CONTROL: 1, SYNC: 1, TURNS: TURN_CALLS})(
+            VLLMEngine)
         self.engines = [
             remote_cls.options(
                 scheduling_strategy=PlacementGroupSchedulingStrategy(

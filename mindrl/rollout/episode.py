@@ -31,12 +31,15 @@ SAMPLED, INSERTED = 1, 0
 @dataclass(frozen=True)
 class TurnEnd:
     """A sample whose engine call ended on its own: its prompt, its response so far (every
-    kind), each token's kind, and the turn that just ended (0 first)."""
+    kind), each token's kind, the turn that just ended (0 first) and the sample's index in
+    the submitted batch (prompt-major, whatever engine runs it: what an episode keys a
+    sample's own state by)."""
 
     prompt: Sequence[int]
     response: Sequence[int]
     kinds: Sequence[int]
     turn: int
+    sample: int = 0
 
     def last_turn(self) -> List[int]:
         """The ids the engine sampled in the turn that just ended (the trailing SAMPLED run):
@@ -49,7 +52,10 @@ class TurnEnd:
 
 class Episode(Protocol):
     """What runs between engine calls. `between` answers, per ended turn, the ids to insert
-    before the next call, or None: that episode is done. `multi_turn` False: never asked."""
+    before the next call, or None: that episode is done. `multi_turn` False: never asked.
+    An episode may also have `batch_fields(samples)`: per-sample fields (e.g. an
+    environment's reward) that the rollout adds to the batch once every sample is done, in
+    the batch's order (TurnEnd.sample)."""
 
     multi_turn: bool
 

@@ -57,6 +57,7 @@ class PartialSample:
     kinds: List[int] = field(default_factory=list)     # SAMPLED / INSERTED, per token
     turns: List[int] = field(default_factory=list)     # the episode turn, per token
     turn: int = 0
+    calls: int = 0                           # engine calls answered so far
     finish_reason: Optional[str] = None
     ran_prompt: Optional[List[int]] = None   # the engine's prompt ids at the first chunk
 
@@ -96,11 +97,13 @@ class PartialRollout:
     """n samples per prompt, prompt-major, generated `chunk` tokens at a time up to
     `max_tokens` each; `min_tokens` (no EOS before that many) counts over all chunks;
     `images[i]`: prompt i's images (None: text prompts); `episode`: what runs between two
-    calls (default SingleTurn: nothing)."""
+    calls (default SingleTurn: nothing); `first_sample`: the index its first sample has in
+    the submitted batch (an engine's part of it starts there), what TurnEnd.sample counts
+    from."""
 
     def __init__(self, prompts: Sequence[Sequence[int]], n: int, max_tokens: int, chunk: int,
                  min_tokens: int = 0, images: Optional[Sequence[tuple]] = None,
-                 episode: Optional[Episode] = None):
+                 episode: Optional[Episode] = None, first_sample: int = 0):
         if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0:
             raise ValueError(f"chunk must be an integer > 0, got {chunk!r}")
         if images is not None and len(images) != len(prompts):
@@ -109,6 +112,7 @@ class PartialRollout:
         self.prompts = [list(map(int, p)) for p in prompts]
         self.n, self.max_tokens, self.chunk, self.min_tokens = n, max_tokens, chunk, min_tokens
         self.episode = episode or SingleTurn()
+        self.first_sample = first_sample
         self._turn_ended: List[Tuple[int, int]] = []   # (sample, version) since the chunk began
         self.samples = [PartialSample(list(p), i) for i, p in enumerate(self.prompts)
                         for _ in range(n)]
@@ -170,7 +174,7 @@ class PartialRollout:
                 call.samples, output.response_token_ids, output.log_probs,
                 output.finish_reasons, ran, asked):
             sample = self.samples[index]
-            if self.chunks_done == 0 and prompt is not None:
+            if sample.calls == 0 and prompt is not None:
                 sample.ran_prompt = list(map(int, prompt))
             elif prompt is not None and self.images is None and \
                     list(map(int, prompt)) != sample.prefix:
@@ -184,6 +188,7 @@ class PartialRollout:
             if len(ids) != len(logps):
                 raise ValueError(f"sample {index}: {len(ids)} tokens, {len(logps)} log-probs")
             sample.append(ids, logps, version, SAMPLED)
+            sample.calls += 1
             cut = reason is None or (reason == "length" and len(ids) == budget)
             if not cut and reason == "stop" and len(sample.tokens) < self.max_tokens \
                     and self.episode.multi_turn:
@@ -195,25 +200,57 @@ class PartialRollout:
         """Every call of the chunk is recorded: the episode answers every turn that ended on
         its own, at once (a batch of tool calls, not one at a time). A sample it answers gets
         the ids inserted (cut at the budget) and begins its next turn; the others are done."""
-        ended, self._turn_ended = self._turn_ended, []
+        ended = self.take_ended()
         if ended:
-            views = [TurnEnd(self.samples[i].prompt, self.samples[i].tokens,
-                             self.samples[i].kinds, self.samples[i].turn) for i, _ in ended]
-            answers = self.episode.between(views)
-            if len(answers) != len(views):
-                raise ValueError(f"the episode answered {len(answers)} of {len(views)} turns")
-            for (index, version), inserted in zip(ended, answers):
-                sample = self.samples[index]
-                if inserted is None:
-                    sample.finish_reason = "stop"
-                    continue
-                room = self.max_tokens - len(sample.tokens)
-                kept = list(inserted)[:room]
-                sample.append(kept, [0.0] * len(kept), version, INSERTED)
-                sample.turn += 1
-                if len(sample.tokens) >= self.max_tokens:
-                    sample.finish_reason = "length"
+            self.answer(ended, self.episode.between(self.turn_ends(ended)))
         self.chunks_done += 1
+
+    def take_ended(self) -> List[Tuple[int, int]]:
+        """The (sample, version) of the turns that ended on their own since the last take:
+        what the episode is asked about next."""
+        ended, self._turn_ended = self._turn_ended, []
+        return ended
+
+    def turn_ends(self, ended: Sequence[Tuple[int, int]]) -> List[TurnEnd]:
+        """The episode's view of these ended turns."""
+        return [TurnEnd(self.samples[i].prompt, self.samples[i].tokens, self.samples[i].kinds,
+                        self.samples[i].turn, self.first_sample + i) for i, _ in ended]
+
+    def answer(self, ended: Sequence[Tuple[int, int]],
+               answers: Sequence[Optional[Sequence[int]]]) -> None:
+        """The episode's answers to these ended turns: ids to insert (cut at the budget; the
+        sample begins its next turn) or None (the sample is done)."""
+        if len(answers) != len(ended):
+            raise ValueError(f"the episode answered {len(answers)} of {len(ended)} turns")
+        for (index, version), inserted in zip(ended, answers):
+            sample = self.samples[index]
+            if inserted is None:
+                sample.finish_reason = "stop"
+                continue
+            room = self.max_tokens - len(sample.tokens)
+            kept = list(inserted)[:room]
+            sample.append(kept, [0.0] * len(kept), version, INSERTED)
+            sample.turn += 1
+            if len(sample.tokens) >= self.max_tokens:
+                sample.finish_reason = "length"
+
+    def calls_for(self, samples: Sequence[int], seed: Optional[int] = None) -> Chunk:
+        """One engine call continuing these unfinished samples, each alone from its prefix
+        (n=1) with its own budget, whatever the others do (rollout/interleaved.py). With a base
+        `seed`, sample i's k-th call (k >= 1) seeds from seed + k * samples + i: a sample's
+        draws do not depend on which others share its call."""
+        samples = list(samples)
+        for i in samples:
+            if self.samples[i].finish_reason is not None or self.samples[i].calls == 0:
+                raise ValueError(f"sample {i} is finished or has not begun: not continued")
+        limits = [self._limits(len(self.samples[i].tokens)) for i in samples]
+        overrides = {name: [one[name] for one in limits] for name in limits[0]}
+        if seed is not None:
+            total = len(self.samples)
+            overrides["seed"] = [seed + self.samples[i].calls * total + i for i in samples]
+        return Chunk(samples, [self.samples[i].prefix for i in samples], 1, overrides,
+                     None if self.images is None else
+                     [self.images[self.samples[i].prompt_index] for i in samples])
 
     def output(self) -> RolloutOutput:
         """The whole rollout as one engine's answer: the original prompts, prompt-major."""

@@ -42,11 +42,12 @@ class ChunkedHandle(RolloutHandle):
         max_tokens = overrides.pop("max_tokens", sampling.max_tokens)
         min_tokens = overrides.pop("min_tokens", sampling.min_tokens)
         self.overrides, self.rollouts, self.seeds, first = overrides, {}, {}, 0
+        self.episode = episode
         for index, part in enumerate(parts):
             prompts, images = rollout_prompts(part)
             if prompts:
                 self.rollouts[index] = PartialRollout(prompts, n, max_tokens, chunk, min_tokens,
-                                                      images, episode)
+                                                      images, episode, first * n)
                 self.seeds[index] = None if seed is None else seed + first * n
             first += len(prompts)
         self._cv = threading.Condition()
@@ -157,7 +158,9 @@ class ChunkedHandle(RolloutHandle):
                 versions, _ = right_pad(self.rollouts[index].versions(), 0)
                 answered.append(with_rollout(self.parts[index], self.rollouts[index].output(),
                                              self.n).add(token_policy_version=versions))
-            self._batch = self._merged(answered)
+            batch = self._merged(answered)
+            fields = getattr(self.episode, "batch_fields", None)
+            self._batch = batch if fields is None else batch.add(**fields(len(batch)))
         return self._batch
 
     result = wait

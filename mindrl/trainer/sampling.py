@@ -16,6 +16,7 @@ import torch
 
 from mindrl.config.schema import RunConfig
 from mindrl.data.batch import Batch
+from mindrl.rollout.interleaved import submit_interleaved
 from mindrl.rollout.partial_handle import submit_in_chunks
 from mindrl.trainer.dynamic_sampling import sample_informative
 from mindrl.trainer.log_prob_passes import timed
@@ -57,6 +58,8 @@ class Sampler:
             kwargs.setdefault("stop_token_ids", self.parts.agent.stop_token_ids)
         if chunk is None:
             chunk = kwargs.get("max_tokens", self.gen.sampling_config.max_tokens)
+        if episode is not None:             # each episode goes on as its turn is answered
+            return submit_interleaved(rollout, batch, chunk, episode, seed=seed, **kwargs)
         return submit_in_chunks(rollout, batch, chunk, episode=episode, seed=seed, **kwargs)
 
     def episode(self):

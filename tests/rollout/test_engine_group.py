@@ -177,6 +177,60 @@ def test_a_stop_reaches_a_running_generate(cluster):
     assert again.finish_reasons == ["length", "length"]
 
 
+def test_turns_run_beside_each_other_on_one_engine(cluster):
+    """Generates in the engines' TURNS group share one step loop (engines/vllm_stoppable
+    SharedSteps): a short one sent after a long one answers first (it did not wait for the
+    long one to end), and each answers exactly what it answers alone (seeds per prompt)."""
+    import ray
+
+    from mindrl.rollout.engine_group import TURNS
+
+    _, one, _, _ = cluster
+    engine = one.engines[0]
+    long = ([[5, 6, 7]] * 4, 1), dict(max_tokens=50, min_tokens=50, seed=[1, 2, 3, 4])
+    short = ([[8, 9], [10]], 1), dict(max_tokens=2, min_tokens=2, seed=[9, 10])
+    alone = [ray.get(engine.generate.remote(*args, **kw), timeout=120) for args, kw in
+             (long, short)]
+    beside = engine.generate.options(concurrency_group=TURNS)
+    refs = [beside.remote(*args, **kw, beside_others=True) for args, kw in (long, short)]
+    ready, _ = ray.wait(refs, num_returns=1, timeout=120)
+    assert ready == [refs[1]], "the short generate waited for the long one"
+    for got, want in zip(ray.get(refs, timeout=120), alone):
+        assert got.response_token_ids == want.response_token_ids
+        assert got.finish_reasons == want.finish_reasons
+        for a, b in zip(got.log_probs, want.log_probs):
+            assert max(abs(x - y) for x, y in zip(a, b)) <= 1e-4
+
+
+def test_an_interleaved_episode_on_a_real_engine_gives_the_chunked_rollout(cluster):
+    """rollout/interleaved.py on a real engine: every token ends its turn (all ids stop), the
+    episode inserts [5, 6] after turn 0 and ends after turn 1; each continued call runs
+    exactly the prefix (checked by the bookkeeping), and greedy, the batch is the chunked
+    rollout's, token for token."""
+    import json
+
+    from mindrl.rollout.interleaved import submit_interleaved
+    from mindrl.rollout.partial_handle import submit_in_chunks
+
+    dirs, one, _, _ = cluster
+    vocab = json.loads((dirs[0] / "config.json").read_text())["vocab_size"]
+
+    class TwoTurns:
+        multi_turn = True
+
+        def between(self, turns):
+            return [[5, 6] if t.turn == 0 else None for t in turns]
+
+    kw = dict(stop_token_ids=list(range(vocab)), temperature=0.0, seed=3)
+    got = submit_interleaved(one, _batch(1), 8, TwoTurns(), **kw).wait()
+    want = submit_in_chunks(one, _batch(1), 8, episode=TwoTurns(), **kw).wait()
+    assert got.response_lists() == want.response_lists()
+    assert [len(r) for r in got.response_lists()] == [4] * 5
+    assert all(r[1:3] == [5, 6] for r in got.response_lists())
+    assert got["loss_mask"].tolist() == want["loss_mask"].tolist()
+    assert got["token_turn"].tolist() == want["token_turn"].tolist()
+
+
 def test_one_sync_reaches_every_engine_and_a_mismatch_names_the_engine(cluster):
     from safetensors.torch import load_file
 
