@@ -106,7 +106,9 @@ class InterleavedHandle(ChunkedHandle):
             del self._calls[ref]
             self._stops.remove(stop_id)
         rollout = self.rollouts[index]
-        rollout.record(call, output, version)
+        commits = getattr(output, "token_commits", None)     # an in-flight sync's
+        rollout.record(call, output, version, None if commits is None else
+                       [[self.group.commit_versions[c] for c in row] for row in commits])
         ended = rollout.take_ended()
         for one in ended:
             [view] = rollout.turn_ends([one])

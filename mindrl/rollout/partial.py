@@ -61,11 +61,13 @@ class PartialSample:
     finish_reason: Optional[str] = None
     ran_prompt: Optional[List[int]] = None   # the engine's prompt ids at the first chunk
 
-    def append(self, ids: Sequence[int], log_probs: Sequence[float], version: int,
+    def append(self, ids: Sequence[int], log_probs: Sequence[float], version,
                kind: int) -> None:
+        """`version`: one for every id, or a list of one per id (an in-flight sync's)."""
         self.tokens.extend(map(int, ids))
         self.log_probs.extend(map(float, log_probs))
-        self.versions.extend([version] * len(ids))
+        self.versions.extend([version] * len(ids) if isinstance(version, int)
+                             else list(map(int, version)))
         self.kinds.extend([kind] * len(ids))
         self.turns.extend([self.turn] * len(ids))
 
@@ -157,12 +159,14 @@ class PartialRollout:
         return {"max_tokens": min(self.chunk, self.max_tokens - have),
                 "min_tokens": max(0, min(self.min_tokens - have, self.chunk))}
 
-    def record(self, call: Chunk, output, version: int) -> None:
+    def record(self, call: Chunk, output, version: int,
+               token_versions: Optional[Sequence[Sequence[int]]] = None) -> None:
         """Append one call's answer (a RolloutOutput or alike: response_token_ids, log_probs,
         finish_reasons, one row per sample of `call`, in its order), sampled on weights
-        `version`. A sample continues only where the engine cut it short (at this chunk's
-        max_tokens, or stopped by a sync: finish reason None) and its own max_tokens is not
-        reached."""
+        `version`, or on `token_versions` (per row, a version per token: an engine that took
+        weights in while generating). A sample continues only where the engine cut it short
+        (at this chunk's max_tokens, or stopped by a sync: finish reason None) and its own
+        max_tokens is not reached."""
         if len(output.response_token_ids) != len(call.samples):
             raise ValueError(f"{len(output.response_token_ids)} rows answer a chunk of "
                              f"{len(call.samples)} samples")
@@ -170,9 +174,10 @@ class PartialRollout:
         if not isinstance(asked, list):          # the first chunk: one budget for all
             asked = [asked] * len(call.samples)
         ran = getattr(output, "prompt_token_ids", None) or [None] * len(call.samples)
-        for index, ids, logps, reason, prompt, budget in zip(
+        sampled_on = token_versions or [version] * len(call.samples)
+        for index, ids, logps, reason, prompt, budget, on in zip(
                 call.samples, output.response_token_ids, output.log_probs,
-                output.finish_reasons, ran, asked):
+                output.finish_reasons, ran, asked, sampled_on):
             sample = self.samples[index]
             if sample.calls == 0 and prompt is not None:
                 sample.ran_prompt = list(map(int, prompt))
@@ -187,12 +192,14 @@ class PartialRollout:
                                  f"never continued")
             if len(ids) != len(logps):
                 raise ValueError(f"sample {index}: {len(ids)} tokens, {len(logps)} log-probs")
-            sample.append(ids, logps, version, SAMPLED)
+            sample.append(ids, logps, on, SAMPLED)
             sample.calls += 1
             cut = reason is None or (reason == "length" and len(ids) == budget)
             if not cut and reason == "stop" and len(sample.tokens) < self.max_tokens \
                     and self.episode.multi_turn:
-                self._turn_ended.append((index, version))     # the episode decides
+                # the episode decides; its inserted ids carry the calling turn's version
+                self._turn_ended.append((index, sample.versions[-1] if sample.versions
+                                         else version))
             elif not cut or len(sample.tokens) >= self.max_tokens:
                 sample.finish_reason = reason or "length"
 

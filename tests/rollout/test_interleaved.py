@@ -176,3 +176,34 @@ def test_an_answer_that_raises_reaches_the_caller():
 
     with pytest.raises(RuntimeError, match="sample 3"):
         submit_interleaved(_Group(), _batch([[1]], 2), 40, Raises(2), seed=0).wait()
+
+
+def test_tokens_sampled_across_an_inflight_sync_keep_their_versions():
+    """An engine taking weights in while generating answers each token's count of syncs
+    (token_commits): the tokens keep the versions those counts stood for, and a turn's
+    inserted ids the version of its last sampled token."""
+    group = _Group()
+    group.commit_versions = [0, 5]          # after its first sync the engines held version 5
+    engine = group.engines[0]
+    plain = engine._remote
+
+    def with_commits(*args, **kwargs):
+        ref = plain(*args, **kwargs)
+        future = cf.Future()
+
+        def tag(done):
+            out = done.result()
+            out.token_commits = [[0] * (len(ids) // 2) + [1] * (len(ids) - len(ids) // 2)
+                                 for ids in out.response_token_ids]
+            future.set_result(out)
+        ref.future().add_done_callback(tag)
+        return _Ref(future)
+
+    engine._remote = with_commits
+    engine.generate = SimpleNamespace(remote=with_commits,
+                                      options=lambda **_: SimpleNamespace(remote=with_commits))
+    batch = submit_interleaved(group, _batch([[1]], 1), 40, _Answers(1, hold_first=False),
+                               seed=0).wait()
+    versions = batch["token_policy_version"][0].tolist()
+    # turn 0: 9 tokens (4 on version 0, 5 on 5); the answer's 2 ids: 5; turn 1: 5 tokens (2, 3)
+    assert versions[:16] == [0] * 4 + [5] * 5 + [5, 5] + [0] * 2 + [5] * 3
