@@ -2,8 +2,10 @@
 
 The engine runs the passes (forward, micro batches, backward, optimizer, the collectives over
 ranks); this module is the maths between its log-probs and its backward: the policy loss
-looked up by name (POLICY_LOSSES), the KL loss against the reference, the entropy bonus, the
-rollout-correction importance weights (ROLLOUT_CORRECTIONS), and the micro-batch weighting
+looked up by name (POLICY_LOSSES), the KL loss against the reference, the distillation term
+against a teacher (DISTILL_LOSSES; with `distill_use_task_reward` false it replaces the
+policy-gradient term), the entropy bonus, the rollout-correction importance weights
+(ROLLOUT_CORRECTIONS), and the micro-batch weighting
 that makes the sum over micro batches and the average over DP ranks the mini batch's mean.
 
 `cfg` is the actor's LossConfig (config/roles.py), read by attribute: this module imports only
@@ -31,6 +33,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 
 from mindrl.algorithms.aggregation import aggregate_loss
+from mindrl.algorithms.distill import distill_loss
 from mindrl.algorithms.importance import rollout_is_weights
 from mindrl.algorithms.kl import kl_loss
 from mindrl.algorithms.policy_loss import get_policy_loss
@@ -62,6 +65,7 @@ class Metric:
 
 
 IS_COUNT = "rollout/is_count"       # tokens, or sequences in sequence mode
+DISTILL_COUNT = "actor/distill_count"   # trained tokens, with a distillation term only
 DIFF_COUNT = "rollout/logprob_diff_count"
 
 METRICS: Tuple[Metric, ...] = (
@@ -71,6 +75,9 @@ METRICS: Tuple[Metric, ...] = (
     Metric("actor/entropy", SUM, MEAN),
     Metric("actor/pg_clipfrac", SUM, MEAN),
     Metric("actor/ppo_kl", SUM, MEAN),
+    # The distillation term against the teacher (rl_config.distill_loss); absent when off.
+    Metric("actor/distill_loss", SUM, MEAN, when=DISTILL_COUNT),
+    Metric(DISTILL_COUNT, SUM, DROP, when=DISTILL_COUNT),
     # The rollout engine's sampled log-probs against the trainer's, over the valid tokens.
     Metric("rollout/logprob_diff_mean", RATIO, FIRST,
            ("rollout/logprob_diff_sum", DIFF_COUNT), when=DIFF_COUNT),
@@ -139,11 +146,13 @@ def micro_batch_loss(log_probs: torch.Tensor, entropy: torch.Tensor,
 
     log_probs, entropy [mb, R]: the current policy's, response-aligned, with their graph.
     micro: loss_mask (trained_tokens) and advantages [mb, R]; old_log_probs (absent: on-policy, the
-    detached current log-probs), ref_log_probs (with the KL loss), rollout_log_probs (the
-    IS weights and the log-prob diff) when present. mini_weight: mini_batch_weight of the
-    whole mini batch; the micro batch's mean is re-weighted by its share of it, so the sum
-    over num_micro micro batches (the schedule divides by their number) and the average over
-    dp_size ranks (DDP) is the mean over the mini batch.
+    detached current log-probs), ref_log_probs (with the KL loss), teacher_log_probs (with
+    a distillation term), rollout_log_probs (the IS weights and the log-prob diff) when
+    present. The loss: the policy-gradient term (unless distillation replaces it), + kl_coef
+    x KL, + distill_coef x the distillation term, - entropy_coeff x entropy. mini_weight:
+    mini_batch_weight of the whole mini batch; the micro batch's mean is re-weighted by its
+    share of it, so the sum over num_micro micro batches (the schedule divides by their
+    number) and the average over dp_size ranks (DDP) is the mean over the mini batch.
     """
     mask = trained_tokens(micro).float()
     # Entropy is always reported; it enters the loss (and the graph) only with a coefficient.
@@ -156,11 +165,18 @@ def micro_batch_loss(log_probs: torch.Tensor, entropy: torch.Tensor,
         clip_ratio_low=cfg.clip_ratio_low, clip_ratio_high=cfg.clip_ratio_high,
         clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode,
         is_weights=is_weights)
-    loss = pg
+    distilling = cfg.distill_loss is not None
+    # Distillation alone: the task reward's policy gradient is off (still reported).
+    task = not distilling or cfg.distill_use_task_reward
+    loss = pg if task else torch.zeros((), device=log_probs.device)
     kl = torch.zeros((), device=log_probs.device)
     if cfg.use_kl_loss and cfg.kl_coef > 0:
         kl = kl_loss(log_probs, micro["ref_log_probs"], mask, cfg.kl_penalty, cfg.loss_agg_mode)
         loss = loss + cfg.kl_coef * kl
+    if distilling:
+        distill = distill_loss(log_probs, micro["teacher_log_probs"], mask, cfg.distill_loss,
+                               cfg.distill_estimator, cfg.loss_agg_mode)
+        loss = loss + cfg.distill_coef * distill
     mean_entropy = aggregate_loss(entropy, mask, cfg.loss_agg_mode)
     if cfg.entropy_coeff > 0:
         loss = loss - cfg.entropy_coeff * mean_entropy
@@ -170,6 +186,8 @@ def micro_batch_loss(log_probs: torch.Tensor, entropy: torch.Tensor,
              "actor/entropy": mean_entropy.detach() * share,
              "actor/pg_clipfrac": stats["pg_clipfrac"] * share,
              "actor/ppo_kl": stats["ppo_kl"] * share, **is_parts}
+    if distilling:
+        parts.update({"actor/distill_loss": distill.detach() * share, DISTILL_COUNT: mask.sum()})
     if "rollout_log_probs" in micro:
         parts.update(_logprob_diff(log_probs, micro["rollout_log_probs"], mask))
     return loss * scale, parts

@@ -3,7 +3,8 @@ takes its "meaning" column from (`python -m mindrl.config.reference --write`).
 
 Type and default come from mindrl/config/schema.py itself; a schema field without an entry here
 fails tests/docs/test_config_reference.py, naming the key. Keys of megatron_training hold for
-the role sections too (actor_config, ref_config, reward_config); a ResourceSpec's keys are
+the role sections too (actor_config, ref_config, reward_config, teacher_config); a
+ResourceSpec's keys are
 described once, under rl_config.actor_resource.
 """
 
@@ -138,6 +139,15 @@ KEY_DOCS: dict[str, str] = {
     "rl_config.kl_penalty": "the KL estimator: kl, mse, low_var_kl, abs",
     "rl_config.kl_coef": "weight of the KL term; 0 = none, and no reference role starts",
     "rl_config.use_kl_loss": "KL in the loss (GRPO) rather than in the reward",
+    "rl_config.distill_loss": "on-policy distillation (docs/guides/distillation.md): "
+        "`reverse_kl`, the per-token KL(student || teacher) on the student's samples, against "
+        "the teacher role (teacher_config); null = off, no teacher starts; `forward_kl_topk` "
+        "is refused (not built yet)",
+    "rl_config.distill_estimator": "the distillation term's per-token estimator: k1, k2, k3 "
+        "(the KL penalty's; their gradients differ: docs/guides/distillation.md#estimators)",
+    "rl_config.distill_coef": "weight of the distillation term (>= 0)",
+    "rl_config.distill_use_task_reward": "false: distillation alone (the policy-gradient "
+        "term off; the score is still logged); true: GRPO's loss + distill_coef x the term",
     "rl_config.router_replay": "MoE routing replay (docs/guides/routing-replay.md): off; r2 "
                                "(the update replays the routes its old-log-prob pass recorded; "
                                "r2 turns that pass on); r3 (old log-probs, reference and update "
@@ -211,6 +221,13 @@ KEY_DOCS: dict[str, str] = {
         "with a failure report, exit code 4 (docs/guides/failures.md)",
     "rl_config.reference_resource": "the reference role's devices (ResourceSpec)",
     "rl_config.reward_resource": "the reward role's devices (ResourceSpec)",
+    "rl_config.teacher_resource": "the teacher role's devices (ResourceSpec); null with "
+                                  "colocate_actor_teacher = the actor's",
+    "rl_config.colocate_actor_teacher": "the teacher shares the actor's devices",
+    "rl_config.teacher_in_actor_process": "a teacher colocated with the actor at the same "
+                                          "devices, TP, PP and EP is built inside the actor's "
+                                          "processes (as ref_in_actor_process); false: "
+                                          "processes of its own",
     "rl_config.colocate_actor_ref": "the reference shares the actor's devices",
     "rl_config.colocate_all_models": "every role shares the actor's devices",
     "rl_config.ref_in_actor_process": "a reference colocated with the actor at the same "
@@ -370,4 +387,10 @@ KEY_DOCS: dict[str, str] = {
                                   "ranks with BM25 (null: search answers an error)",
     "agent_config.traces_per_step": "episodes written as readable text to the run folder each "
                                     "step",
+    "agent_config.environment": "module:Class (or path/to/file.py:Class) of an environment "
+        "with reset(sample) and step(turn_text): it answers each model turn with the next "
+        "user turn or ends the episode, and may reward it; exclusive with tools; null: none",
+    "agent_config.reward": "what scores an environment's episode: verifiers (on its final "
+        "answer; the environment's reward logged only), environment (its reward alone; the "
+        "verifiers logged only) or sum",
 }

@@ -19,6 +19,10 @@ SHIPPED_TOOLS: tuple[str, ...] = ("calculator", "python", "search")
 LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
 ROLLOUT_IS_MODES: tuple[str, ...] = ("off", "token", "sequence")
 POLICY_LOSSES: tuple[str, ...] = ("ppo_clip",)
+# On-policy distillation (algorithms/distill.py): the losses built, and the per-token
+# estimators (KL_ESTIMATORS' names) rl_config.distill_estimator accepts.
+DISTILL_LOSSES: tuple[str, ...] = ("reverse_kl",)
+DISTILL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
 
 
 @dataclass(frozen=True)
@@ -51,10 +55,11 @@ MOE_ARCHITECTURES: tuple[str, ...] = tuple(f.model_type for f in FAMILIES if f.e
 # A family -> the tiny model `+scale_down` runs in its place (config/scale_down.py).
 TINY_MODELS: dict[str, str] = {f.model_type: f.tiny_model for f in FAMILIES}
 
-ROLES: tuple[str, ...] = ("actor", "ref", "reward")
-ROLE_SECTIONS = {"actor": "actor_config", "ref": "ref_config", "reward": "reward_config"}
+ROLES: tuple[str, ...] = ("actor", "ref", "reward", "teacher")
+ROLE_SECTIONS = {"actor": "actor_config", "ref": "ref_config", "reward": "reward_config",
+                 "teacher": "teacher_config"}
 ROLE_RESOURCES = {"actor": "actor_resource", "ref": "reference_resource",
-                  "reward": "reward_resource"}
+                  "reward": "reward_resource", "teacher": "teacher_resource"}
 
 
 def role_key(run, role: str, key: str) -> str:

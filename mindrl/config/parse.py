@@ -22,12 +22,13 @@ from mindrl.config.structure import build, check_partial, failed, field_types, s
 from mindrl.config.model_spec import ModelSpec, load_model_spec
 
 SECTIONS = ("model", "megatron_training", "actor_config", "ref_config", "reward_config",
-            "rl_config", "generate_config", "prepare", "agent_config")
+            "teacher_config", "rl_config", "generate_config", "prepare", "agent_config")
 TOP_LEVEL_SCALARS = {"run_dir": (str, type(None)), "dry_run": (bool,)}
 
 
 SECTION_TYPES = {"megatron_training": MegatronConfig, "actor_config": MegatronConfig,
                  "ref_config": MegatronConfig, "reward_config": MegatronConfig,
+                 "teacher_config": MegatronConfig,
                  "rl_config": RLConfig, "generate_config": GenerateConfig,
                  "prepare": PrepareConfig, "agent_config": AgentConfig}
 
@@ -185,4 +186,4 @@ def parse(raw: Any, recipe: Optional[str] = None) -> RunConfig:
                      ref_config=roles["ref"], reward_config=roles["reward"], rl_config=rl,
                      generate_config=gen, models=models, run_dir=data.get("run_dir"),
                      dry_run=bool(data.get("dry_run", False)), recipe=recipe, prepare=prepare,
-                     agent_config=agent)
+                     agent_config=agent, teacher_config=roles["teacher"])

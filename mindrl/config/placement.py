@@ -4,8 +4,8 @@ Shared by validation (does it fit the cluster?) and plan mode (print it), so bot
 Colocated roles start on the same first device. The rollout engines run on the actor's devices
 (the default) or, with `generate_config.rollout_devices: N`, on N devices of their own after
 every role's (`rollout_devices`); either way one engine per `infer TP x infer PP` of them
-(`engine_devices`). A reference colocated with the actor at the actor's layout lives in the
-actor's processes (`host_of`): one process per device instead of two.
+(`engine_devices`). A reference (or a teacher) colocated with the actor at the actor's layout
+lives in the actor's processes (`host_of`): one process per device instead of two.
 """
 
 from __future__ import annotations
@@ -24,14 +24,23 @@ class RolePlacement:
     host: Optional[str] = None    # the role whose processes hold this role's model
 
 
+# The roles that may share the actor's devices on their own flag (colocate_all_models puts
+# every role there): role -> (its colocation flag, its in-the-actor's-processes flag).
+WITH_ACTOR = {"ref": ("colocate_actor_ref", "ref_in_actor_process"),
+              "teacher": ("colocate_actor_teacher", "teacher_in_actor_process")}
+
+
+def _colocated_with_actor(run: RunConfig, role: str) -> bool:
+    rl = run.rl_config
+    return role in WITH_ACTOR and (rl.colocates_all or getattr(rl, WITH_ACTOR[role][0]))
+
+
 def _groups(run: RunConfig) -> list[list[str]]:
     roles = run.active_roles
-    rl = run.rl_config
-    if rl.colocates_all:
+    if run.rl_config.colocates_all:
         return [roles]
-    if rl.colocate_actor_ref and "ref" in roles:
-        return [["actor", "ref"]] + [[r] for r in roles if r not in ("actor", "ref")]
-    return [[r] for r in roles]
+    with_actor = ["actor"] + [r for r in roles if _colocated_with_actor(run, r)]
+    return [with_actor] + [[r] for r in roles if r not in with_actor]
 
 
 def _layout(run: RunConfig, role: str) -> tuple:
@@ -42,21 +51,21 @@ def _layout(run: RunConfig, role: str) -> tuple:
 
 
 def host_of(run: RunConfig, role: str) -> Optional[str]:
-    """"actor" when `role` is the reference, colocated with the actor at the actor's layout
-    (devices, TP, PP, EP, expert TP) and rl_config.ref_in_actor_process is on: each actor
-    rank then builds the reference model beside its own, as MindSpeed-RL's integrated worker
-    and verl's actor-rollout-ref worker do (one process, and on a device one context, per
-    device). Its passes then run one after the other on those ranks. None: processes of its
-    own."""
-    rl = run.rl_config
-    if (role != "ref" or "ref" not in run.active_roles or not rl.ref_in_actor_process
-            or not (rl.colocate_actor_ref or rl.colocates_all)):
+    """"actor" when `role` is the reference (or the teacher), colocated with the actor at the
+    actor's layout (devices, TP, PP, EP, expert TP) and rl_config.ref_in_actor_process
+    (teacher_in_actor_process) is on: each actor rank then builds the role's model beside its
+    own, as MindSpeed-RL's integrated worker and verl's actor-rollout-ref worker do (one
+    process, and on a device one context, per device). Its passes then run one after the
+    other on those ranks. None: processes of its own."""
+    if (role not in run.active_roles or not _colocated_with_actor(run, role)
+            or not getattr(run.rl_config, WITH_ACTOR[role][1])):
         return None
-    return "actor" if _layout(run, "ref") == _layout(run, "actor") else None
+    return "actor" if _layout(run, role) == _layout(run, "actor") else None
 
 
 def place_roles(run: RunConfig) -> list[RolePlacement]:
-    """Active roles in order actor, ref, reward; groups packed one after another from 0."""
+    """Active roles in order actor, ref, reward, teacher; groups packed one after another
+    from 0."""
     out: dict[str, RolePlacement] = {}
     start = 0
     for group in _groups(run):

@@ -212,11 +212,14 @@ def make_plan(run: RunConfig, cluster: ClusterResources,
 
 
 def _episodes(run: RunConfig) -> Optional[dict[str, Any]]:
-    """How an agent run's episodes go (trainer/agent.py, rollout/tool_episode.py); None for
-    single-turn episodes."""
+    """How an agent run's episodes go (trainer/agent.py, rollout/tool_episode.py,
+    rollout/environment.py); None for single-turn episodes."""
     a = run.agent_config
     if not a.multi_turn:
         return None
+    if a.environment is not None:
+        return {"environment": a.environment, "reward": a.reward, "format": a.format,
+                "max_turns": a.max_turns, "tokens": run.generate_config.sampling_config.max_tokens}
     return {"tools": list(a.tools), "format": a.format, "max_turns": a.max_turns,
             "tokens": run.generate_config.sampling_config.max_tokens,
             "tool_timeout_s": a.tool_timeout_s, "tool_workers": a.tool_workers,
@@ -230,11 +233,15 @@ def _objective(run: RunConfig) -> dict[str, Any]:
     rl = run.rl_config
     terms = ([f"{w:g} x {name}" for name, w in zip(rl.verifier_function, rl.verifier_weight)]
              if rl.rule_reward else [])
-    if rl.reward_model:
-        terms.append(f"{rl.reward_model_weight:g} x the reward model's score")
     if rl.rule_reward and rl.overlong_buffer_len:
         terms.append(f"DAPO's overlong penalty (last {rl.overlong_buffer_len} tokens, down to "
                      f"-{rl.overlong_penalty_factor:g})")
+    agent = run.agent_config
+    if agent.environment is not None and agent.reward != "verifiers":
+        env_term = f"the environment's reward ({agent.environment})"
+        terms = [env_term] if agent.reward == "environment" else terms + [env_term]
+    if rl.reward_model:
+        terms.append(f"{rl.reward_model_weight:g} x the reward model's score")
     low, high = (rl.clip_ratio_low or rl.clip_ratio), (rl.clip_ratio_high or rl.clip_ratio)
     clip = f"clip {low:g}" if low == high else f"clip {low:g} / {high:g}"
     if rl.clip_ratio_c:
@@ -248,6 +255,11 @@ def _objective(run: RunConfig) -> dict[str, Any]:
         update.append(f"entropy bonus {rl.entropy_coeff:g}" + (
             f" -> {rl.entropy_coeff_final:g} over {rl.entropy_decay_steps} steps"
             if rl.entropy_coeff_final is not None else ""))
+    if rl.uses_teacher:
+        alone = "" if rl.distill_use_task_reward else ", alone (no policy-gradient term)"
+        update.append(f"distillation {rl.distill_loss} ({rl.distill_estimator}) x "
+                      f"{rl.distill_coef:g} against the teacher {run.models['teacher'].name}"
+                      f"{alone}")
     if rl.dynamic_sampling:
         update.append(f"dynamic sampling (up to {rl.max_gen_rounds} rounds)")
     if rl.rollout_is != "off":
@@ -378,7 +390,14 @@ def format_plan(plan: dict[str, Any]) -> str:
                   f"  vision tower ({i['tower']}): "
                   + ("trains with the model" if i["tower_trains"]
                      else "frozen (actor_config.freeze_vision_tower)")]
-    if plan.get("episodes"):
+    if plan.get("episodes") and "environment" in plan["episodes"]:
+        e = plan["episodes"]
+        lines += ["", "episodes (multi-turn, with an environment):",
+                  f"  environment {e['environment']} in format {e['format']}; at most "
+                  f"{e['max_turns']} model turns and {e['tokens']} tokens (model and "
+                  f"observation tokens together); observations inserted, attended, never "
+                  f"trained; scored by agent_config.reward: {e['reward']}"]
+    elif plan.get("episodes"):
         e = plan["episodes"]
         lines += ["", "episodes (multi-turn, with tools):",
                   f"  tools {', '.join(e['tools'])} in format {e['format']}; at most "

@@ -1,4 +1,5 @@
-"""Each Megatron role's typed setup (actor, ref, reward), built from the validated RunConfig.
+"""Each Megatron role's typed setup (actor, ref, reward, teacher), built from the validated
+RunConfig.
 
 The trainer hands a `RoleSetup` to every rank of a role; the rank builds its engine from it
 and nothing else. These are plain, torch-free dataclasses, so config can build them and the
@@ -105,6 +106,11 @@ class LossConfig:
     rollout_is: str = "off"            # ROLLOUT_CORRECTIONS: off, token, sequence
     rollout_is_cap: float = 2.0
     logprob_chunk_tokens: int = 512    # response tokens per fp32 log-softmax slab
+    # On-policy distillation against the teacher role (algorithms/distill.py); None = off.
+    distill_loss: Optional[str] = None     # DISTILL_LOSSES: reverse_kl
+    distill_estimator: str = "k3"          # KL_ESTIMATORS: k1, k2, k3
+    distill_coef: float = 1.0
+    distill_use_task_reward: bool = False  # false: distillation alone (no policy gradient)
 
 
 @dataclass(frozen=True)
@@ -153,7 +159,10 @@ def loss_config(run: RunConfig) -> LossConfig:
                       kl_penalty=rl.kl_penalty,
                       temperature=run.generate_config.sampling_config.temperature,
                       rollout_is=rollout_correction(rl), rollout_is_cap=rl.rollout_is_cap,
-                      logprob_chunk_tokens=rl.logprob_chunk_tokens)
+                      logprob_chunk_tokens=rl.logprob_chunk_tokens,
+                      distill_loss=rl.distill_loss, distill_estimator=rl.distill_estimator,
+                      distill_coef=rl.distill_coef,
+                      distill_use_task_reward=rl.distill_use_task_reward)
 
 
 def optim_config(run: RunConfig, role: str) -> OptimConfig:
@@ -175,7 +184,7 @@ def moe_training(run: RunConfig, role: str) -> Optional[MoETraining]:
 
 
 def role_setup(run: RunConfig, role: str, pad_id: int) -> RoleSetup:
-    """The actor trains (with an optimizer); ref and reward run forward passes only."""
+    """The actor trains (with an optimizer); ref, reward and teacher run forward passes only."""
     cfg = run.role(role)
     return RoleSetup(
         role=role, spec=run.models[role],

@@ -14,12 +14,13 @@ tiny-qwen3 for Qwen3, tiny-qwen3-moe for Qwen3-MoE; a family without one is refu
 as another's) and the data the generated arithmetic task (made on first use, as the embedded
 default does), with lengths to match; a vision-language recipe's become tiny-qwen25vl and
 grpo_tiny_vl_cpu's image task (validated on its held-out images when the recipe validates).
-An agent recipe (agent_config.tools) keeps its tools, turns, verifiers and sandbox mode on the
-tiny model with the char_tools tokenizer (models `<tiny>-tools-hf` / `-mcore`, never the plain
-char ones): its tool format becomes char (the tiny tokenizer has the tool markers, not Qwen's
-tokens; an empty call asks the first tool about the prompt's "a+b"), the episode 48 tokens
-with tool answers cut at 16, one tool worker, and search ranks the shipped tiny corpus
-(examples/data/sample/tiny_search_corpus.jsonl); each change logged.
+An agent recipe (agent_config.tools or agent_config.environment) keeps its tools or
+environment, turns, verifiers and sandbox mode on the tiny model with the char_tools tokenizer
+(models `<tiny>-tools-hf` / `-mcore`, never the plain char ones): its tool format becomes char
+(the tiny tokenizer has the tool markers, not Qwen's tokens; an empty call asks the first tool
+about the prompt's "a+b"), the episode 48 tokens with tool answers cut at 16, one tool worker,
+and search ranks the shipped tiny corpus (examples/data/sample/tiny_search_corpus.jsonl); each
+change logged.
 DAPO's overlong buffer keeps
 its share of the response limit (at least one token). Every flag stays as the recipe sets it
 (sequence parallel, colocation, offload, KL loss, verifiers, micro batch sizes, samples per
@@ -150,7 +151,8 @@ def scale_down(raw: Any) -> Any:
     tiny = _tiny_model(model, vision, problems)
     if problems:
         raise ConfigError(problems)
-    agentic = bool((data.get("agent_config") or {}).get("tools"))
+    agent = data.get("agent_config") or {}
+    agentic = bool(agent.get("tools") or agent.get("environment"))    # multi-turn episodes
 
     data["model"] = OmegaConf.to_container(OmegaConf.load(_model_file(tiny)))
     data["prepare"] = {"tiny_model": tiny, **VL_TASK} if vision else {

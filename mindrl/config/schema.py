@@ -154,6 +154,12 @@ class RLConfig:
     kl_penalty: str = "low_var_kl"
     kl_coef: float = 0.0              # 0 = no KL term, so no reference model is started
     use_kl_loss: bool = True          # KL in the loss (GRPO) rather than in the reward
+    # On-policy distillation (algorithms/distill.py, docs/guides/distillation.md): the teacher
+    # role (teacher_config) scores the student's sampled tokens; null = off, no teacher.
+    distill_loss: Optional[str] = None    # reverse_kl (forward_kl_topk: not built yet)
+    distill_estimator: str = "k3"         # the per-token estimator: k1, k2, k3 (kl_penalty's)
+    distill_coef: float = 1.0             # the distillation term's weight (>= 0)
+    distill_use_task_reward: bool = False   # true: GRPO's loss + distill_coef x the term
     entropy_coeff: float = 0.0                 # the entropy bonus's coefficient at step 1
     entropy_coeff_final: Optional[float] = None   # null = entropy_coeff throughout
     entropy_decay_steps: int = 0               # steps from entropy_coeff to entropy_coeff_final
@@ -202,8 +208,12 @@ class RLConfig:
     # --- resources and placement
     reference_resource: Optional[ResourceSpec] = None
     reward_resource: Optional[ResourceSpec] = None
+    teacher_resource: Optional[ResourceSpec] = None
     colocate_actor_ref: bool = False
     colocate_all_models: bool = False
+    colocate_actor_teacher: bool = False   # the teacher on the actor's devices
+    teacher_in_actor_process: bool = True  # a colocated teacher at the actor's layout lives in
+                                           # the actor's processes (config/placement.host_of)
     ref_in_actor_process: bool = True   # a colocated reference at the actor's layout lives in
                                         # the actor's processes (config/placement.host_of)
 
@@ -249,6 +259,10 @@ class RLConfig:
     @property
     def uses_reference(self) -> bool:
         return self.kl_coef > 0
+
+    @property
+    def uses_teacher(self) -> bool:
+        return self.distill_loss is not None
 
     @property
     def colocates_all(self) -> bool:
@@ -338,7 +352,9 @@ class PrepareConfig:
     """Artifacts the run makes for itself when missing (the embedded CPU default): a tiny
     random-init HF model (at megatron_training.tokenizer_name_or_path), its Megatron
     conversion (at megatron_training.load), a generated task file (at data_path) and, with
-    rl_config.reward_model, a random-init reward model (reward_config.load, from `<load>-hf`)."""
+    rl_config.reward_model, a random-init reward model (reward_config.load, from `<load>-hf`);
+    with rl_config.distill_loss, a random-init teacher of teacher_config.model
+    (teacher_config.load, from `<load>-hf`)."""
 
     tiny_model: Optional[str] = None      # a configs/model name, e.g. tiny-qwen2
     tokenizer: Literal["char", "char_tools", "qwen25"] = "char"
@@ -357,8 +373,10 @@ class PrepareConfig:
 
 @dataclass(frozen=True)
 class AgentConfig:
-    """Multi-turn episodes with tools (docs/guides/agentic.md): the model calls a tool, its
-    answer is inserted (attended, never trained), the model goes on. No tools: one turn."""
+    """Multi-turn episodes (docs/guides/agentic.md): with tools, the model calls a tool, its
+    answer is inserted (attended, never trained), the model goes on; with an environment,
+    the environment answers each model turn with an observation or ends the episode. Neither:
+    one turn."""
 
     tools: list[str] = field(default_factory=list)   # registry names or module:function
     format: str = "qwen25"            # the chat template's tool layout (names.TOOL_FORMATS)
@@ -370,10 +388,12 @@ class AgentConfig:
     traces_per_step: int = 4          # episodes kept as text in the run folder each step
     search_corpus: Optional[str] = None   # jsonl of {"id", "text"} the search tool ranks
     call_bonus: float = 0.0           # added to the score of an episode a tool answered
+    environment: Optional[str] = None     # module:Class (or file.py:Class), rollout/environment
+    reward: Literal["verifiers", "environment", "sum"] = "verifiers"   # what scores an episode
 
     @property
     def multi_turn(self) -> bool:
-        return bool(self.tools)
+        return bool(self.tools) or self.environment is not None
 
 
 @dataclass(frozen=True)
@@ -393,16 +413,19 @@ class RunConfig:
     prepare: PrepareConfig = field(default_factory=PrepareConfig)
     recipe: Optional[str] = None      # name it was composed from, when known
     agent_config: AgentConfig = field(default_factory=AgentConfig)
+    teacher_config: Optional[MegatronConfig] = None   # null: megatron_training's
 
     @property
     def active_roles(self) -> list[str]:
         """Roles that get workers: the reference only with a KL term, reward only with
-        rl_config.reward_model."""
+        rl_config.reward_model, the teacher only with rl_config.distill_loss."""
         roles = ["actor"]
         if self.rl_config.uses_reference:
             roles.append("ref")
         if self.rl_config.reward_model:
             roles.append("reward")
+        if self.rl_config.uses_teacher:
+            roles.append("teacher")
         return roles
 
     @property
@@ -414,7 +437,8 @@ class RunConfig:
 
     def role(self, name: str) -> MegatronConfig:
         return {"actor": self.actor_config, "ref": self.ref_config,
-                "reward": self.reward_config}[name]
+                "reward": self.reward_config,
+                "teacher": self.teacher_config or self.megatron_training}[name]
 
     def resource(self, name: str) -> Optional[ResourceSpec]:
         """A role's devices; a colocated reference without its own entry shares the actor's."""
@@ -425,6 +449,10 @@ class RunConfig:
             if rl.reference_resource is None and (rl.colocate_actor_ref or rl.colocates_all):
                 return rl.actor_resource
             return rl.reference_resource
+        if name == "teacher":
+            if rl.teacher_resource is None and (rl.colocate_actor_teacher or rl.colocates_all):
+                return rl.actor_resource
+            return rl.teacher_resource
         if rl.reward_resource is None and rl.colocates_all:
             return rl.actor_resource
         return rl.reward_resource

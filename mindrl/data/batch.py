@@ -77,12 +77,17 @@ FIELDS = (
     # admitted on (what max_staleness bounds).
     Field("token_policy_version", "[B, R] int: the weights version that sampled each token",
           RIGHT, ZERO, "rollout", False, True),
+    # An environment's episode (rollout/environment.py): the sum of its steps' rewards.
+    Field("env_reward", "[B] float: the environment's reward", NONE, ZERO,
+          "rollout (episodes)", False, True),
     Field("scores", "[B] float", NONE, ZERO, "rewards", False, True),
     Field("old_log_probs", "[B, R] float", RIGHT, ZERO, "actor (old-log-prob pass)", False,
           True),
     Field("old_routes", "[B, P+R, L, K] int: the routers' expert ids in that pass", RIGHT,
           ZERO, "actor (old-log-prob pass)", False, True),
     Field("ref_log_probs", "[B, R] float", RIGHT, ZERO, "reference", False, True),
+    # On-policy distillation: the teacher's log-prob of each sampled token (its own model).
+    Field("teacher_log_probs", "[B, R] float", RIGHT, ZERO, "teacher", False, True),
     Field("token_rewards", "[B, R] float", RIGHT, ZERO, "advantage step", False, True),
     Field("advantages", "[B, R] float", RIGHT, ZERO, "advantage step", False, True),
 )

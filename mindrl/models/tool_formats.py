@@ -3,14 +3,16 @@
 A format knows, for one chat template, the tokens that end a model turn and a call, how a
 model turn's calls are read (the hermes rules), the first prompt with the tools' schemas in the
 system message, and the ids to insert after a model turn (the tools' answers in the template's
-layout, up to the next ``<|im_start|>assistant\\n``). Formats (``TOOL_FORMATS``):
+layout, up to the next ``<|im_start|>assistant\\n``; an environment's observation as the next
+user turn, ``observation_ids``). Formats (``TOOL_FORMATS``):
 
 * ``qwen25``: Qwen2.5-Instruct's template (models/chat_templates/qwen25_instruct.jinja).
 * ``qwen3``: Qwen3's (models/chat_templates/qwen3.jinja), thinking mode. The template keeps
   the reasoning of every assistant turn after the last user query, so in a tool-only episode
   (one user query, then model and tool turns) the sampled ``<think>`` blocks stay in the
   history as sampled; a new user query would make the template drop them, which an
-  append-only episode cannot do.
+  append-only episode cannot do: an environment's observation is such a query, so after one
+  the earlier turns' ``<think>`` blocks stay where the template would drop them.
 * ``char``: for the tiny tokenizers (they need the four tool markers,
   ``tokenizers.add_tool_markers``), made for a random-init model: the first prompt is the
   Qwen2.5 layout with the char tokenizer's system prompt ("You are a helpful assistant."), but
@@ -19,7 +21,8 @@ layout, up to the next ``<|im_start|>assistant\\n``). Formats (``TOOL_FORMATS``)
   (the episode calls its first tool on the prompt's expression); and the answers follow the
   call inside the model's turn (``inline_answers``: ``<tool_call></tool_call><tool_response>
   357</tool_response>`` then the model goes on), so the answer to copy is a few tokens back,
-  not behind a user turn's 15 tokens of headers.
+  not behind a user turn's 15 tokens of headers; an environment's observation goes inline
+  the same way (``<tool_response>no</tool_response>``).
 
 Token in, token out: the ids the engine sampled are never decoded and re-encoded; only the
 inserted text is encoded, and only once. The layout's own text is encoded as the template's
@@ -377,6 +380,25 @@ class ToolFormat:
         """The ids to insert after a model turn (starting with the newline after its
         ``<|im_end|>``, which the engine does not sample), answers encoded as plain text."""
         return encode_segments(tokenizer, self.suffix_segments(outputs, closed))
+
+    def observation_segments(self, text: str, closed: bool = True) -> List[Segment]:
+        """What follows a model turn in an environment's episode (rollout/environment.py):
+        the observation as the next user turn, then the next generation prompt (what the
+        template writes for a user message and ``add_generation_prompt``); ``closed`` as in
+        ``suffix_segments``. An inline format writes it as a tool answer is written, in the
+        model's turn."""
+        if not isinstance(text, str):
+            raise TypeError(f"an observation is text, not {type(text).__name__}")
+        if self.inline_answers:
+            return [(TOOL_RESPONSE, True), (text, False), (TOOL_RESPONSE_END, True)]
+        out: List[Segment] = [] if closed else [(IM_END, True)]
+        return out + [(f"\n{IM_START}user\n", True), (text, False),
+                      (f"{IM_END}\n{IM_START}assistant\n", True)]
+
+    def observation_ids(self, tokenizer, text: str, closed: bool = True) -> List[int]:
+        """The ids of ``observation_segments``, the observation encoded as plain text (a
+        special-token string in it is characters, so it cannot end a turn)."""
+        return encode_segments(tokenizer, self.observation_segments(text, closed))
 
 
 _QWEN_TOKENS = (IM_START, IM_END, TOOL_CALL, TOOL_CALL_END)

@@ -51,7 +51,7 @@ class RunParts:
     save_dir: Path
     resume_plan: Optional[ResumePlan]
     data_metrics: Dict[str, float] = field(default_factory=dict)
-    agent: Optional[AgentParts] = None     # agent_config with tools: the tool loop's parts
+    agent: Optional[AgentParts] = None     # agent_config with tools or an environment
 
     @property
     def actor(self) -> ActorGroup:

@@ -1,7 +1,8 @@
 """The GRPO loop: one step, top to bottom, over a rollout source:
 
     source.next_batch (prompts -> rollout -> rewards) -> old log-probs (actor, when a batch
-    feeds more than one update) -> ref log-probs (when KL is on) -> advantages -> actor
+    feeds more than one update) -> ref log-probs (when KL is on) -> teacher log-probs (when
+    distillation is on) -> advantages -> actor
     update (source.wait_update) -> source.sync (what it waits for, then Megatron -> vLLM)
 
 The source decides when and on which weights batches are generated: trainer/sync_source.py
@@ -30,11 +31,15 @@ from mindrl.trainer.assemble import RunParts, assemble
 from mindrl.trainer.async_source import AsyncSource
 from mindrl.trainer.lifecycle import RunLifecycle
 from mindrl.trainer.log_prob_passes import LogProbPass, run_passes, timed
-from mindrl.trainer.metrics import batch_metrics, perf_metrics
+from mindrl.trainer.metrics import batch_metrics, distill_metrics, perf_metrics
 from mindrl.trainer.prompt_batches import image_metrics
 from mindrl.trainer.route_replay_step import (OLD_ROUTES, needs_route_pass, pass_replay,
                                               records_routes, replay_metrics, update_replay)
 from mindrl.trainer.sync_source import SyncSource
+
+# The episode metrics validation logs, under its own names.
+VAL_EPISODE_KEYS = {"agent/call_rate": "val/call_rate", "agent/turns_mean": "val/turns_mean",
+                    "agent/env_reward_mean": "val/env_reward"}
 
 
 class GRPOTrainer:
@@ -50,7 +55,7 @@ class GRPOTrainer:
 
     def _log_prob_passes(self, batch_ref, step: int,
                          timings: Dict[str, float]) -> Dict[str, torch.Tensor]:
-        """Old (actor) and reference log-probs (trainer/log_prob_passes.py)."""
+        """Old (actor), reference and teacher log-probs (trainer/log_prob_passes.py)."""
         rl, passes = self.rl, []
         if self._needs_old_log_probs():
             # Without a forward micro batch of its own, the pass plans like the update it
@@ -67,6 +72,10 @@ class GRPOTrainer:
                                       rl.ref_forward_micro_batch_size
                                       or self.run.ref_config.micro_batch_size,
                                       replay=pass_replay(rl)))
+        if rl.uses_teacher:      # a model of its own: it never replays the actor's routes
+            passes.append(LogProbPass("teacher", "teacher_log_probs",
+                                      self.parts.groups["teacher"],
+                                      self.run.role("teacher").micro_batch_size))
         return run_passes(passes, batch_ref, rl.blocking, timings)
 
     def _needs_old_log_probs(self) -> bool:
@@ -105,6 +114,8 @@ class GRPOTrainer:
         metrics.update(timings)
         metrics.update(perf_metrics(metrics))
         metrics.update(replay_metrics(batch, metrics))
+        if rl.uses_teacher:
+            metrics.update(distill_metrics(batch, rl.distill_estimator))
         if parts.agent is not None:
             metrics.update(parts.agent.metrics(batch))
             parts.agent.write_traces(step, batch, scores.tolist())
@@ -124,10 +135,12 @@ class GRPOTrainer:
                     if k.split("/", 1)[1] in rl.verifier_function})
         if "critic/reward_model/mean" in metrics:
             out["val/reward_model"] = metrics["critic/reward_model/mean"]
-        if self.parts.agent is not None:
-            episodes = episode_metrics(batch, self.parts.agent.tokenizer)
-            out["val/call_rate"] = episodes["agent/call_rate"]
-            out["val/turns_mean"] = episodes["agent/turns_mean"]
+        agent = self.parts.agent
+        if agent is not None:
+            episodes = episode_metrics(batch, agent.tokenizer, agent.tools is not None)
+            for key, name in VAL_EPISODE_KEYS.items():
+                if key in episodes:        # call_rate: tools; env_reward: an environment
+                    out[name] = episodes[key]
         return out
 
     def _validation_due(self, step: int, start: int) -> bool:

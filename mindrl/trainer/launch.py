@@ -92,6 +92,8 @@ def preflight(run: RunConfig) -> None:
                 raise ValueError(str(e)) from None
     if "reward" in run.active_roles:
         check_reward_tokenizer(run)
+    if "teacher" in run.active_roles:
+        check_teacher_tokenizer(run)
     check_loads(run)
 
 
@@ -134,6 +136,22 @@ def check_reward_tokenizer(run: RunConfig) -> None:
         raise ValueError(f"reward_config.tokenizer_name_or_path={reward} is not the actor's "
                          f"tokenizer ({actor}): the reward model scores the actor's token ids, "
                          f"so it needs the same vocabulary; use a reward model trained on it")
+
+
+def check_teacher_tokenizer(run: RunConfig) -> None:
+    """The teacher scores the student's token ids: its tokenizer must be the actor's (the
+    same vocabulary; config/checks/distill.py compares the models' sizes before this)."""
+    actor, teacher = (run.actor_config.tokenizer_name_or_path,
+                      run.role("teacher").tokenizer_name_or_path)
+    if teacher == actor:
+        return
+    from mindrl.models.tokenizers import load_tokenizer
+
+    if load_tokenizer(teacher).get_vocab() != load_tokenizer(actor).get_vocab():
+        raise ValueError(f"teacher_config.tokenizer_name_or_path={teacher} is not the student's "
+                         f"tokenizer (actor_config: {actor}): the teacher scores the student's "
+                         f"token ids, so it needs the same vocabulary; use a teacher trained "
+                         f"with the student's tokenizer")
 
 
 def write_resolved_config(run: RunConfig, run_dir: Path) -> Path:

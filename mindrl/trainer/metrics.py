@@ -6,6 +6,8 @@ from typing import Dict, Sequence
 
 import torch
 
+from mindrl.algorithms.distill import reverse_kl, token_quantile
+from mindrl.algorithms.masked import masked_mean
 from mindrl.trainer.drift import warn_on_drift  # noqa: F401  (the trainer's import of the alarm)
 
 
@@ -30,6 +32,21 @@ def batch_metrics(batch: Dict[str, torch.Tensor], scores: torch.Tensor,
         sum(r == "length" for r in finish_reasons) / max(len(finish_reasons), 1))
     out["perf/total_num_tokens"] = float(response_len.sum() + prompt_len.sum())
     return out
+
+
+def distill_metrics(batch, estimator: str) -> Dict[str, float]:
+    """distill/*: the teacher against the student on the student's own samples, over the
+    trained tokens (loss_mask: a tool's inserted answer is left out). The student is the
+    policy that sampled them (the rollout's sampled-token log-probs, before this step's
+    update); the per-token reverse KL uses the objective's estimator: its mean and its p90
+    over tokens, and both sides' mean log-prob."""
+    mask = batch.trained_mask()
+    student, teacher = batch["rollout_log_probs"], batch["teacher_log_probs"]
+    kl = reverse_kl(student, teacher, estimator)
+    return {"distill/reverse_kl_mean": masked_mean(kl, mask).item(),
+            "distill/reverse_kl_p90": token_quantile(kl, mask, 0.9).item(),
+            "distill/teacher_log_prob_mean": masked_mean(teacher, mask).item(),
+            "distill/student_log_prob_mean": masked_mean(student, mask).item()}
 
 
 def reward_model_metrics(scores: torch.Tensor) -> Dict[str, float]:
@@ -66,6 +83,7 @@ def vision_share(metrics: Dict[str, float]) -> Dict[str, float]:
 
 CONSOLE_KEYS = (("score", "critic/score/mean"), ("response_len", "response_length/mean"),
                 ("pg_loss", "actor/pg_loss"), ("kl_loss", "actor/kl_loss"),
+                ("distill_loss", "actor/distill_loss"),
                 ("grad_norm", "actor/grad_norm"), ("lr", "actor/lr"),
                 ("step_s", "timing_s/step"))
 

@@ -2,7 +2,9 @@
 
 For the embedded CPU default: a tiny random-init HF model, its Megatron conversion (through
 the converter CLI, in its own process, exactly as a user runs it) and the generated task file;
-with rl_config.reward_model, a tiny random-init reward model too (HF dir `<reward load>-hf`).
+with rl_config.reward_model, a tiny random-init reward model too (HF dir `<reward load>-hf`);
+with a teacher (rl_config.distill_loss), a tiny random-init teacher of teacher_config's model
+(HF dir `<teacher load>-hf`, another seed: a teacher that differs, not one with the skill).
 Existing artifacts are left alone, so a rerun resumes instead of starting over.
 """
 
@@ -60,7 +62,7 @@ def prepare_artifacts(run: RunConfig) -> List[str]:
 
 def _prepare_tiny_models(run: RunConfig) -> List[str]:
     """The tiny HF model (tokenizer and, for a VL model, processor), its Megatron conversion
-    and, with a reward role, a tiny reward model."""
+    and, with a reward role, a tiny reward model; with a teacher role, a tiny teacher."""
     from mindrl.ckpt.mcore_io import TRACKER
     from mindrl.config.names import role_key
     from mindrl.models.tiny import make_tiny_model
@@ -84,7 +86,26 @@ def _prepare_tiny_models(run: RunConfig) -> List[str]:
         _convert_to_mcore(rm_hf, Path(rm_load), run.models["reward"],
                           role_key(run, "reward", "load"))
         made.append(f"tiny reward model {p.tiny_model} (scalar head): {rm_hf} -> {rm_load}")
+    made += _prepare_tiny_teacher(run)
     return made
+
+
+def _prepare_tiny_teacher(run: RunConfig) -> List[str]:
+    """A random-init teacher of teacher_config's model with the run's tokenizer (seed + 2:
+    neither the actor's nor the reward model's weights), converted to teacher_config.load."""
+    from mindrl.ckpt.mcore_io import TRACKER
+    from mindrl.config.names import role_key
+    from mindrl.models.tiny import make_tiny_model
+
+    load = run.role("teacher").load if "teacher" in run.active_roles else None
+    if not load or (Path(load) / TRACKER).is_file():
+        return []
+    p, spec = run.prepare, run.models["teacher"]
+    hf_dir = Path(load + "-hf")
+    if not (hf_dir / "config.json").is_file():
+        make_tiny_model(spec.name, p.tokenizer, hf_dir, seed=p.seed + 2)
+    _convert_to_mcore(hf_dir, Path(load), spec, role_key(run, "teacher", "load"))
+    return [f"tiny teacher {spec.name} (seed {p.seed + 2}): {hf_dir} -> {load}"]
 
 
 def _prepare_vl(p, shared, val_prefix) -> List[str]:

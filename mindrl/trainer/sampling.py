@@ -51,7 +51,7 @@ class Sampler:
         rollout = self.parts.rollout
         kwargs = {**(self.engine_kwargs() if routes else self.parts.prompts.rollout_kwargs),
                   **overrides}
-        episode = self.episode()
+        episode = self.episode(batch)
         if chunk is None and episode is None:
             return rollout.submit(batch, seed=seed, **kwargs)
         if episode is not None:             # a turn ends at a call's end too
@@ -62,10 +62,12 @@ class Sampler:
             return submit_interleaved(rollout, batch, chunk, episode, seed=seed, **kwargs)
         return submit_in_chunks(rollout, batch, chunk, episode=episode, seed=seed, **kwargs)
 
-    def episode(self):
-        """A fresh episode for one submitted batch: the tool loop with agent_config.tools
-        (trainer/agent.py), else None (a single turn)."""
-        return None if self.parts.agent is None else self.parts.agent.episode()
+    def episode(self, batch: Batch):
+        """A fresh episode for the submitted `batch`: the tool loop with agent_config.tools,
+        an environment per sample with agent_config.environment (its row: the label and the
+        dataset's additional keys; trainer/agent.py), else None (a single turn)."""
+        agent = self.parts.agent
+        return None if agent is None else agent.episode(batch, self.parts.prompts.extra_keys)
 
     def generate_and_score(self, rows: List[dict], seed: int, timings: Dict[str, float]):
         """A fresh round on the engines' current weights, waited for and scored."""
@@ -79,10 +81,11 @@ class Sampler:
     def score(self, batch: Batch) -> Tuple[List[float], Dict[str, float]]:
         """Per sample: rule score (weighted verifiers) + reward_model_weight x reward-model
         score, each part present when its rl_config switch is on. Verifiers get the whole
-        response (an episode's inserted text included), the label and the dataset's
-        additional keys as keywords; the rule score carries DAPO's overlong penalty when
-        rl_config.overlong_buffer_len is set (rewards/overlong_penalty), and an agent run's
-        agent_config.call_bonus (trainer/agent.py)."""
+        response (an episode's inserted text included; an environment's: its final answer),
+        the label and the dataset's additional keys as keywords; the rule score carries DAPO's
+        overlong penalty when rl_config.overlong_buffer_len is set (rewards/overlong_penalty),
+        an agent run's agent_config.call_bonus, and an environment's reward as
+        agent_config.reward says (trainer/agent.py)."""
         parts, prompts = self.parts, self.parts.prompts
         scores, metrics = [0.0] * len(batch), {}
         if parts.reward is not None:
@@ -96,6 +99,8 @@ class Sampler:
             bonus = parts.agent.bonus(batch)
             metrics = {**metrics, "critic/call_bonus/mean": sum(bonus) / max(len(bonus), 1)}
             scores = [s + b for s, b in zip(scores, bonus)]
+        if parts.agent is not None:
+            scores = parts.agent.scored(batch, scores)
         if parts.reward_model is not None:
             model_scores = parts.reward_model.compute_scores(ray.put(
                 prompts.for_workers(batch)), self.run.reward_config.micro_batch_size)

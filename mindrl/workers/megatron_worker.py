@@ -1,10 +1,11 @@
-"""One rank of a Megatron role (actor, reference or reward model) inside a Ray actor.
+"""One rank of a Megatron role (actor, reference, reward model or teacher) inside a Ray actor.
 
-A rank may also hold another role's model (a colocated reference at the same layout, built on
-the same process groups: config/placement.host_of). Every actor rank takes part in the weight sync; its TP0/PP0/DP0 rank is the resharding host,
-which feeds the rollout engines (Ray actors of their own, mindrl/rollout) through
-`weight_sync.EngineFanout`. Methods that return data return it from rank 0 only (None
-elsewhere).
+A rank may also hold another role's model (a colocated reference or teacher at the same
+layout, built on the same process groups: config/placement.host_of); only its own engine is
+ever saved or synced to the rollout engines. Every actor rank takes part in the weight sync;
+its TP0/PP0/DP0 rank is the resharding host, which feeds the rollout engines (Ray actors of
+their own, mindrl/rollout) through `weight_sync.EngineFanout`. Methods that return data return
+it from rank 0 only (None elsewhere).
 """
 
 from __future__ import annotations

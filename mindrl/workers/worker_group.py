@@ -50,7 +50,7 @@ def worker_env() -> dict:
 
 
 class RoleGroup:
-    """A role's ranks; the verbs every role answers (reference: log-probs only)."""
+    """A role's ranks; the verbs every role answers (reference, teacher: log-probs only)."""
 
     model: Optional[str] = None     # which model of the ranks answers (None: their own)
 
@@ -238,4 +238,5 @@ class ActorGroup(RoleGroup):
         self.call(MegatronWorker.settle_sync)
 
 
-ROLE_GROUPS = {"actor": ActorGroup, "ref": RoleGroup, "reward": RewardModelGroup}
+ROLE_GROUPS = {"actor": ActorGroup, "ref": RoleGroup, "reward": RewardModelGroup,
+               "teacher": RoleGroup}

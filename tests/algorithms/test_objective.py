@@ -149,7 +149,9 @@ def test_micro_batches_and_ranks_add_up_to_the_mini_batch_loss(agg):
 def test_every_part_a_micro_batch_reports_is_in_the_table():
     log_probs, entropy, micro = tiny()
     micro["rollout_log_probs"] = micro["old_log_probs"]
-    _, parts = micro_batch_loss(log_probs, entropy, micro, loss_cfg(rollout_is="sequence"),
+    micro["teacher_log_probs"] = micro["ref_log_probs"]     # a teacher: the distill parts too
+    _, parts = micro_batch_loss(log_probs, entropy, micro,
+                                loss_cfg(rollout_is="sequence", distill_loss="reverse_kl"),
                                 torch.tensor(3), 1, 1)
     assert set(parts) == set(SUMMED_PARTS) | set(MAXED_PARTS)
     assert len({m.key for m in METRICS}) == len(METRICS)

@@ -3,7 +3,6 @@ calls that wait costs about its longest call; a call past its deadline still tim
 the others of its batch answer; sandbox children are held to one per core per worker. The
 in-process test tools are tests/tools/tool_helpers.py (trusted test code)."""
 
-import json
 import time
 from pathlib import Path
 
@@ -75,3 +74,15 @@ def test_python_calls_run_at_once_at_most_one_per_core(runner):
     assert most <= sandbox_slots()
     if sandbox_slots() > 1:
         assert most > 1                          # they did overlap
+
+
+def test_searches_at_once_on_a_fresh_worker_share_one_index(tmp_path):
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text("".join(f'{{"id": "d{i}", "text": "document {i} about topic {i % 7}"}}\n'
+                              for i in range(2000)))
+    with ToolRunner(["search"], ToolLimits(timeout_s=10.0, search_corpus=str(corpus)),
+                    num_workers=1) as r:
+        results = r.call_many([("search", {"query": f"topic {i % 7}", "top_k": 1})
+                               for i in range(16)])
+    assert [x.status for x in results] == ["ok"] * 16, [x.text for x in results]
+    assert all("topic" in x.text for x in results)

@@ -1,9 +1,11 @@
 """The tiny agentic recipe through the CLI, as a user runs it: multi-turn episodes with the
 calculator in the synchronous loop and in bounded asynchronous GRPO with partial rollouts (a
 turn cut by a weight sync continues on the new weights); the same recipe with tools=[] runs
-single turn. Each run's metrics carry the agent keys, its folder the episode traces."""
+single turn, and with an environment instead of the tools (scored by it alone, no verifiers)
+multi-turn. Each run's metrics carry the agent keys, its folder the episode traces."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -17,12 +19,20 @@ SHORT = ("megatron_training.train_iters=3", "rl_config.val_freq=3",
          "megatron_training.save_interval=3")
 ASYNC = ("rl_config.async_mode=bounded", "rl_config.max_staleness=1",
          "rl_config.partial_rollout_tokens=8", "generate_config.rollout_devices=1")
+# An environment instead of the tools, scored by it alone: two steps, validated at the second.
+TWO_TURNS = Path(__file__).parents[1] / "support" / "environments.py"
+ENVIRONMENT = ("megatron_training.train_iters=2", "rl_config.val_freq=2",
+               "rl_config.val_before_train=false", "rl_config.save_freq=null",
+               "megatron_training.save_interval=null", "agent_config.tools=[]",
+               "agent_config.call_bonus=0", f"agent_config.environment={TWO_TURNS}:TwoTurns",
+               "agent_config.reward=environment", "rl_config.rule_reward=false")
 
 
-def test_the_agent_recipe_runs_sync_async_and_single_turn(tmp_path):
+def test_the_agent_recipe_runs_sync_async_single_turn_and_with_an_environment(tmp_path):
     runs = {tmp_path / "sync": (*RECIPE, *SHORT),
             tmp_path / "async": (*RECIPE, *SHORT, *ASYNC),
-            tmp_path / "single": (*RECIPE, *SHORT, "agent_config.tools=[]")}
+            tmp_path / "single": (*RECIPE, *SHORT, "agent_config.tools=[]"),
+            tmp_path / "env": (*RECIPE, *ENVIRONMENT)}
     train_together(tmp_path, runs, timeout=1200)
     for name in ("sync", "async"):
         rows = metrics(tmp_path / name)
@@ -43,3 +53,17 @@ def test_the_agent_recipe_runs_sync_async_and_single_turn(tmp_path):
     single = metrics(tmp_path / "single")
     assert len(single) == 3 and not any(k.startswith(("agent/", "tools/")) for k in single[-1])
     assert not (tmp_path / "single" / "episodes").exists()
+    env = metrics(tmp_path / "env")
+    assert [r["step"] for r in env] == [1, 2]
+    for r in env:
+        # the environment's reward is the score (0.5 a turn it saw: 0, 0.5 or 1 an episode)
+        assert r["critic/score/mean"] == pytest.approx(r["agent/env_reward_mean"])
+        assert 0 <= r["agent/env_reward_mean"] <= 1 and "agent/call_rate" not in r
+        assert not any(k.startswith("tools/") for k in r)
+    # some turns ended on their own (EOS) and were stepped; their episodes scored
+    assert sum(r.get("agent/turns", 0) for r in env) > 0
+    assert max(r["agent/env_reward_mean"] for r in env) > 0
+    assert env[-1]["val/env_reward"] == pytest.approx(env[-1]["val/score"])
+    head = json.loads((tmp_path / "env" / "episodes" / "step_000002.txt").read_text()
+                      .splitlines()[0][4:])
+    assert set(head) == {"sample", "score", "label", "finish", "env_reward"}

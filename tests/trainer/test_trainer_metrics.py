@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from mindrl.trainer.metrics import batch_metrics, moving_average, perf_metrics
+from mindrl.data.batch import Batch
+from mindrl.trainer.metrics import batch_metrics, distill_metrics, moving_average, perf_metrics
 
 
 def test_batch_metrics_hand_computed():
@@ -36,3 +37,24 @@ def test_console_line_names_the_step_and_what_is_there():
     line = console_line(3, 10, {"critic/score/mean": 0.25, "actor/grad_norm": 1.5e-3,
                                 "timing_s/step": 2.0, "other": 7.0})
     assert line == "step 3/10 | score 0.25 | grad_norm 0.0015 | step_s 2"
+
+
+def test_distill_metrics_over_the_trained_tokens_only():
+    """The student (the rollout's sampled-token log-probs) against the teacher, k1: one
+    sample's second token is a tool's inserted answer (loss_mask 0, log-prob 0), with a
+    teacher log-prob that would dominate every figure were it counted."""
+    batch = Batch.of(
+        response_mask=torch.tensor([[1, 1, 1], [1, 1, 0]]),
+        loss_mask=torch.tensor([[1, 0, 1], [1, 1, 0]]),
+        rollout_log_probs=torch.tensor([[-0.5, 0.0, -1.0], [-2.0, -0.2, 0.0]]),
+        teacher_log_probs=torch.tensor([[-1.0, -30.0, -1.5], [-1.0, -0.4, 0.0]]))
+    m = distill_metrics(batch, "k1")
+    # k1 on the four trained tokens: 0.5, 0.5, -1.0, 0.2
+    assert m["distill/reverse_kl_mean"] == pytest.approx(0.05)
+    # sorted -1, 0.2, 0.5, 0.5: p90 at index 2.7 -> 0.5
+    assert m["distill/reverse_kl_p90"] == pytest.approx(0.5)
+    assert m["distill/teacher_log_prob_mean"] == pytest.approx((-1.0 - 1.5 - 1.0 - 0.4) / 4)
+    assert m["distill/student_log_prob_mean"] == pytest.approx((-0.5 - 1.0 - 2.0 - 0.2) / 4)
+    k3 = distill_metrics(batch, "k3")["distill/reverse_kl_mean"]
+    d = torch.tensor([0.5, 0.5, -1.0, 0.2])
+    assert k3 == pytest.approx((torch.exp(-d) + d - 1).mean().item())

@@ -17,6 +17,8 @@ the divisibility checks misleading) and raises them as one ConfigError.
 - moe: moe_* and expert-parallel keys against each role's model and layout
 - replay: routing replay against the models and the rollout engine
 - reward: what scores the rollouts, and a reward model's own weights
+- distill: on-policy distillation's loss, estimator and coefficient, and a teacher that can
+  score the student's tokens
 - paths: data, tokenizers (with a VL role's image processor) and checkpoints exist
 
 Shape problems (unknown keys, wrong types) are parse.py's and structure.py's; a model spec's

@@ -45,7 +45,8 @@ def check_batches(run: RunConfig) -> list[Problem]:
             out.append(Problem("rl_config.actor_forward_micro_batch_size", f"x actor DP {dp} "
                                f"does not divide the {samples} samples of a step",
                                "use a smaller forward micro batch", fwd))
-    for role, fwd_key in (("ref", "ref_forward_micro_batch_size"), ("reward", None)):
+    for role, fwd_key in (("ref", "ref_forward_micro_batch_size"), ("reward", None),
+                          ("teacher", None)):
         if role not in run.active_roles:
             continue
         rdp = data_parallel_size(run, role)

@@ -13,6 +13,12 @@ from mindrl.config.placement import devices_required, engine_devices, place_role
 from mindrl.config.schema import ResourceSpec, RunConfig
 
 
+MISSING_WHY = {"ref": "kl_coef > 0 needs a reference model",
+               "reward": "reward_model=true needs devices for the reward model",
+               "teacher": "distill_loss needs devices for the teacher (or "
+                          "rl_config.colocate_actor_teacher: true)"}
+
+
 def _resource_problem(key: str, res: Optional[ResourceSpec]) -> Optional[Problem]:
     if res is None:
         return None
@@ -34,8 +40,7 @@ def check_resources(run: RunConfig, cluster: ClusterResources) -> list[Problem]:
         key = f"rl_config.{names.ROLE_RESOURCES[role]}"
         res = run.resource(role)
         if res is None:
-            why = ("kl_coef > 0 needs a reference model" if role == "ref"
-                   else "reward_model=true needs devices for the reward model")
+            why = MISSING_WHY[role]
             out.append(Problem(key, f"is missing ({why})", f"add {key}: {{"
                                f"{cluster.resource_key}: N}} or colocate the role",
                                category=STRUCTURE))

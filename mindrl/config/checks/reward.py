@@ -9,15 +9,18 @@ from mindrl.config.schema import RunConfig
 
 
 def check_reward(run: RunConfig) -> list[Problem]:
-    """Something scores the rollouts, and a reward model starts from its own trained weights
-    (the reward role inherits megatron_training.load, the actor's checkpoint, unless told)."""
-    rl = run.rl_config
+    """Something scores the rollouts (verifiers, a reward model or an environment), and a
+    reward model starts from its own trained weights (the reward role inherits
+    megatron_training.load, the actor's checkpoint, unless told)."""
+    rl, agent = run.rl_config, run.agent_config
     out: list[Problem] = []
-    if not rl.rule_reward and not rl.reward_model:
+    by_environment = agent.environment is not None and agent.reward != "verifiers"
+    if not rl.rule_reward and not rl.reward_model and not by_environment:
         out.append(Problem("rl_config.reward_model", "is false while rl_config.rule_reward is "
                            "false: nothing scores the rollouts", "set rl_config.reward_model: "
-                           "true (a reward model, reward_config) or rl_config.rule_reward: true "
-                           "(verifier_function)", False))
+                           "true (a reward model, reward_config), rl_config.rule_reward: true "
+                           "(verifier_function) or, with agent_config.environment, "
+                           "agent_config.reward: environment", False))
     if not rl.reward_model:
         return out
     load = run.reward_config.load
