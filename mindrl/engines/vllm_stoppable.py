@@ -61,6 +61,8 @@ class SharedSteps:
         self.owners: Dict[str, Dict[str, StreamedRequest]] = {}   # request id -> its call's
         self.stepping = False
         self.steps = 0           # engine steps run
+        self.adding = 0          # calls waiting for the lock to add their requests
+        self.adding_lock = threading.Lock()
 
 
 def generate_stoppable(llm, prompts: Sequence[dict], params: Sequence,
@@ -92,7 +94,14 @@ def _generate(llm, prompts, params, should_stop, inflight, shared) -> List[Strea
         return shared.steps > added and should_stop()
 
     try:
-        with shared.cv:
+        with shared.adding_lock:
+            shared.adding += 1
+        try:
+            shared.cv.acquire()
+        finally:
+            with shared.adding_lock:
+                shared.adding -= 1
+        try:
             if alone and engine.has_unfinished_requests():
                 raise RuntimeError("the vLLM engine has unfinished requests of another "
                                    "generate")
@@ -108,6 +117,8 @@ def _generate(llm, prompts, params, should_stop, inflight, shared) -> List[Strea
                 shared.owners[request_id] = answers
                 engine.add_request(request_id, llm._preprocess_cmpl_one(prompt), sampling)
                 ids.append(request_id)
+        finally:
+            shared.cv.release()
         while True:
             with shared.cv:
                 shared.cv.wait_for(lambda: done() or stopped() or not shared.stepping)
@@ -142,17 +153,20 @@ def _step_while(engine, shared: SharedSteps, inflight, go_on: Callable[[], bool]
         with shared.cv:
             if not engine.has_unfinished_requests():
                 return
+            ended = False
             for output in engine.step():
                 owner = shared.owners.get(output.request_id)
                 if owner is not None:
                     _record(owner[output.request_id], output, inflight)
+                ended = ended or bool(getattr(output, "finished", False))
             shared.steps += 1
             if inflight is not None:
                 inflight.gate.between_steps()    # a sync's commit lands here
             shared.cv.notify_all()
             if not go_on():
                 return
-        time.sleep(0)        # let a waiting call take the lock between two steps
+        if shared.adding or ended:   # a call adding its requests, or one whose requests
+            time.sleep(0)            # ended, takes the lock now (the lock is not fair)
 
 
 def _record(answer: StreamedRequest, output, inflight) -> None:

@@ -263,16 +263,28 @@ class _Worker:
 
 
 class _Batch:
-    __slots__ = ("jobs", "results", "pending", "remaining", "alone")
+    """The jobs of every `map` running now (each call adds its own and waits for them)."""
 
-    def __init__(self, jobs: Sequence[Any]) -> None:
-        self.jobs = jobs
-        self.results: List[Optional[Outcome]] = [None] * len(jobs)
-        self.pending: Deque[int] = deque(range(len(jobs)))
-        self.remaining = len(jobs)
+    __slots__ = ("jobs", "results", "pending", "remaining", "alone", "error")
+
+    def __init__(self) -> None:
+        self.jobs: List[Any] = []
+        self.results: List[Optional[Outcome]] = []
+        self.pending: Deque[int] = deque()
+        self.remaining = 0
         # jobs that were running together when their worker died: each runs alone from then
         # on, so that the one that kills a worker is known
         self.alone: Set[int] = set()
+        self.error: Optional[BaseException] = None   # the driving call failed: all fail
+
+    def add(self, jobs: Sequence[Any]) -> range:
+        """Queue a call's jobs; their ids."""
+        ids = range(len(self.jobs), len(self.jobs) + len(jobs))
+        self.jobs.extend(jobs)
+        self.results.extend([None] * len(jobs))
+        self.pending.extend(ids)
+        self.remaining += len(jobs)
+        return ids
 
     def settle(self, job_id: int, outcome: Outcome) -> None:
         self.results[job_id] = outcome
@@ -341,7 +353,13 @@ class WorkerPool:
         if mp_context == "forkserver":
             # Takes effect only if this process has not started its forkserver yet.
             self._ctx.set_forkserver_preload(["__main__", kind.partition(":")[0], *preload])
-        self._lock = threading.Lock()
+        # Calls of `map` from several threads share the workers: each adds its jobs to the
+        # running batch, and one of them at a time drives the pool (dispatch, wait, collect)
+        # for all; a call arriving wakes the driver's wait (the wake pipe).
+        self._cv = threading.Condition()
+        self._batch: Optional[_Batch] = None
+        self._driving = False
+        self._wake_reader, self._wake_writer = self._ctx.Pipe(duplex=False)
         self._workers: List[_Worker] = []
         self._finalizer = weakref.finalize(self, _shutdown, self._workers)
         for _ in range(num_workers):
@@ -350,28 +368,69 @@ class WorkerPool:
     # -- public
 
     def map(self, jobs: Sequence[Any]) -> List[Outcome]:
-        """Run all jobs; returns one Outcome per job, in order. Never raises for a bad job."""
-        with self._lock:
+        """Run all jobs; returns one Outcome per job, in order. Never raises for a bad job.
+        Thread-safe: calls from several threads run their jobs at once on the workers."""
+        with self._cv:
             if not self._finalizer.alive:
                 raise RuntimeError(f"{type(self).__name__} is closed")
-            batch = _Batch(jobs)
+            if self._batch is None:
+                self._batch = _Batch()
+            batch = self._batch
+            ids = batch.add(list(jobs))
+            if self._driving:
+                self._wake_writer.send_bytes(b"")
+
+        def mine() -> bool:
+            return all(batch.results[i] is not None for i in ids)
+
+        while True:
+            with self._cv:
+                self._cv.wait_for(lambda: mine() or batch.error is not None
+                                  or not self._driving)
+                if batch.error is not None:
+                    raise RuntimeError(f"the {self.name} pool failed in another call: "
+                                       f"{batch.error!r}") from batch.error
+                if mine():
+                    return [batch.results[i] for i in ids]  # type: ignore[misc]
+                self._driving = True
             try:
-                while batch.remaining:
+                self._drive(batch, mine)
+            except BaseException as exc:
+                with self._cv:
+                    batch.error = exc
+                raise
+            finally:
+                with self._cv:
+                    self._driving = False
+                    if self._batch is batch and (batch.remaining == 0 or batch.error):
+                        self._batch = None
+                    self._cv.notify_all()
+
+    def _drive(self, batch: _Batch, mine: Callable[[], bool]) -> None:
+        """Dispatch, wait and collect for every call's jobs until this call's are settled."""
+        try:
+            while True:
+                with self._cv:
+                    if mine():
+                        return
                     self._dispatch(batch)
-                    self._wait()
+                self._wait()
+                with self._cv:
+                    while self._wake_reader.poll():
+                        self._wake_reader.recv_bytes()
                     for i in range(len(self._workers)):
                         self._collect(i, batch)
                     self._enforce_deadlines(batch)
-            except BaseException:
-                # Interrupted (Ctrl-C, an unpicklable job, ...): workers still busy with this
-                # batch would answer into the next one, so replace them.
-                if self._finalizer.alive:
-                    for i, w in enumerate(self._workers):
-                        if w.jobs:
-                            _kill(w)
-                            self._workers[i] = self._spawn()
-                raise
-            return batch.results  # type: ignore[return-value]
+                    self._cv.notify_all()
+        except BaseException:
+            # Interrupted (Ctrl-C, an unpicklable job, ...): workers still busy with this
+            # batch would answer into the next one, so replace them.
+            if self._finalizer.alive:
+                for i, w in enumerate(self._workers):
+                    if w.jobs:
+                        _kill(w)
+                        self._workers[i] = self._spawn()
+            raise
 
     def close(self) -> None:
         self._finalizer()
@@ -447,7 +506,7 @@ class WorkerPool:
         deadlines += [w.started + self.startup_timeout for w in self._workers if not w.ready]
         timeout = max(0.0, min(deadlines) - now) if deadlines else None
         handles = [w.conn for w in self._workers] + [w.proc.sentinel for w in self._workers]
-        wait_ready(handles, timeout)
+        wait_ready(handles + [self._wake_reader], timeout)
 
     def _collect(self, i: int, batch: _Batch) -> None:
         """Take every reply worker i has sent; replace it if it died."""

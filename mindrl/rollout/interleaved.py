@@ -27,6 +27,7 @@ from mindrl.rollout.partial import Chunk
 from mindrl.rollout.partial_handle import ChunkedHandle
 
 ANSWER_THREADS = 64      # turns answered at once by one handle (each waits on its tools)
+GATHER_S = 0.005         # how long a finished answer waits for others to go in its call
 
 
 class InterleavedHandle(ChunkedHandle):
@@ -78,6 +79,10 @@ class InterleavedHandle(ChunkedHandle):
                                        "the engines and no turn being answered")
                 finished, _ = cf.wait([*futures, *waiting], timeout=self._poll_s(),
                                       return_when=cf.FIRST_COMPLETED)
+                if waiting:      # answers that come at once go back in one call
+                    more, _ = cf.wait(waiting, timeout=GATHER_S,
+                                      return_when=cf.ALL_COMPLETED)
+                    finished = set(finished) | set(more)
                 self._check_deadline()
                 for future in finished:
                     if future in waiting:

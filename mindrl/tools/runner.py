@@ -129,8 +129,8 @@ class ToolRunner:
             shutil.rmtree(self._scratch_root, ignore_errors=True)
             raise
         self.counts: Counter = Counter()
-        # One batch at a time: the episodes of several batches in flight (asynchronous
-        # GRPO) answer from their own threads; the pool runs each batch's calls in parallel.
+        # The counts' lock: batches answer from several threads at once (the pool shares its
+        # workers between them).
         self._lock = threading.Lock()
 
     # -- public
@@ -144,10 +144,14 @@ class ToolRunner:
 
     def call_many(self, calls: Sequence[Tuple[Any, Any]]) -> List[ToolResult]:
         """One ToolResult per (name, arguments) call, in order; calls run at once, up to
-        calls_per_worker on each worker. Never raises for a bad call; thread-safe (one batch
-        at a time)."""
+        calls_per_worker on each worker. Never raises for a bad call; thread-safe: batches
+        called from several threads run at once on the pool (an interleaved rollout answers
+        each episode's turn on its own, rollout/interleaved.py)."""
+        results = self._call_many(calls)
         with self._lock:
-            return self._call_many(calls)
+            for r in results:
+                self._count(r)
+        return results
 
     def _call_many(self, calls: Sequence[Tuple[Any, Any]]) -> List[ToolResult]:
         start = time.monotonic()
@@ -165,8 +169,6 @@ class ToolRunner:
             elapsed = time.monotonic() - start
             for i, (name, _), outcome in zip(where, jobs, outcomes):
                 results[i] = self._answer(name, outcome, elapsed)
-        for r in results:
-            self._count(r)
         return results  # type: ignore[return-value]
 
     def metrics(self) -> Dict[str, float]:

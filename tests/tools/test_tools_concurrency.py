@@ -86,3 +86,25 @@ def test_searches_at_once_on_a_fresh_worker_share_one_index(tmp_path):
                                for i in range(16)])
     assert [x.status for x in results] == ["ok"] * 16, [x.text for x in results]
     assert all("topic" in x.text for x in results)
+
+
+def test_batches_from_two_threads_run_at_once_on_the_pool():
+    """An interleaved rollout answers each episode's turn from a thread of its own: a batch
+    called while another waits on a slow call answers without waiting for it."""
+    import threading
+
+    with ToolRunner([helper("nap"), "calculator"], ToolLimits(timeout_s=5.0),
+                    num_workers=1) as r:
+        r.call("calculator", {"expression": "1"})
+        slow = {}
+        napper = threading.Thread(target=lambda: slow.update(
+            r=r.call_many([("nap", {"seconds": 3.0, "tag": 7})])))
+        napper.start()
+        time.sleep(0.3)                              # the nap is on the worker
+        fast = r.call_many([("calculator", {"expression": "6*7"}), ("nap", {"seconds": 0.0,
+                                                                            "tag": 2})])
+        assert napper.is_alive(), "the second batch waited for the first one's nap"
+        assert [x.text for x in fast] == ["42", "2"]
+        napper.join(10)
+        assert slow["r"][0].text == "7"
+        assert r.metrics()["tools/calls"] == 4.0
