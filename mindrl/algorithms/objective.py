@@ -139,6 +139,17 @@ def _logprob_diff(log_probs: torch.Tensor, rollout_log_probs: torch.Tensor,
                                          else torch.zeros((), device=diff.device))}
 
 
+def entropy_bonus(entropy: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                  cfg) -> torch.Tensor:
+    """The entropy the bonus maximises, aggregated over the trained tokens: every token's
+    (entropy_tokens "all"), or only those of samples with a non-zero advantage ("learning"),
+    the others counting 0 in the same denominator, so a micro batch with nothing to learn
+    adds no bonus."""
+    if cfg.entropy_tokens == "learning":
+        entropy = entropy * (advantages != 0).to(entropy.dtype)
+    return aggregate_loss(entropy, mask, cfg.loss_agg_mode)
+
+
 def micro_batch_loss(log_probs: torch.Tensor, entropy: torch.Tensor,
                      micro: Mapping[str, torch.Tensor], cfg, mini_weight: torch.Tensor,
                      num_micro: int, dp_size: int) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
@@ -179,7 +190,7 @@ def micro_batch_loss(log_probs: torch.Tensor, entropy: torch.Tensor,
         loss = loss + cfg.distill_coef * distill
     mean_entropy = aggregate_loss(entropy, mask, cfg.loss_agg_mode)
     if cfg.entropy_coeff > 0:
-        loss = loss - cfg.entropy_coeff * mean_entropy
+        loss = loss - cfg.entropy_coeff * entropy_bonus(entropy, micro["advantages"], mask, cfg)
     share = mini_batch_weight(mask, cfg.loss_agg_mode) / mini_weight.clamp(min=1)
     scale = share * num_micro * dp_size
     parts = {"actor/pg_loss": pg.detach() * share, "actor/kl_loss": kl.detach() * share,

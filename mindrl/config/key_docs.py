@@ -167,6 +167,9 @@ KEY_DOCS: dict[str, str] = {
     "rl_config.entropy_coeff_final": "the bonus after entropy_decay_steps (linear decay; set "
                                      "both or neither); null = entropy_coeff throughout",
     "rl_config.entropy_decay_steps": "steps from entropy_coeff to entropy_coeff_final",
+    "rl_config.entropy_tokens": "which tokens the entropy bonus counts: all, or learning (the "
+        "samples with a non-zero advantage only, so a step whose groups all score alike gets "
+        "no bonus: alone, Adam would scale it to full-size steps and the policy unlearn)",
     "rl_config.loss_agg_mode": "token-mean, seq-mean-token-mean, seq-mean-token-sum",
     "rl_config.rollout_is": "rollout correction, truncated importance sampling of old over "
         "rollout log-probs: off, token, sequence (docs/design.md#rollout-correction)",

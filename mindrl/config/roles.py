@@ -98,6 +98,7 @@ class LossConfig:
     clip_ratio_c: Optional[float] = None
     loss_agg_mode: str = "token-mean"
     entropy_coeff: float = 0.0
+    entropy_tokens: str = "all"        # all, or learning: samples with an advantage only
     use_kl_loss: bool = False
     kl_coef: float = 0.0
     kl_penalty: str = "low_var_kl"
@@ -108,7 +109,7 @@ class LossConfig:
     logprob_chunk_tokens: int = 512    # response tokens per fp32 log-softmax slab
     # On-policy distillation against the teacher role (algorithms/distill.py); None = off.
     distill_loss: Optional[str] = None     # DISTILL_LOSSES: reverse_kl
-    distill_estimator: str = "k3"          # KL_ESTIMATORS: k1, k2, k3
+    distill_estimator: str = "k2"          # KL_ESTIMATORS: k1, k2, k3
     distill_coef: float = 1.0
     distill_use_task_reward: bool = False  # false: distillation alone (no policy gradient)
 
@@ -154,7 +155,7 @@ def loss_config(run: RunConfig) -> LossConfig:
     return LossConfig(clip_ratio=rl.clip_ratio, clip_ratio_low=rl.clip_ratio_low,
                       clip_ratio_high=rl.clip_ratio_high, clip_ratio_c=rl.clip_ratio_c,
                       policy_loss=rl.policy_loss, loss_agg_mode=rl.loss_agg_mode,
-                      entropy_coeff=rl.entropy_coeff,
+                      entropy_coeff=rl.entropy_coeff, entropy_tokens=rl.entropy_tokens,
                       use_kl_loss=rl.use_kl_loss and rl.kl_coef > 0, kl_coef=rl.kl_coef,
                       kl_penalty=rl.kl_penalty,
                       temperature=run.generate_config.sampling_config.temperature,

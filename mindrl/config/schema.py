@@ -157,12 +157,15 @@ class RLConfig:
     # On-policy distillation (algorithms/distill.py, docs/guides/distillation.md): the teacher
     # role (teacher_config) scores the student's sampled tokens; null = off, no teacher.
     distill_loss: Optional[str] = None    # reverse_kl (forward_kl_topk: not built yet)
-    distill_estimator: str = "k3"         # the per-token estimator: k1, k2, k3 (kl_penalty's)
+    distill_estimator: str = "k2"         # k1, k2, k3 (kl_penalty's); k2 descends the reverse KL
     distill_coef: float = 1.0             # the distillation term's weight (>= 0)
     distill_use_task_reward: bool = False   # true: GRPO's loss + distill_coef x the term
     entropy_coeff: float = 0.0                 # the entropy bonus's coefficient at step 1
     entropy_coeff_final: Optional[float] = None   # null = entropy_coeff throughout
     entropy_decay_steps: int = 0               # steps from entropy_coeff to entropy_coeff_final
+    # which tokens the bonus counts: all, or learning (only samples with a non-zero advantage:
+    # a step whose groups all agree then has no bonus to take full-size steps on alone)
+    entropy_tokens: Literal["all", "learning"] = "all"
     rollout_is: str = "off"           # truncated IS on old / rollout log-probs: off, token, sequence
     rollout_is_cap: float = 2.0       # the weights' upper bound (> 1)
     logprob_chunk_tokens: int = 512   # response tokens per fp32 log-softmax slab in the engines

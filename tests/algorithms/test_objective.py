@@ -57,6 +57,31 @@ def test_loss_and_parts_equal_the_hand_computed_values():
                           atol=1e-6)
 
 
+def test_a_learning_only_bonus_skips_the_samples_without_an_advantage():
+    """entropy_tokens "learning": the bonus counts the tokens of samples with a non-zero
+    advantage only, in the same token-mean denominator; a micro batch whose advantages are
+    all 0 gets no entropy gradient at all (alone, Adam would scale that bonus to full-size
+    steps). The reported entropy is every token's either way."""
+    log_probs, entropy, micro = tiny()
+    micro["advantages"] = torch.tensor([[0.0, 0.0, 0.0], [-2.0, 0.0, 0.0]])   # sample 0: none
+    cfg = loss_cfg(entropy_coeff=0.1, entropy_tokens="learning")
+    _, parts = micro_batch_loss(log_probs, entropy, micro, cfg, torch.tensor(3), 1, 1)
+    assert parts["actor/entropy"].item() == pytest.approx(2.0)      # (1 + 2 + 3) / 3
+    bonus = objective.entropy_bonus(entropy, micro["advantages"], micro["response_mask"].float(),
+                                    cfg)
+    assert bonus.item() == pytest.approx(3.0 / 3)                  # sample 1's token only
+    bonus.backward()
+    assert torch.equal(entropy.grad, torch.tensor([[0.0, 0.0, 0.0], [1 / 3, 0.0, 0.0]]))
+    entropy.grad = None
+    micro["advantages"] = torch.zeros(2, 3)
+    loss, _ = micro_batch_loss(log_probs, entropy, micro, cfg, torch.tensor(3), 1, 1)
+    loss.backward()
+    assert torch.count_nonzero(entropy.grad) == 0
+    everyone = objective.entropy_bonus(entropy, micro["advantages"],
+                                       micro["response_mask"].float(), loss_cfg())
+    assert everyone.item() == pytest.approx(2.0)                   # "all": every token
+
+
 def test_without_coefficients_entropy_is_reported_but_off_the_graph():
     log_probs, entropy, micro = tiny()
     loss, parts = micro_batch_loss(log_probs, entropy, micro, loss_cfg(), torch.tensor(3), 1, 1)

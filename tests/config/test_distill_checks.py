@@ -29,8 +29,8 @@ def test_the_tiny_recipe_hosts_its_teacher_in_the_actors_process():
     assert setup.max_tokens_per_micro_batch == 864
     loss = role_setup(run, "actor", pad_id=0).loss
     assert (loss.distill_loss, loss.distill_estimator, loss.distill_coef,
-            loss.distill_use_task_reward) == ("reverse_kl", "k3", 1.0, False)
-    assert ("distillation reverse_kl (k3) x 1 against the teacher tiny-qwen2, alone"
+            loss.distill_use_task_reward) == ("reverse_kl", "k2", 1.0, False)
+    assert ("distillation reverse_kl (k2) x 1 against the teacher tiny-qwen2, alone"
             in format_plan(make_plan(run, CPU)))
 
 
