@@ -4,7 +4,7 @@
 # NAME is configs/datasets/NAME.yaml (r1_zero_qwen25_7b, gsm8k_qwen25, countdown_qwen25,
 # tiny_arith, geo3k_qwen25vl, tiny_vl_shapes; the agent recipes' dapo_math_17k_qwen25 / _qwen3,
 # aime2024_qwen25 / _qwen3 and search_r1_nq_hotpotqa_qwen25, which also writes the search
-# corpus). Relative paths in a recipe are relative to the current directory; run from the
+# corpus; the distillation recipes' opd_dapo_math_17k_qwen3 and opd_aime2024_qwen3). Relative paths in a recipe are relative to the current directory; run from the
 # repository root. tiny_arith works offline as shipped once its
 # tokenizer exists:
 #   python cli/make_tiny_model.py --model tiny-qwen2 --tokenizer char --out work/models/tiny-qwen2-hf

@@ -21,6 +21,10 @@ environment, turns, verifiers and sandbox mode on the tiny model with the char_t
 about the prompt's "a+b"), the episode 48 tokens with tool answers cut at 16, one tool worker,
 and search ranks the shipped tiny corpus (examples/data/sample/tiny_search_corpus.jsonl); each
 change logged.
+A distillation recipe's teacher (teacher_config) shrinks as the other roles do (its devices,
+TP, pipeline, token budget) and becomes the tiny model of its own family over the student's
+tokenizer, at `<tiny>-teacher-mcore`: random-init from another seed on first use, so it shares
+the student's vocabulary and is never the student's checkpoint.
 DAPO's overlong buffer keeps
 its share of the response limit (at least one token). Every flag stays as the recipe sets it
 (sequence parallel, colocation, offload, KL loss, verifiers, micro batch sizes, samples per
@@ -55,13 +59,14 @@ from mindrl.config.model_spec import VisionSpec
 logger = logging.getLogger(__name__)
 WORK = "${mindrl.work_dir:}"
 TINY_REWARD_MODEL = "tiny-qwen2"     # a reward role's miniature, whatever the family
-ROLE_SECTIONS = ("megatron_training", "actor_config", "ref_config", "reward_config")
-ROLES = ("actor", "ref", "reward")       # ROLE_SECTIONS[1:]'s roles
+ROLE_SECTIONS = ("megatron_training", "actor_config", "ref_config", "reward_config",
+                 "teacher_config")
+ROLES = ("actor", "ref", "reward", "teacher")       # ROLE_SECTIONS[1:]'s roles
 PP_KEY = "pipeline_model_parallel_size"
 TP_KEY, EP_KEY = "tensor_model_parallel_size", "expert_model_parallel_size"
 ETP_KEY = "expert_tensor_parallel_size"
 SPLIT_KEYS = ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
-RESOURCES = ("actor_resource", "reference_resource", "reward_resource")
+RESOURCES = ("actor_resource", "reference_resource", "reward_resource", "teacher_resource")
 DEVICE_KEYS = ("num_npus", "num_gpus", "num_cpus")
 
 # The tiny task's lengths: prompts "a+b=" of a char tokenizer, one-digit answers.
@@ -169,12 +174,15 @@ def scale_down(raw: Any) -> Any:
     for section in ("actor_config", "ref_config"):
         if (data.get(section) or {}).get("load"):
             data[section]["load"] = f"{models}-mcore"
+    _scale_teacher(data, tiny, "-tools" if agentic else "", model.get("vocab_size"), problems)
+    if problems:
+        raise ConfigError(problems)
     _shorten_pipelines(data, data["model"]["num_layers"])
     longest = _longest(data)
     lengths = VL_LENGTHS if vision else AGENT_LENGTHS if agentic else LENGTHS
     for (section, key), value in lengths.items():
         data.setdefault(section, {})[key] = value
-    for section in ("actor_config", "ref_config", "reward_config"):
+    for section in ROLE_SECTIONS[1:]:
         (data.get(section) or {}).pop("tokenizer_name_or_path", None)
     if vision and rl.get("val_data_path"):
         rl["val_data_path"] = f"{VL_DATA}/test"     # held-out images, as the recipe validates
@@ -226,6 +234,35 @@ def _scale_agent(agent: dict) -> None:
         agent["search_corpus"] = TINY_SEARCH_CORPUS
     for change in changes:
         logger.warning("scale_down: %s", change)
+
+
+def _scale_teacher(data: dict, tiny: str, suffix: str, vocab: Any, problems: list) -> None:
+    """A distillation recipe's teacher in miniature: the tiny model of the teacher model's own
+    family (the student's tiny when teacher_config names none), over the student's tokenizer
+    (prepare.tokenizer), so both share one vocabulary; its `load` becomes
+    `<teacher tiny><suffix>-teacher-mcore`, made on first use by trainer/prepare.py from
+    another seed than the student's: a teacher that differs, never the student's start. A
+    teacher whose vocabulary is not the recipe student's (`vocab`) is refused here: the tiny
+    pair would share one and hide it."""
+    teacher = data.get("teacher_config")
+    if not (data.get("rl_config") or {}).get("distill_loss") or not isinstance(teacher, dict):
+        return
+    name = teacher.get("model")
+    if isinstance(name, str) and _model_file(name).is_file():
+        model = OmegaConf.to_container(OmegaConf.load(_model_file(name)))
+        if model.get("vocab_size") != vocab:
+            problems.append(Problem("teacher_config.model", f"has a vocabulary of "
+                                    f"{model.get('vocab_size')} tokens, the student's model "
+                                    f"{vocab}: the teacher scores the student's token ids",
+                                    "pick a teacher trained with the student's tokenizer",
+                                    name, STRUCTURE))
+            return
+        name = _tiny_model(model, bool(model.get("vision")), problems)
+    else:
+        name = tiny                   # megatron_training's model (or an interpolation of it)
+    teacher["model"] = name
+    if teacher.get("load"):
+        teacher["load"] = f"{WORK}/models/{name}{suffix}-teacher-mcore"
 
 
 def _tiny_model(model: dict, vision: bool, problems: list) -> Any:

@@ -23,6 +23,8 @@ RECIPE_CLUSTERS = {
     "retool_qwen25_7b": ClusterResources("npu", 8, 1, device_memory_gib=64),
     "retool_qwen3_8b": ClusterResources("npu", 16, 1, device_memory_gib=64),   # one A3 node
     "search_r1_qwen25_7b": ClusterResources("npu", 8, 1, device_memory_gib=64),
+    "opd_qwen3_8b_to_1p7b": ClusterResources("npu", 16, 1, device_memory_gib=64),   # one A3
+    "opd_qwen3_32b_to_1p7b": ClusterResources("npu", 16, 1, device_memory_gib=64),
 }
 # Shipped recipes whose layout the plan refuses up front until an issue lands (their refusal
 # is tested where they are: tests/config/test_moe_recipe_keys.py).

@@ -130,10 +130,10 @@ RECIPE_ROWS = {
                          "prompt": [{"role": "user", "content": DAPO_WRAPPED}],
                          "reward_model": {"ground_truth": "34", "style": "rule"}},
               "Find $a + b + c$.", "34")
-       for name in ("dapo_math_17k_qwen25", "dapo_math_17k_qwen3")},
+       for name in ("dapo_math_17k_qwen25", "dapo_math_17k_qwen3", "opd_dapo_math_17k_qwen3")},
     **{name: ("qwen25", {"ID": "2024-I-1", "Problem": "Find $m+n$.", "Solution": "...",
                          "Answer": 204}, "Find $m+n$.", "204")
-       for name in ("aime2024_qwen25", "aime2024_qwen3")},
+       for name in ("aime2024_qwen25", "aime2024_qwen3", "opd_aime2024_qwen3")},
     "search_r1_nq_hotpotqa_qwen25": ("qwen25", {"id": "train_0", "question": "who wrote hamlet",
                                                 "golden_answers": ["William Shakespeare"]},
                                      "Question: who wrote hamlet?", '["William Shakespeare"]'),
