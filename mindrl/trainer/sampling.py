@@ -60,7 +60,7 @@ class Sampler:
             chunk = kwargs.get("max_tokens", self.gen.sampling_config.max_tokens)
         if episode is not None:             # each episode goes on as its turn is answered
             return submit_interleaved(rollout, batch, chunk, episode, seed=seed, **kwargs)
-        return submit_in_chunks(rollout, batch, chunk, episode=episode, seed=seed, **kwargs)
+        return submit_in_chunks(rollout, batch, chunk, seed=seed, **kwargs)
 
     def episode(self, batch: Batch):
         """A fresh episode for the submitted `batch`: the tool loop with agent_config.tools,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from support import run_env
+from support.future_ref import FutureRef
 
 from bench import agentic_tools, bench_agentic as ba
 from mindrl.engines.rollout_output import RolloutOutput
@@ -89,14 +90,6 @@ class FakeTools:
         return out
 
 
-class _Ref:
-    def __init__(self, future):
-        self._future = future
-
-    def future(self):
-        return self._future
-
-
 class FakeGroup:
     """One engine as the rollout handles see a RolloutGroup: FakeEngine's answers, each call
     answered in a thread of its own (as the engine's TURNS group runs them)."""
@@ -119,7 +112,7 @@ class FakeGroup:
 
     def _remote(self, prompts, n, max_tokens, min_tokens=0, seed=None, stop_id=None,
                 weights_version=None, beside_others=False):
-        return _Ref(self.threads.submit(self.engine.generate, prompts, n, max_tokens,
+        return FutureRef(self.threads.submit(self.engine.generate, prompts, n, max_tokens,
                                         min_tokens, seed))
 
     def next_stop_id(self):

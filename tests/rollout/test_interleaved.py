@@ -18,14 +18,7 @@ from mindrl.rollout.episode import INSERTED, SAMPLED
 from mindrl.rollout.interleaved import submit_interleaved
 from mindrl.rollout.partial_handle import submit_in_chunks
 from support.counting_engine import EOS, count_up
-
-
-class _Ref:
-    def __init__(self, future):
-        self._future = future
-
-    def future(self):
-        return self._future
+from support.future_ref import FutureRef
 
 
 class _Engine:
@@ -54,7 +47,7 @@ class _Engine:
                 return out
             return count_up(prompts, n, max_tokens, min_tokens)
 
-        return _Ref(self.group.threads.submit(answer))
+        return FutureRef(self.group.threads.submit(answer))
 
 
 class _Group:
@@ -197,7 +190,7 @@ def test_tokens_sampled_across_an_inflight_sync_keep_their_versions():
                                  for ids in out.response_token_ids]
             future.set_result(out)
         ref.future().add_done_callback(tag)
-        return _Ref(future)
+        return FutureRef(future)
 
     engine._remote = with_commits
     engine.generate = SimpleNamespace(remote=with_commits,
