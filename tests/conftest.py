@@ -22,10 +22,13 @@ import support.run_env  # noqa: E402,F401  (the environment before any test: run
 
 
 def pytest_configure(config):
-    # `make test-fast` leaves these out (-m "not slow"); `make test` and .ci/run run everything.
+    # `make test-fast` leaves these out (-m "not slow"); `make test` and .ci/run run all but `long`.
     config.addinivalue_line(
         "markers", "slow: a run of minutes (training through the CLI, a recipe in miniature, "
                    "a learning curve, a multi-process world); `make test-fast` leaves it out")
+    config.addinivalue_line(
+        "markers", "long: a learning curve of over 5 minutes, run by `make test-long` only "
+                   "(`make test` keeps within 22 minutes on 2 cores)")
     config.addinivalue_line(
         "markers", "alone: runs by itself after the parallel part of `make test` (it asserts "
                    "on what no other run may touch meanwhile: a /dev/shm file a concurrent "

@@ -170,6 +170,11 @@ KEY_DOCS: dict[str, str] = {
     "rl_config.entropy_tokens": "which tokens the entropy bonus counts: all, or learning (the "
         "samples with a non-zero advantage only, so a step whose groups all score alike gets "
         "no bonus: alone, Adam would scale it to full-size steps and the policy unlearn)",
+    "rl_config.skip_zero_advantage_updates": "true: a step in which every sample's advantage "
+        "is 0 makes no update (actor/update_skipped 1; the weights, Adam's moments and the lr "
+        "schedule stay as they were): its loss would be the KL and entropy terms alone, full-"
+        "size steps under Adam that pull the policy back toward the reference; not with a "
+        "distillation term",
     "rl_config.loss_agg_mode": "token-mean, seq-mean-token-mean, seq-mean-token-sum",
     "rl_config.rollout_is": "rollout correction, truncated importance sampling of old over "
         "rollout log-probs: off, token, sequence (docs/design.md#rollout-correction)",
@@ -365,6 +370,10 @@ KEY_DOCS: dict[str, str] = {
     "prepare.num_val_prompts": "task vl: held-out pictures, never trained on",
     "prepare.vl_dataset": "task vl: the dataset recipe (configs/datasets) that preprocesses "
                           "them",
+    "prepare.warm_start": "null (random init) or echo: before its conversion the tiny actor "
+                          "learns to repeat a tool's answer over random text, never the task "
+                          "(models/warm_start.py; needs tokenizer char_tools)",
+    "prepare.warm_start_steps": "warm-start steps (64 documents each; 1000: ~45 s on 2 cores)",
     "prepare.seed": "seed of the generated model and data",
 
     # --- agent_config (docs/guides/agentic.md) ------------------------------------------------

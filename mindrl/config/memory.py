@@ -92,3 +92,20 @@ def train_state_bytes(spec: ModelSpec, tp: int, pp: int, dp: int, params_dtype: 
 
 def inference_weight_bytes(spec: ModelSpec, tp: int, pp: int, dtype: str) -> int:
     return spec.num_parameters() * DTYPE_BYTES[dtype] // (tp * pp)
+
+
+def kv_bytes_per_token(spec: ModelSpec, tp: int, pp: int, dtype: str) -> int:
+    """vLLM's KV cache per token on one engine device: keys and values of its layers' KV
+    heads (a KV head is replicated when TP exceeds the groups)."""
+    layers = -(-spec.num_layers // pp)
+    heads = max(spec.num_query_groups // tp, 1)
+    return 2 * layers * heads * spec.head_dim * DTYPE_BYTES[dtype]
+
+
+def full_length_capacity(kv_bytes: int, per_token: int, tokens: int,
+                         block_size: Optional[int]) -> int:
+    """How many sequences of `tokens` tokens the KV cache holds at once (in whole blocks)."""
+    if block_size:
+        tokens = -(-tokens // block_size) * block_size
+    return kv_bytes // (per_token * tokens)
+

@@ -10,7 +10,8 @@ from typing import Any, Iterable, Optional
 
 from mindrl.config.cluster import ClusterResources
 from mindrl.config.errors import Problem
-from mindrl.config.memory import GIB, inference_weight_bytes, train_state_bytes
+from mindrl.config.memory import (GIB, full_length_capacity, inference_weight_bytes,
+                                  kv_bytes_per_token, train_state_bytes)
 from mindrl.config.pipeline_stages import stage_layer_counts
 from mindrl.config.placement import (data_parallel_size, devices_required, engine_devices,
                                      engines_colocated, expert_tensor_parallel_size,
@@ -119,13 +120,29 @@ def _memory(run: RunConfig, cluster: ClusterResources,
         gen_phase, engine_device = train_phase, vllm_weights + (kv or 0)
     return {
         "roles": raw,
-        "rollout": {"weights": vllm_weights, "kv_cache": kv, "kv_cache_source": kv_note},
+        "rollout": {"weights": vllm_weights, "kv_cache": kv, "kv_cache_source": kv_note,
+                    **_kv_capacity(run, kv)},
         "actor_device_training_phase": train_phase,
         "actor_device_generation_phase": gen_phase,
         "rollout_device": engine_device,
         "device_memory": (int(cluster.device_memory_gib * GIB) if cluster.device_memory_gib
                           else None),
     }
+
+
+def _kv_capacity(run: RunConfig, kv: Optional[int]) -> dict[str, Any]:
+    """How many sequences at full length (the prompt budget plus the whole response budget:
+    for an episode, every model and tool token) one engine's KV cache holds, against how many
+    of a step's samples it runs at once (max_num_seqs, or fewer samples)."""
+    gen, rl = run.generate_config, run.rl_config
+    tokens = min(rl.max_prompt_length + gen.sampling_config.max_tokens, gen.max_model_len)
+    samples = run.megatron_training.global_batch_size * rl.n_samples_per_prompt
+    at_once = min(gen.max_num_seqs, -(-samples // max(rollout_data_parallel_size(run), 1)))
+    per_token = kv_bytes_per_token(run.models["actor"], gen.infer_tensor_parallel_size,
+                                   gen.infer_pipeline_parallel_size, gen.dtype)
+    held = (None if kv is None else
+            full_length_capacity(kv, per_token, tokens, gen.block_size))
+    return {"full_length_tokens": tokens, "full_length_held": held, "at_once": at_once}
 
 
 def make_plan(run: RunConfig, cluster: ClusterResources,
@@ -187,6 +204,14 @@ def make_plan(run: RunConfig, cluster: ClusterResources,
         warnings.append(f"estimated peak {_size(peak)} on an actor device exceeds its "
                         f"{_size(memory['device_memory'])}: raise TP/PP, use the distributed "
                         "optimizer, offload, or lower gpu_memory_utilization")
+    r = memory["rollout"]
+    if r["full_length_held"] is not None and r["full_length_held"] < r["at_once"]:
+        warnings.append(f"an engine's KV cache ({_size(r['kv_cache'])}) holds "
+                        f"{r['full_length_held']} sequences at full length "
+                        f"({r['full_length_tokens']} tokens) but runs up to {r['at_once']} at "
+                        "once: vLLM preempts the rest and prefills them again when they grow "
+                        "long; raise generate_config.kv_cache_memory_bytes (or "
+                        "gpu_memory_utilization) or lower max_num_seqs")
     return {
         "recipe": run.recipe,
         "model": run.model.name,
@@ -422,6 +447,11 @@ def format_plan(plan: dict[str, Any]) -> str:
     r = m["rollout"]
     lines.append(f"  vLLM    weights {_size(r['weights'])}; KV cache {_size(r['kv_cache'])} "
                  f"({r['kv_cache_source']})")
+    if r["full_length_held"] is not None:
+        what = "episodes" if plan["episodes"] else "sequences"
+        lines.append(f"          holds {r['full_length_held']} {what} at full length "
+                     f"({r['full_length_tokens']} tokens: prompt and whole response budget); "
+                     f"up to {r['at_once']} run at once on an engine")
     lines.append(f"  actor devices: training phase {_size(m['actor_device_training_phase'])}, "
                  f"generation phase {_size(m['actor_device_generation_phase'])}"
                  + (f" of {_size(m['device_memory'])}" if m["device_memory"] else ""))

@@ -166,6 +166,9 @@ class RLConfig:
     # which tokens the bonus counts: all, or learning (only samples with a non-zero advantage:
     # a step whose groups all agree then has no bonus to take full-size steps on alone)
     entropy_tokens: Literal["all", "learning"] = "all"
+    # skip the actor's update of a step in which every sample's advantage is 0: its loss is
+    # then the KL (and entropy) terms alone, which Adam scales to full-size steps
+    skip_zero_advantage_updates: bool = False
     rollout_is: str = "off"           # truncated IS on old / rollout log-probs: off, token, sequence
     rollout_is_cap: float = 2.0       # the weights' upper bound (> 1)
     logprob_chunk_tokens: int = 512   # response tokens per fp32 log-softmax slab in the engines
@@ -353,7 +356,8 @@ class GenerateConfig:
 @dataclass(frozen=True)
 class PrepareConfig:
     """Artifacts the run makes for itself when missing (the embedded CPU default): a tiny
-    random-init HF model (at megatron_training.tokenizer_name_or_path), its Megatron
+    random-init HF model (at megatron_training.tokenizer_name_or_path; warm_start: warm-
+    started first), its Megatron
     conversion (at megatron_training.load), a generated task file (at data_path) and, with
     rl_config.reward_model, a random-init reward model (reward_config.load, from `<load>-hf`);
     with rl_config.distill_loss, a random-init teacher of teacher_config.model
@@ -371,6 +375,10 @@ class PrepareConfig:
     image_size: int = 56                  # pixels a side (56: 4 image tokens)
     num_val_prompts: int = 64             # held-out images, never trained on
     vl_dataset: str = "tiny_vl_shapes"
+    # A warm start of the tiny actor before its conversion (models/warm_start.py): echo, the
+    # copy of a tool's answer learnt over random text (the skill a real base arrives with).
+    warm_start: Optional[Literal["echo"]] = None
+    warm_start_steps: int = 1000
     seed: int = 0
 
 

@@ -102,9 +102,13 @@ class GRPOTrainer:
         entropy_coeff = entropy_coeff_at(step, rl.entropy_coeff, rl.entropy_coeff_final,
                                          rl.entropy_decay_steps)
         with timed(timings, "update_actor"):   # from the weights of step - 1's update
-            update = source.wait_update(actor.submit_update(
-                ray.put(prompts.for_workers(batch)), rl.mini_batch_size * self.n,
-                rl.shuffle_mini_batch, step, entropy_coeff, update_replay(rl)), step)
+            if rl.skip_zero_advantage_updates and not batch["advantages"].any():
+                update = {"actor/update_skipped": 1.0}     # nothing to learn from
+            else:
+                update = source.wait_update(actor.submit_update(
+                    ray.put(prompts.for_workers(batch)), rl.mini_batch_size * self.n,
+                    rl.shuffle_mini_batch, step, entropy_coeff, update_replay(rl)), step)
+                update["actor/update_skipped"] = 0.0
         update["actor/entropy_coeff"] = entropy_coeff
         sync = source.sync(step, timings)
         metrics = {**batch_metrics(batch, scores, batch["finish_reason"]), **reward_metrics,

@@ -1,6 +1,7 @@
 """Make the artifacts a recipe's `prepare` section asks for, when they are missing.
 
-For the embedded CPU default: a tiny random-init HF model, its Megatron conversion (through
+For the embedded CPU default: a tiny random-init HF model (with prepare.warm_start, warm-
+started over it: models/warm_start.py), its Megatron conversion (through
 the converter CLI, in its own process, exactly as a user runs it) and the generated task file;
 with rl_config.reward_model, a tiny random-init reward model too (HF dir `<reward load>-hf`);
 with a teacher (rl_config.distill_loss), a tiny random-init teacher of teacher_config's model
@@ -71,8 +72,7 @@ def _prepare_tiny_models(run: RunConfig) -> List[str]:
     p, shared = run.prepare, run.megatron_training
     hf_dir = Path(shared.tokenizer_name_or_path)
     if not (hf_dir / "config.json").is_file():
-        make_tiny_model(p.tiny_model, p.tokenizer, hf_dir, seed=p.seed)
-        made.append(f"tiny HF model {p.tiny_model} ({p.tokenizer} tokenizer): {hf_dir}")
+        made.append(_make_base(p, hf_dir))
     load = run.actor_config.load
     if load and not (Path(load) / TRACKER).is_file():
         _convert_to_mcore(hf_dir, Path(load), run.models["actor"],
@@ -88,6 +88,30 @@ def _prepare_tiny_models(run: RunConfig) -> List[str]:
         made.append(f"tiny reward model {p.tiny_model} (scalar head): {rm_hf} -> {rm_load}")
     made += _prepare_tiny_teacher(run)
     return made
+
+
+def _make_base(p, hf_dir: Path) -> str:
+    """The actor's tiny HF model: random-init, or with prepare.warm_start its warm start
+    over a random-init one (made beside it and removed)."""
+    import shutil
+
+    from mindrl.models.tiny import make_tiny_model
+
+    what = f"tiny HF model {p.tiny_model} ({p.tokenizer} tokenizer)"
+    if not p.warm_start:
+        make_tiny_model(p.tiny_model, p.tokenizer, hf_dir, seed=p.seed)
+        return f"{what}: {hf_dir}"
+    from mindrl.models.warm_start import warm_start
+
+    init = hf_dir.with_name(f".{hf_dir.name}.random-init")
+    shutil.rmtree(init, ignore_errors=True)      # a killed earlier prepare's
+    make_tiny_model(p.tiny_model, p.tokenizer, init, seed=p.seed)
+    try:
+        losses = warm_start(init, hf_dir, p.warm_start, p.warm_start_steps, p.seed)
+    finally:
+        shutil.rmtree(init, ignore_errors=True)
+    return (f"{what}, warm start {p.warm_start} for {p.warm_start_steps} steps (loss "
+            f"{losses[0]:.2f} -> {sum(losses[-20:]) / len(losses[-20:]):.2f}): {hf_dir}")
 
 
 def _prepare_tiny_teacher(run: RunConfig) -> List[str]:

@@ -10,6 +10,7 @@ RECIPE_CLUSTERS = {
     "grpo_tiny_vl_cpu": ClusterResources("cpu", 2),
     "grpo_tiny_moe_cpu": ClusterResources("cpu", 2),
     "grpo_tiny_agent_cpu": ClusterResources("cpu", 2),
+    "grpo_tiny_agent_copy_cpu": ClusterResources("cpu", 2),
     "distill_tiny_cpu": ClusterResources("cpu", 2),
     "r1_zero_qwen25_7b": ClusterResources("npu", 8, 2, device_memory_gib=64),
     "r1_zero_qwen25_32b": ClusterResources("npu", 8, 4, device_memory_gib=64),

@@ -9,6 +9,7 @@ import pytest
 from mindrl.config import ClusterResources, load_recipe
 from mindrl.config.errors import ConfigError
 from mindrl.config.plan import format_plan, make_plan
+from support.recipe_errors import problem_of, recipe_error
 
 CPU = ClusterResources("cpu", 2)
 
@@ -102,3 +103,18 @@ def test_verifiers_alone_cannot_score_without_verifiers():
                              f"agent_config.environment={RETRY}:Retry",
                              "rl_config.rule_reward=false")
     assert "agent_config.reward: environment" in found["rl_config.reward_model"].fix
+
+
+def test_a_warm_start_is_for_the_tiny_char_tools_model_only():
+    def problem(recipe, *overrides):
+        return problem_of(recipe_error(recipe, list(overrides), CPU), "prepare.warm_start")
+
+    assert "char_tools" in problem("grpo_tiny_cpu", "+prepare.warm_start=echo").fix
+    assert "prepare.tiny_model" in problem("grpo_tiny_agent_cpu", "+prepare.warm_start=echo",
+                                           "prepare.tiny_model=null").message
+    steps = problem_of(recipe_error("grpo_tiny_agent_cpu", ["+prepare.warm_start=echo",
+                                                            "+prepare.warm_start_steps=0"],
+                                    CPU), "prepare.warm_start_steps")
+    assert "at least 1" in steps.message
+    run = load_recipe("grpo_tiny_agent_cpu", ["+prepare.warm_start=echo"], cluster=CPU)
+    assert (run.prepare.warm_start, run.prepare.warm_start_steps) == ("echo", 1000)

@@ -126,3 +126,20 @@ def test_the_plan_says_what_a_score_is_made_of_and_what_the_update_does(cpu2, re
                                    "DAPO's overlong penalty (last 512 tokens, down to -0.1)"]
     assert "loss ppo_clip (clip 0.2 / 0.28), token-mean" in dapo["update"]
     assert "no KL term" in dapo["update"] and "routing replay r3" in dapo["update"]
+
+
+def test_the_kv_cache_is_counted_in_episodes_at_full_length(cpu2):
+    """grpo_tiny_agent_cpu: 2 layers x 2 KV heads x 32 dims x K and V x 4 B = 1 KiB a token;
+    an episode at full length is 16 prompt + 32 response tokens = 48, two 32-token blocks
+    (64 KiB): 64 MiB hold 1024 of them, and a step runs 8 x 16 = 128 at once."""
+    plan = make_plan(load_recipe("grpo_tiny_agent_cpu", cluster=cpu2), cpu2)
+    r = plan["memory_bytes"]["rollout"]
+    assert (r["full_length_tokens"], r["full_length_held"], r["at_once"]) == (48, 1024, 128)
+    assert "holds 1024 episodes at full length (48 tokens" in format_plan(plan)
+    assert not any("KV cache" in w for w in plan["warnings"])
+    # 2 MiB hold 32 such episodes: fewer than run at once, which the plan warns of
+    small = make_plan(load_recipe("grpo_tiny_agent_cpu", [
+        "generate_config.kv_cache_memory_bytes=2097152"], cluster=cpu2), cpu2)
+    assert small["memory_bytes"]["rollout"]["full_length_held"] == 32
+    assert any("holds 32 sequences at full length (48 tokens) but runs up to 128" in w
+               and "kv_cache_memory_bytes" in w for w in small["warnings"])

@@ -103,3 +103,8 @@ def test_a_teacher_must_share_the_students_tokenizer(tmp_path):
         f"+teacher_config.tokenizer_name_or_path={tmp_path / 'teacher'}"], cluster=CPU)
     with pytest.raises(ValueError, match="teacher_config.tokenizer_name_or_path=.*same vocab"):
         check_teacher_tokenizer(run)
+
+
+def test_skipping_zero_advantage_updates_is_refused_beside_a_distillation_term():
+    err = refused("+rl_config.skip_zero_advantage_updates=true")
+    assert "distillation term" in problem_of(err, "rl_config.skip_zero_advantage_updates").message

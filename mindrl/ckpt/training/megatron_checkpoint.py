@@ -168,6 +168,8 @@ def save(module, optimizer, scheduler, save_dir, iteration: int, extra: Dict[str
         tmp.mkdir(parents=True)
     _barrier()
     _keep_write_results_in_process()
+    if save_optim and optimizer is not None:    # an optimizer that has not stepped yet (every
+        ensure_optimizer_state(optimizer)       # update skipped) has no state to describe
     state = sharded_state(module, optimizer, ps, save_optim, save_rng, is_loading=False)
     state["iteration"] = iteration
     state["extra"] = extra

@@ -34,6 +34,10 @@ def check_distill(run: RunConfig) -> list[Problem]:
         out.append(Problem("rl_config.distill_coef", "must not be negative (a negative weight "
                            "would push the student away from the teacher)", "use e.g. 1.0",
                            rl.distill_coef))
+    if rl.skip_zero_advantage_updates and rl.distill_loss is not None:
+        out.append(Problem("rl_config.skip_zero_advantage_updates", "is true with a "
+                           "distillation term, which teaches on every sample whatever the "
+                           "advantages", "set it false (or rl_config.distill_loss: null)", True))
     if "teacher" in run.active_roles:
         out += _teacher(run)
     return out

@@ -1,6 +1,7 @@
 """Each role's own settings against its model and the devices: one params dtype, a vision
 tower to freeze and a converted checkpoint for a VL model, a backend that suits the devices;
-and an image task only for a model with a vision tower."""
+an image task only for a model with a vision tower; a warm start only of a tiny char_tools
+model."""
 
 from __future__ import annotations
 
@@ -41,5 +42,25 @@ def check_roles(run: RunConfig, cluster: ClusterResources) -> list[Problem]:
         out.append(Problem("prepare.task", f"makes image prompts, but model {actor.name} has "
                            f"no vision tower", "use a VL model (e.g. tiny-qwen25vl) or task "
                            "arith", "vl"))
+    out += _warm_start_problems(run.prepare)
     return out
+
+
+def _warm_start_problems(p) -> list[Problem]:
+    """prepare.warm_start's documents are characters and tool markers: a char_tools tiny model."""
+    if not p.warm_start:
+        return []
+    if not p.tiny_model:
+        return [Problem("prepare.warm_start", "is set but prepare.tiny_model is not: only a "
+                        "tiny model the run makes is warm-started", "set prepare.tiny_model "
+                        "or remove prepare.warm_start", p.warm_start)]
+    if p.tokenizer != "char_tools":
+        return [Problem("prepare.warm_start", f"{p.warm_start} writes characters and the tool "
+                        f"markers, but prepare.tokenizer is {p.tokenizer}", "set "
+                        "prepare.tokenizer: char_tools", p.warm_start)]
+    if p.warm_start_steps < 1:
+        return [Problem("prepare.warm_start_steps", "must be at least 1", "set a positive "
+                        "count (600 by default) or remove prepare.warm_start",
+                        p.warm_start_steps)]
+    return []
 
