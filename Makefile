@@ -71,7 +71,7 @@ test-fast: setup
 	$(ALONE) -m "not slow and alone and not long"
 
 # Learning curves too long for `make test`'s 22 minutes (tests marked `long`; each says what
-# it measured and how long it took): the tiny agent copying its tool's answer, ~12 min.
+# it measured and how long it took): the tiny agent copying its tool's answer, ~10 min.
 test-long: setup
 	$(PYTEST) -m long --durations=10
 

@@ -1,5 +1,5 @@
 """The tiny agent learns its task with its tool, on three seeds, and not without it
-(`make test-long`: about 15 min on 2 cores, too long for `make test`).
+(`make test-long`: 599 s on 2 cores, 2026-12-07, too long for `make test`).
 
 grpo_tiny_agent_copy_cpu starts from the echo warm base (models/warm_start.py: it repeats a
 tool's answer over random text; it has never seen a sum, a prompt of the task or a call
