@@ -108,4 +108,3 @@ def full_length_capacity(kv_bytes: int, per_token: int, tokens: int,
     if block_size:
         tokens = -(-tokens // block_size) * block_size
     return kv_bytes // (per_token * tokens)
-

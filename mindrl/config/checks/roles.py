@@ -8,7 +8,7 @@ from __future__ import annotations
 from mindrl.config import names
 from mindrl.config.cluster import ClusterResources
 from mindrl.config.errors import CLUSTER, Problem
-from mindrl.config.schema import RunConfig
+from mindrl.config.schema import PrepareConfig, RunConfig
 from mindrl.device_kinds import BACKENDS
 
 
@@ -60,7 +60,6 @@ def _warm_start_problems(p) -> list[Problem]:
                         "prepare.tokenizer: char_tools", p.warm_start)]
     if p.warm_start_steps < 1:
         return [Problem("prepare.warm_start_steps", "must be at least 1", "set a positive "
-                        "count (600 by default) or remove prepare.warm_start",
-                        p.warm_start_steps)]
+                        f"count ({PrepareConfig().warm_start_steps} by default) or remove "
+                        "prepare.warm_start", p.warm_start_steps)]
     return []
-
