@@ -36,6 +36,7 @@ import torch
 
 from mindrl.ckpt import distcp_writer, mapping
 from mindrl.config.model_spec import ModelSpec
+from mindrl.models.lora import is_adapter_name
 
 TRACKER = "latest_checkpointed_iteration.txt"
 RELEASE = "release"
@@ -321,13 +322,16 @@ def load_mcore_checkpoint(model, ckpt_dir, check_spec: bool = True) -> ModelInfo
     if check_spec:
         check_model_matches(model, info.spec, str(ckpt))
     saved = check_checkpoint_files(ckpt)
-    sharded = model_sharded_state_dict(model)
+    # A base checkpoint holds no adapters: a LoRA model's start from the converter's output
+    # (its adapters keep their fresh values: B = 0, the base model exactly).
+    sharded = {k: v for k, v in model_sharded_state_dict(model).items()
+               if not is_adapter_name(k)}
     fixes = fit_vocab_rows(sharded, saved)
     state = dist_checkpointing.load({STATE_KEY: sharded}, str(ckpt))[STATE_KEY]
     _finish_rows(state, fixes)
     missing, unexpected = model.load_state_dict(state, strict=False)
     fixed = {name for name, _, _ in fixes}
-    missing = [k for k in missing if k not in fixed]
+    missing = [k for k in missing if k not in fixed and not is_adapter_name(k)]
     if missing or unexpected:
         raise McoreCheckpointError(f"{ckpt}: state mismatch after load: missing {missing}, "
                                    f"unexpected {unexpected}")

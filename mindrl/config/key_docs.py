@@ -81,6 +81,19 @@ KEY_DOCS: dict[str, str] = {
     "megatron_training.cpu_threads": "torch threads per rank on the CPU device (1 per core)",
     "megatron_training.freeze_vision_tower": "a VL model's tower and merger get no gradients "
                                              "and stay out of the optimizer; refused on text",
+    "megatron_training.lora": "LoRA adapters on the actor (docs/guides/lora.md; actor_config "
+        "only): every base weight frozen, only the adapters in the optimizer; the reference "
+        "is the actor's base with its adapters off (in the actor's processes: no second "
+        "copy); null = full-parameter training",
+    "megatron_training.lora.rank": "the adapters' rank (>= 1); peers advise >= 32",
+    "megatron_training.lora.alpha": "the update B A is scaled by alpha / rank (> 0)",
+    "megatron_training.lora.dropout": "dropout on the adapters' input, 0 <= p < 1",
+    "megatron_training.lora.target_modules": "Megatron's names of the adapted linear layers "
+        "of every block: linear_qkv, linear_proj (attention), linear_fc1, linear_fc2 (MLP); "
+        "the MoE router and experts are refused",
+    "megatron_training.lora.sync": "what the rollout engines get each step: merged (W + "
+        "alpha / rank x B A, computed shard by shard on the actor's ranks, sent as full "
+        "weights are); adapter (the adapters alone) is refused until it is built",
     "megatron_training.expert_model_parallel_size": "a MoE model's experts split over this "
         "many ranks: must divide the model's experts, and expert TP x EP must divide the "
         "stage's TP x DP (devices / PP; at the default expert TP = TP: EP divides DP). The "

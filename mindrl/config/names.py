@@ -23,6 +23,8 @@ POLICY_LOSSES: tuple[str, ...] = ("ppo_clip",)
 # estimators (KL_ESTIMATORS' names) rl_config.distill_estimator accepts.
 DISTILL_LOSSES: tuple[str, ...] = ("reverse_kl",)
 DISTILL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
+# The linear layers of a transformer block a LoRA adapter may sit on (models/lora.py).
+LORA_TARGETS: tuple[str, ...] = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
 
 
 @dataclass(frozen=True)

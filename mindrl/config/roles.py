@@ -14,7 +14,7 @@ from typing import Optional
 from mindrl.config.checks.asynchronous import rollout_correction
 from mindrl.config.model_spec import ModelSpec
 from mindrl.config.placement import token_dispatcher_type
-from mindrl.config.schema import RunConfig
+from mindrl.config.schema import LoraConfig, RunConfig
 
 
 @dataclass(frozen=True)
@@ -148,6 +148,10 @@ class RoleSetup:
     pack_sequences: bool = False   # packed rows of real tokens in every pass
     max_tokens_per_micro_batch: Optional[int] = None   # micro batches by tokens (packed)
     moe: Optional[MoETraining] = None   # a MoE model's settings; None for a dense one
+    lora: Optional[LoraConfig] = None   # the actor's adapters (models/lora.py)
+    # "actor": this role is that role's base model with its adapters off (a LoRA actor's
+    # reference), held by the actor's own engine: no model of its own is built.
+    adapters_off_of: Optional[str] = None
 
 
 def loss_config(run: RunConfig) -> LossConfig:
@@ -199,4 +203,5 @@ def role_setup(run: RunConfig, role: str, pad_id: int) -> RoleSetup:
         loss=loss_config(run), pad_id=pad_id, cpu_threads=cfg.cpu_threads,
         freeze_vision_tower=cfg.freeze_vision_tower, pack_sequences=cfg.pack_sequences,
         max_tokens_per_micro_batch=cfg.max_tokens_per_micro_batch,
-        moe=moe_training(run, role))
+        moe=moe_training(run, role), lora=cfg.lora if role == "actor" else None,
+        adapters_off_of="actor" if role == "ref" and run.actor_config.lora else None)

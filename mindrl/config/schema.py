@@ -21,6 +21,20 @@ RUN_WIDE_KEYS = ("global_batch_size", "train_iters", "data_path", "dataset_addit
 
 
 @dataclass(frozen=True)
+class LoraConfig:
+    """LoRA adapters on the actor (docs/guides/lora.md): only they train; the reference is
+    the actor's base with them off; the engines get the merged weights."""
+
+    rank: int = 32
+    alpha: float = 64.0               # the update is scaled by alpha / rank
+    dropout: float = 0.0
+    # Megatron's names of the adapted layers of every block (models/lora.TARGETS).
+    target_modules: list[str] = field(
+        default_factory=lambda: ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"])
+    sync: Literal["merged", "adapter"] = "merged"   # what the rollout engines receive
+
+
+@dataclass(frozen=True)
 class MegatronConfig:
     """megatron_training, and each role after its *_config overrides are applied."""
 
@@ -69,6 +83,7 @@ class MegatronConfig:
     cpu_threads: int = 1              # torch threads per rank on the CPU device (1 per core)
     # A VL model's vision tower and merger stay out of the optimizer (no gradients).
     freeze_vision_tower: bool = False
+    lora: Optional[LoraConfig] = None   # the actor's adapters; null = full-parameter training
     # Mixture-of-Experts (a model whose family has experts; refused on a dense one:
     # config/checks/moe.py). Names and meanings are Megatron's / MindSpeed-RL's.
     expert_model_parallel_size: int = 1   # ETP x EP inside TP x DP; config/checks/moe.py

@@ -17,6 +17,7 @@ from mindrl.config.checks.batch import check_batches
 from mindrl.config.checks.dapo import check_dapo
 from mindrl.config.checks.distill import check_distill
 from mindrl.config.checks.dtype import check_bf16
+from mindrl.config.checks.lora import check_lora
 from mindrl.config.checks.moe import check_moe
 from mindrl.config.checks.packing import check_packing
 from mindrl.config.checks.parallelism import check_parallelism
@@ -54,6 +55,7 @@ def find_problems(run: RunConfig, cluster: ClusterResources, *,
     out += check_replay(run)
     out += check_reward(run)
     out += check_distill(run)
+    out += check_lora(run)
     out += check_agent(run)
     if paths:
         out += check_paths(run)

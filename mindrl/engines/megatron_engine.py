@@ -20,11 +20,13 @@ from mindrl import device
 from mindrl.algorithms import objective
 from mindrl.config.model_spec import ModelSpec
 from mindrl.config.roles import LossConfig, MoETraining, OptimConfig, Parallelism
+from mindrl.config.schema import LoraConfig
 from mindrl.data import rows
 from mindrl.data.batch import Batch
 from mindrl.engines import vocab_parallel
 from mindrl.engines.moe_passes import MoEPasses
 from mindrl.models.builder import build_gpt_model
+from mindrl.models.lora import LoraSpec, adapters_off, apply_lora
 from mindrl.models.forward import run_schedule
 
 
@@ -51,14 +53,15 @@ class MegatronEngine:
                  loss: Optional[LossConfig] = None, pad_id: int = 0, seed: int = 1234,
                  build_model: Optional[Callable] = None, packed: bool = False,
                  max_tokens_per_micro_batch: Optional[int] = None,
-                 moe: Optional[MoETraining] = None):
+                 moe: Optional[MoETraining] = None, lora: Optional[LoraConfig] = None):
         """build_model(spec, parallel, params_dtype) -> this rank's stage: a model family's
         builder (mindrl/models/families/); default the text GPTModel. `spec` stays the
         language model's (vocabulary, head). `packed`: micro batches as packed rows of real
         tokens; `max_tokens_per_micro_batch`: micro batches by that many real tokens (packed
         only) instead of `micro_batch_size` samples. `moe`: a MoE model's RL settings (the
         default GPTModel builder takes its TransformerConfig values; routers frozen on
-        request; per-step routing metrics, models/moe_routing.py)."""
+        request; per-step routing metrics, models/moe_routing.py). `lora`: adapters on the
+        stage's linear layers (models/lora.py), the only parameters the optimizer holds."""
         if max_tokens_per_micro_batch is not None and not packed:
             raise ValueError("max_tokens_per_micro_batch needs packed sequences (padded rows of "
                              "varying counts would break the pipeline's fixed shapes)")
@@ -80,6 +83,13 @@ class MegatronEngine:
         self.experts = (MoEPasses(module, spec, moe, parallel.sequence_parallel, ps)
                         if spec.is_moe else None)
         self.optimizer = self.scheduler = None
+        self.adapted = []
+        if lora is not None:
+            if optim is None:
+                raise ValueError("LoRA adapters are the trained role's: a forward-only role "
+                                 "takes none")
+            self.adapted = apply_lora(module, LoraSpec(lora.rank, lora.alpha, lora.dropout,
+                                                       tuple(lora.target_modules)), seed)
         if optim is None:
             self.model = module
             for p in module.parameters():
@@ -455,3 +465,15 @@ class MegatronEngine:
     def onload(self) -> int:
         offloader = getattr(self, "_offloader", None)
         return offloader.onload() if offloader is not None else 0
+
+
+class AdaptersOff:
+    """A LoRA actor's reference: the actor's own engine with its adapters off for each pass
+    (the base model, to the bit: B A is not added at all), so no second copy is held."""
+
+    def __init__(self, engine: MegatronEngine):
+        self.engine = engine
+
+    def compute_log_probs(self, *args, **kwargs) -> Dict[str, torch.Tensor]:
+        with adapters_off(self.engine.module):
+            return self.engine.compute_log_probs(*args, **kwargs)

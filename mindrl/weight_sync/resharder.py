@@ -64,10 +64,12 @@ class Resharder:
         start = time.perf_counter()
         stats = SyncStats(transport=self.transport.name if self.transport is not None else "")
         stats.expert_gather_numel = self.source.gather_experts()   # EP > 1 only
+        self.source.merge_adapters()                               # LoRA only
         try:
             self._sync(stats, verify, defer_check)
         finally:
             self.source.release_experts()
+            self.source.release_merged()
         stats.seconds = time.perf_counter() - start
         return stats
 

@@ -29,6 +29,7 @@ import torch
 from mindrl import device
 from mindrl.ckpt import mapping
 from mindrl.config.model_spec import ModelSpec
+from mindrl.models import lora
 from mindrl.models.expert_names import expert_number, global_name
 from mindrl.weight_sync.plan import WIRE_DTYPES, Unit, plan_units
 
@@ -119,6 +120,22 @@ class MegatronShards:
                 self.params[global_name(name, r, n_local)] = part
                 received += part.numel()
         return received
+
+    def merge_adapters(self) -> int:
+        """LoRA (`sync: merged`): each adapted layer's weight in `params` becomes this rank's
+        shard of W + scale * B A (computed here, no communication: column layers hold B's
+        rows of their output, row layers A's columns of their input), so the engines get
+        full merged weights and the fingerprints check those. Returns the layers merged."""
+        merged = lora.merged_weights(self.module)
+        self.params.update(merged)
+        self._merged = list(merged)
+        return len(merged)
+
+    def release_merged(self) -> None:
+        """The params' own tensors back (the merged copies are a sync's)."""
+        for name in getattr(self, "_merged", ()):
+            self.params[name] = self.own[name]
+        self._merged = []
 
     def release_experts(self) -> None:
         """Drop the gathered expert copies (they are a sync's, and stale after a step)."""

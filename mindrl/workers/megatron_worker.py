@@ -59,9 +59,19 @@ class MegatronWorker:
             if other.parallel.model_parallel_layout != setup.parallel.model_parallel_layout:
                 raise ValueError(f"{other.role} cannot live in the {setup.role}'s processes: "
                                  f"its layout {other.parallel} differs from {setup.parallel}")
-            self.hosted[other.role] = self._build(other)
+            self.hosted[other.role] = (self._adapters_off(other) if other.adapters_off_of
+                                       else self._build(other))
         startup.started()
         return os.getpid()
+
+    def _adapters_off(self, setup: RoleSetup):
+        """A role that is the actor's base with its adapters off (a LoRA actor's reference)."""
+        from mindrl.engines.megatron_engine import AdaptersOff
+
+        if setup.adapters_off_of != self.role:
+            raise ValueError(f"{setup.role} is the {setup.adapters_off_of}'s base, but this "
+                             f"rank holds the {self.role}")
+        return AdaptersOff(self.engine)
 
     @staticmethod
     def _build(setup: RoleSetup):
@@ -77,7 +87,7 @@ class MegatronWorker:
                                                           setup.freeze_vision_tower),
                                 packed=setup.pack_sequences,
                                 max_tokens_per_micro_batch=setup.max_tokens_per_micro_batch,
-                                moe=setup.moe)
+                                moe=setup.moe, lora=setup.lora)
         if setup.load:
             load_mcore_checkpoint(engine.module, setup.load)
             if engine.optimizer is not None:

@@ -7,6 +7,7 @@ from mindrl.config import ClusterResources
 RECIPE_CLUSTERS = {
     "grpo_tiny_cpu": ClusterResources("cpu", 2),
     "grpo_tiny_max_cpu": ClusterResources("cpu", 2),
+    "grpo_tiny_lora_cpu": ClusterResources("cpu", 2),
     "grpo_tiny_vl_cpu": ClusterResources("cpu", 2),
     "grpo_tiny_moe_cpu": ClusterResources("cpu", 2),
     "grpo_tiny_agent_cpu": ClusterResources("cpu", 2),

@@ -19,6 +19,7 @@ the divisibility checks misleading) and raises them as one ConfigError.
 - reward: what scores the rollouts, and a reward model's own weights
 - distill: on-policy distillation's loss, estimator and coefficient, and a teacher that can
   score the student's tokens
+- lora: the actor's adapters (sizes, layers, sync) and a reference that is its base
 - paths: data, tokenizers (with a VL role's image processor) and checkpoints exist
 
 Shape problems (unknown keys, wrong types) are parse.py's and structure.py's; a model spec's
