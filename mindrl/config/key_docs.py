@@ -383,9 +383,11 @@ KEY_DOCS: dict[str, str] = {
     "prepare.num_val_prompts": "task vl: held-out pictures, never trained on",
     "prepare.vl_dataset": "task vl: the dataset recipe (configs/datasets) that preprocesses "
                           "them",
-    "prepare.warm_start": "null (random init) or echo: before its conversion the tiny actor "
-                          "learns to repeat a tool's answer over random text, never the task "
-                          "(models/warm_start.py; needs tokenizer char_tools)",
+    "prepare.warm_start": "null (random init), echo or recall: before its conversion the tiny "
+                          "actor learns a skill, never the task (models/warm_start.py): echo, "
+                          "to repeat a tool's answer over random text (needs tokenizer "
+                          "char_tools); recall, to give back one character of a random text "
+                          "after '=' (tokenizer char or char_tools)",
     "prepare.warm_start_steps": "warm-start steps (64 documents each; 1000: ~45 s on 2 cores)",
     "prepare.seed": "seed of the generated model and data",
 

@@ -23,6 +23,10 @@ POLICY_LOSSES: tuple[str, ...] = ("ppo_clip",)
 # estimators (KL_ESTIMATORS' names) rl_config.distill_estimator accepts.
 DISTILL_LOSSES: tuple[str, ...] = ("reverse_kl",)
 DISTILL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
+# The tokenizers each warm start's documents are written in (models/warm_start.py; echo's
+# tool markers are char_tools' only).
+WARM_START_TOKENIZERS: dict[str, tuple[str, ...]] = {"echo": ("char_tools",),
+                                                     "recall": ("char", "char_tools")}
 # The linear layers of a transformer block a LoRA adapter may sit on (models/lora.py).
 LORA_TARGETS: tuple[str, ...] = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
 

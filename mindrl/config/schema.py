@@ -391,8 +391,9 @@ class PrepareConfig:
     num_val_prompts: int = 64             # held-out images, never trained on
     vl_dataset: str = "tiny_vl_shapes"
     # A warm start of the tiny actor before its conversion (models/warm_start.py): echo, the
-    # copy of a tool's answer learnt over random text (the skill a real base arrives with).
-    warm_start: Optional[Literal["echo"]] = None
+    # copy of a tool's answer learnt over random text (the skill a real base arrives with);
+    # recall, one character of a text given back after "=" (the LoRA recipe's base).
+    warm_start: Optional[Literal["echo", "recall"]] = None
     warm_start_steps: int = 1000
     seed: int = 0
 

@@ -1,4 +1,4 @@
-"""A warm start for a tiny tool-calling base: the copy a real base model arrives with.
+"""Warm starts for a tiny base: the copy a real base model arrives with.
 
 A real base model has read text in which something is quoted and repeated; a random-init tiny
 model has not, and reinforcement over a sparse reward did not teach it to repeat what a tool
@@ -14,6 +14,17 @@ to find) and the copy of S with its end; never the inserted answer, as in RL. No
 no prompt of the task and no call followed by its answer is ever seen: with the tool off the
 warm base cannot add, and it still has to learn when to call.
 
+``recall`` is the same skill for a base without tool markers, the LoRA recipe's
+(docs/guides/lora.md): a random-init model's frozen output layer cannot make any token likely
+(its logits are bounded near 2.6 nats above the rest), so adapters over it have nothing to
+steer; a base that has learnt to predict does:
+
+  X = c <eos>
+
+X is random printable text without "=", c one of X's characters, chosen at random. The loss
+covers X (a language model of random text) and c with its end. Nothing compares or computes:
+which of X's characters to give is what RL must teach.
+
 Plain torch over the HF model, before the Megatron conversion (prepare); everything RL trains
 is Megatron's.
 """
@@ -27,10 +38,13 @@ from typing import List, Sequence, Tuple
 
 import torch
 
+from mindrl.config.names import WARM_START_TOKENIZERS
 from mindrl.models.tokenizers import TOOL_MARKERS
 from mindrl.staging import refuse_occupied, staged_dir
 
-KINDS = ("echo",)
+KIND_TOKENIZERS = WARM_START_TOKENIZERS
+KINDS = tuple(KIND_TOKENIZERS)
+MAX_RECALL = 12         # characters of X in a recall document
 CALL_MARKER_RATE = 0.03        # each of <tool_call>, </tool_call> in R: a call is ~3% of turns
 ALPHABET = tuple(chr(c) for c in range(33, 127))
 DIGITS = tuple("0123456789")
@@ -64,22 +78,37 @@ def echo_document(rng: random.Random, char_ids: dict, markers: Sequence[int],
     return ids, kinds[:len(ids) - 1]
 
 
-def _char_ids(tokenizer) -> dict:
+def recall_document(rng: random.Random, char_ids: dict, end_id: int) -> Document:
+    """X = c <eos>: TEXT for X's characters after the first, NONE for "=" (it follows X
+    anywhere), COPY for c and the end."""
+    text = [rng.choice(RECALL_ALPHABET) for _ in range(rng.randint(1, MAX_RECALL))]
+    ids = [char_ids[c] for c in text] + [char_ids["="], char_ids[rng.choice(text)], end_id]
+    kinds = [TEXT] * (len(text) - 1) + [NONE, COPY, COPY]
+    return ids, kinds
+
+
+RECALL_ALPHABET = tuple(c for c in ALPHABET if c != "=")
+
+
+def _char_ids(tokenizer, kind: str) -> dict:
     ids = {c: tokenizer.convert_tokens_to_ids(c) for c in ALPHABET}
     if any(i is None or i == tokenizer.unk_token_id for i in ids.values()):
-        raise ValueError("warm start echo needs a character tokenizer (prepare.tokenizer: "
-                         "char_tools)")
+        raise ValueError(f"warm start {kind} needs a character tokenizer (prepare.tokenizer: "
+                         f"{' or '.join(KIND_TOKENIZERS[kind])})")
     return ids
 
 
-def echo_batches(tokenizer, steps: int, seed: int):
-    """(input ids, target kinds) tensors of BATCH documents, right-padded, for each step."""
+def echo_batches(tokenizer, steps: int, seed: int, kind: str = "echo"):
+    """(input ids, target kinds) tensors of BATCH documents of `kind`, right-padded, for each
+    step."""
     rng = random.Random(seed)
-    char_ids = _char_ids(tokenizer)
-    markers = tokenizer.convert_tokens_to_ids(list(TOOL_MARKERS))
+    char_ids = _char_ids(tokenizer, kind)
+    if kind == "echo":
+        markers = tokenizer.convert_tokens_to_ids(list(TOOL_MARKERS))
     for step in range(steps):
         longest = SHORT_PREFIX if step < steps * SHORT_SHARE else MAX_PREFIX
         docs = [echo_document(rng, char_ids, markers, tokenizer.eos_token_id, longest)
+                if kind == "echo" else recall_document(rng, char_ids, tokenizer.eos_token_id)
                 for _ in range(BATCH)]
         width = max(len(ids) for ids, _ in docs)
         inputs = torch.full((BATCH, width), tokenizer.pad_token_id)
@@ -126,7 +155,7 @@ def warm_start(hf_dir: Path, out_dir: Path, kind: str, steps: int, seed: int) ->
         optimizer, lambda s: min(1.0, (s + 1) / WARMUP) * max(0.0, 1.0 - s / steps))
     losses = []
     model.train()
-    for inputs, kinds in echo_batches(tokenizer, steps, seed):
+    for inputs, kinds in echo_batches(tokenizer, steps, seed, kind):
         loss = echo_loss(model(input_ids=inputs).logits, inputs, kinds)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

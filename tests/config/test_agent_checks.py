@@ -105,11 +105,13 @@ def test_verifiers_alone_cannot_score_without_verifiers():
     assert "agent_config.reward: environment" in found["rl_config.reward_model"].fix
 
 
-def test_a_warm_start_is_for_the_tiny_char_tools_model_only():
+def test_a_warm_start_is_for_a_tiny_character_model_only():
     def problem(recipe, *overrides):
         return problem_of(recipe_error(recipe, list(overrides), CPU), "prepare.warm_start")
 
     assert "char_tools" in problem("grpo_tiny_cpu", "+prepare.warm_start=echo").fix
+    assert "char or char_tools" in problem("grpo_tiny_cpu", "+prepare.warm_start=recall",
+                                           "prepare.tokenizer=qwen25").fix
     assert "prepare.tiny_model" in problem("grpo_tiny_agent_cpu", "+prepare.warm_start=echo",
                                            "prepare.tiny_model=null").message
     steps = problem_of(recipe_error("grpo_tiny_agent_cpu", ["+prepare.warm_start=echo",

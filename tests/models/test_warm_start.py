@@ -73,3 +73,27 @@ def test_a_warm_start_writes_a_loadable_model_and_leaves_its_input_alone(tmp_pat
         ws.warm_start(init, tmp_path / "warm", "echo", steps=1, seed=0)
     with pytest.raises(ValueError, match="prepare.warm_start='sft'"):
         ws.warm_start(init, tmp_path / "other", "sft", steps=1, seed=0)
+
+
+def test_a_recall_document_gives_back_one_of_its_characters_and_computes_nothing():
+    rng = random.Random(0)
+    chars = {**CHARS, "=": ord("=")}
+    seen_positions = set()
+    for _ in range(2000):
+        ids, kinds = ws.recall_document(rng, chars, END)
+        assert len(kinds) == len(ids) - 1
+        text, answer = ids[:-3], ids[-2]
+        assert ids[-3] == ord("=") and ids[-1] == END and ord("=") not in text
+        assert 1 <= len(text) <= ws.MAX_RECALL and answer in text
+        seen_positions.add(text.index(answer) / len(text))
+        trained = {k: [ids[t + 1] for t, kind in enumerate(kinds) if kind == k]
+                   for k in (ws.TEXT, ws.COPY)}
+        assert trained[ws.COPY] == [answer, END] and trained[ws.TEXT] == text[1:]
+    # which character comes back is random: early, middle and late ones alike
+    assert min(seen_positions) == 0 and max(seen_positions) > 0.9
+
+
+def test_a_recall_warm_start_runs_on_the_plain_char_tokenizer(tmp_path):
+    init = make_tiny_model("tiny-qwen2", "char", tmp_path / "init", seed=0)
+    losses = ws.warm_start(init, tmp_path / "warm", "recall", steps=30, seed=0)
+    assert len(losses) == 30 and sum(losses[-5:]) / 5 < losses[0] - 0.3

@@ -47,17 +47,20 @@ def check_roles(run: RunConfig, cluster: ClusterResources) -> list[Problem]:
 
 
 def _warm_start_problems(p) -> list[Problem]:
-    """prepare.warm_start's documents are characters and tool markers: a char_tools tiny model."""
+    """prepare.warm_start's documents are characters (echo's with tool markers too): a tiny
+    model with a character tokenizer."""
     if not p.warm_start:
         return []
     if not p.tiny_model:
         return [Problem("prepare.warm_start", "is set but prepare.tiny_model is not: only a "
                         "tiny model the run makes is warm-started", "set prepare.tiny_model "
                         "or remove prepare.warm_start", p.warm_start)]
-    if p.tokenizer != "char_tools":
-        return [Problem("prepare.warm_start", f"{p.warm_start} writes characters and the tool "
-                        f"markers, but prepare.tokenizer is {p.tokenizer}", "set "
-                        "prepare.tokenizer: char_tools", p.warm_start)]
+    needs = names.WARM_START_TOKENIZERS[p.warm_start]
+    if p.tokenizer not in needs:
+        what = "characters and the tool markers" if needs == ("char_tools",) else "characters"
+        return [Problem("prepare.warm_start", f"{p.warm_start} writes {what}, but "
+                        f"prepare.tokenizer is {p.tokenizer}", "set prepare.tokenizer: "
+                        f"{' or '.join(needs)}", p.warm_start)]
     if p.warm_start_steps < 1:
         return [Problem("prepare.warm_start_steps", "must be at least 1", "set a positive "
                         f"count ({PrepareConfig().warm_start_steps} by default) or remove "
