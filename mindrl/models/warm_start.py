@@ -98,6 +98,9 @@ def _char_ids(tokenizer, kind: str) -> dict:
     return ids
 
 
+DOCUMENTS = {"recall": recall_document}
+
+
 def echo_batches(tokenizer, steps: int, seed: int, kind: str = "echo"):
     """(input ids, target kinds) tensors of BATCH documents of `kind`, right-padded, for each
     step."""
@@ -108,7 +111,7 @@ def echo_batches(tokenizer, steps: int, seed: int, kind: str = "echo"):
     for step in range(steps):
         longest = SHORT_PREFIX if step < steps * SHORT_SHARE else MAX_PREFIX
         docs = [echo_document(rng, char_ids, markers, tokenizer.eos_token_id, longest)
-                if kind == "echo" else recall_document(rng, char_ids, tokenizer.eos_token_id)
+                if kind == "echo" else DOCUMENTS[kind](rng, char_ids, tokenizer.eos_token_id)
                 for _ in range(BATCH)]
         width = max(len(ids) for ids, _ in docs)
         inputs = torch.full((BATCH, width), tokenizer.pad_token_id)

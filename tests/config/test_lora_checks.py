@@ -26,7 +26,7 @@ def test_the_tiny_recipe_trains_adapters_over_a_reference_that_is_its_base():
     actor, ref = role_setup(run, "actor", pad_id=0), role_setup(run, "ref", pad_id=0)
     assert actor.lora == lora and actor.adapters_off_of is None
     assert ref.lora is None and ref.adapters_off_of == "actor"
-    assert actor.optim.lr == 1e-2
+    assert actor.optim.lr == 3e-3
 
 
 def test_off_by_default():
