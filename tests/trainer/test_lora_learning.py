@@ -7,6 +7,8 @@ filter) to about 0.4 in 80 steps on every seed; full-parameter GRPO from the sam
 about 0.6. Held-out accuracy does not rise: over this base the adapters learn the pairs they
 train on, not the rule (the full recipe from random init learns the rule: held-out 0.84).
 A frozen adapter, a sync that never reaches vLLM or a broken sign leaves the score flat.
+Run once (2026-12-07, AMD EPYC, 2 cores, 139 s): seeds 1 / 2 / 3 0.15 / 0.09 / 0.16 (first 10
+steps) -> 0.39 / 0.48 / 0.57 (last 20).
 """
 
 import pytest
