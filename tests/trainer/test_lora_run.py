@@ -36,7 +36,7 @@ def test_the_lora_recipe_trains_adapters_over_its_frozen_base(work, tmp_path):
     assert all(r["rollout/logprob_diff_max"] < 1e-3 for r in rows), \
         [r["rollout/logprob_diff_max"] for r in rows]
     saved = _tensors(run_dir / "iter_0000003", tmp_path)
-    base = _tensors(work / "models" / "tiny-qwen2-mcore" / "release", tmp_path)
+    base = _tensors(work / "models" / "tiny-qwen2-recall600-mcore" / "release", tmp_path)
     adapters = {k: v for k, v in saved.items() if k.rsplit(".", 1)[-1] in ("lora_a", "lora_b")}
     assert saved.keys() - adapters.keys() == base.keys()
     for name, tensor in base.items():
