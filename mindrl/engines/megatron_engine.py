@@ -83,13 +83,12 @@ class MegatronEngine:
         self.experts = (MoEPasses(module, spec, moe, parallel.sequence_parallel, ps)
                         if spec.is_moe else None)
         self.optimizer = self.scheduler = None
-        self.adapted = []
         if lora is not None:
             if optim is None:
                 raise ValueError("LoRA adapters are the trained role's: a forward-only role "
                                  "takes none")
-            self.adapted = apply_lora(module, LoraSpec(lora.rank, lora.alpha, lora.dropout,
-                                                       tuple(lora.target_modules)), seed)
+            apply_lora(module, LoraSpec(lora.rank, lora.alpha, lora.dropout,
+                                        tuple(lora.target_modules)), seed)
         if optim is None:
             self.model = module
             for p in module.parameters():

@@ -196,10 +196,6 @@ def adapted_layers(module) -> Iterator[Tuple[str, torch.nn.Module]]:
             yield name, layer
 
 
-def has_adapters(module) -> bool:
-    return next(adapted_layers(module), None) is not None
-
-
 @contextlib.contextmanager
 def adapters_off(module):
     """The base model for the duration (the reference role of a LoRA actor: no second copy)."""

@@ -42,8 +42,7 @@ from mindrl.config.names import WARM_START_TOKENIZERS
 from mindrl.models.tokenizers import TOOL_MARKERS
 from mindrl.staging import refuse_occupied, staged_dir
 
-KIND_TOKENIZERS = WARM_START_TOKENIZERS
-KINDS = tuple(KIND_TOKENIZERS)
+KINDS = tuple(WARM_START_TOKENIZERS)
 MAX_RECALL = 12         # characters of X in a recall document
 CALL_MARKER_RATE = 0.03        # each of <tool_call>, </tool_call> in R: a call is ~3% of turns
 ALPHABET = tuple(chr(c) for c in range(33, 127))
@@ -78,6 +77,9 @@ def echo_document(rng: random.Random, char_ids: dict, markers: Sequence[int],
     return ids, kinds[:len(ids) - 1]
 
 
+RECALL_ALPHABET = tuple(c for c in ALPHABET if c != "=")
+
+
 def recall_document(rng: random.Random, char_ids: dict, end_id: int) -> Document:
     """X = c <eos>: TEXT for X's characters after the first, NONE for "=" (it follows X
     anywhere), COPY for c and the end."""
@@ -87,32 +89,30 @@ def recall_document(rng: random.Random, char_ids: dict, end_id: int) -> Document
     return ids, kinds
 
 
-RECALL_ALPHABET = tuple(c for c in ALPHABET if c != "=")
-
-
 def _char_ids(tokenizer, kind: str) -> dict:
     ids = {c: tokenizer.convert_tokens_to_ids(c) for c in ALPHABET}
     if any(i is None or i == tokenizer.unk_token_id for i in ids.values()):
         raise ValueError(f"warm start {kind} needs a character tokenizer (prepare.tokenizer: "
-                         f"{' or '.join(KIND_TOKENIZERS[kind])})")
+                         f"{' or '.join(WARM_START_TOKENIZERS[kind])})")
     return ids
 
 
-DOCUMENTS = {"recall": recall_document}
+def _document_maker(kind: str, tokenizer, rng: random.Random):
+    """longest -> one document of `kind` (echo's random text grows with the curriculum)."""
+    char_ids, end = _char_ids(tokenizer, kind), tokenizer.eos_token_id
+    if kind == "echo":
+        markers = tokenizer.convert_tokens_to_ids(list(TOOL_MARKERS))
+        return lambda longest: echo_document(rng, char_ids, markers, end, longest)
+    return lambda longest: recall_document(rng, char_ids, end)
 
 
 def echo_batches(tokenizer, steps: int, seed: int, kind: str = "echo"):
     """(input ids, target kinds) tensors of BATCH documents of `kind`, right-padded, for each
     step."""
-    rng = random.Random(seed)
-    char_ids = _char_ids(tokenizer, kind)
-    if kind == "echo":
-        markers = tokenizer.convert_tokens_to_ids(list(TOOL_MARKERS))
+    document = _document_maker(kind, tokenizer, random.Random(seed))
     for step in range(steps):
         longest = SHORT_PREFIX if step < steps * SHORT_SHARE else MAX_PREFIX
-        docs = [echo_document(rng, char_ids, markers, tokenizer.eos_token_id, longest)
-                if kind == "echo" else DOCUMENTS[kind](rng, char_ids, tokenizer.eos_token_id)
-                for _ in range(BATCH)]
+        docs = [document(longest) for _ in range(BATCH)]
         width = max(len(ids) for ids, _ in docs)
         inputs = torch.full((BATCH, width), tokenizer.pad_token_id)
         kinds = torch.full((BATCH, width - 1), NONE)

@@ -74,6 +74,7 @@ class MegatronShards:
                                 config.num_layers_in_last_pipeline_stage)
         self.own = dict(self.module.named_parameters())
         self.params = dict(self.own)    # under the tables' names (experts: global numbers)
+        self._merged: List[str] = []    # params that hold merged LoRA copies during a sync
         self.ep_size = ps.get_expert_model_parallel_world_size() if spec.is_moe else 1
         self.etp_size = (ps.get_expert_tensor_parallel_world_size() if spec.is_moe
                          else self.tp_size)
@@ -133,7 +134,7 @@ class MegatronShards:
 
     def release_merged(self) -> None:
         """The params' own tensors back (the merged copies are a sync's)."""
-        for name in getattr(self, "_merged", ()):
+        for name in self._merged:
             self.params[name] = self.own[name]
         self._merged = []
 

@@ -147,3 +147,17 @@ def shm_files_of(run_dir: Path) -> list:
             .values() for pid in ranks if pid is not None}
     return sorted(os.path.join(SHM_DIR, name) for name in os.listdir(SHM_DIR)
                   if creator_pid(name) in pids)
+
+
+def checkpoint_tensors(ckpt_dir: Path, tmp_path: Path) -> dict:
+    """{name: tensor} of a Megatron checkpoint's model weights (DCP read through a torch.save
+    copy under tmp_path; extra states left out)."""
+    import torch
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    out = Path(tmp_path) / f"{ckpt_dir.parent.name}-{ckpt_dir.name}.pt"
+    dcp_to_torch_save(ckpt_dir, out)
+    state = torch.load(out, weights_only=False)
+    return {k: v for k, v in state.items()
+            if torch.is_tensor(v) and (k.startswith("embedding.") or k.startswith("decoder."))
+            and not k.endswith("_extra_state")}

@@ -5,22 +5,12 @@ actor's), and the checkpoint holds the base exactly as loaded beside the trained
 
 import pytest
 import torch
-from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-from support.grpo_runs import metrics, train
+from support.grpo_runs import checkpoint_tensors, metrics, train
 
 pytestmark = pytest.mark.slow   # see tests/conftest.py
 
 RECIPE = ("--config-name", "grpo_tiny_lora_cpu")
-
-
-def _tensors(ckpt_dir, tmp_path):
-    out = tmp_path / f"{ckpt_dir.parent.name}-{ckpt_dir.name}.pt"
-    dcp_to_torch_save(ckpt_dir, out)
-    state = torch.load(out, weights_only=False)
-    return {k: v for k, v in state.items()
-            if torch.is_tensor(v) and (k.startswith("embedding.") or k.startswith("decoder."))
-            and not k.endswith("_extra_state")}
 
 
 def test_the_lora_recipe_trains_adapters_over_its_frozen_base(work, tmp_path):
@@ -35,8 +25,8 @@ def test_the_lora_recipe_trains_adapters_over_its_frozen_base(work, tmp_path):
     # The engines sampled from W + B A: their log-probs are the actor's, every step.
     assert all(r["rollout/logprob_diff_max"] < 1e-3 for r in rows), \
         [r["rollout/logprob_diff_max"] for r in rows]
-    saved = _tensors(run_dir / "iter_0000003", tmp_path)
-    base = _tensors(work / "models" / "tiny-qwen2-recall600-mcore" / "release", tmp_path)
+    saved = checkpoint_tensors(run_dir / "iter_0000003", tmp_path)
+    base = checkpoint_tensors(work / "models" / "tiny-qwen2-recall600-mcore" / "release", tmp_path)
     adapters = {k: v for k, v in saved.items() if k.rsplit(".", 1)[-1] in ("lora_a", "lora_b")}
     assert saved.keys() - adapters.keys() == base.keys()
     for name, tensor in base.items():

@@ -5,20 +5,10 @@ update of the KL and entropy terms alone would move them under Adam)."""
 
 import pytest
 import torch
-from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-from support.grpo_runs import metrics, train
+from support.grpo_runs import checkpoint_tensors, metrics, train
 
 pytestmark = pytest.mark.slow   # see tests/conftest.py
-
-
-def _weights(ckpt_dir, tmp_path):
-    out = tmp_path / f"{ckpt_dir.name}.pt"
-    dcp_to_torch_save(ckpt_dir, out)
-    state = torch.load(out, weights_only=False)
-    return {k: v for k, v in state.items()
-            if torch.is_tensor(v) and (k.startswith("embedding.") or k.startswith("decoder."))
-            and not k.endswith("_extra_state")}
 
 
 def test_a_step_whose_advantages_are_all_zero_makes_no_update(work, tmp_path):
@@ -31,8 +21,8 @@ def test_a_step_whose_advantages_are_all_zero_makes_no_update(work, tmp_path):
     rows = [r for r in metrics(run_dir) if "critic/score/max" in r]
     assert [r["actor/update_skipped"] for r in rows] == [1.0, 1.0]
     assert all(r["critic/score/max"] == r["critic/score/min"] == 0.0 for r in rows)
-    saved = _weights(run_dir / "iter_0000002", tmp_path)
-    loaded = _weights(work / "models" / "tiny-qwen2-mcore" / "release", tmp_path)
+    saved = checkpoint_tensors(run_dir / "iter_0000002", tmp_path)
+    loaded = checkpoint_tensors(work / "models" / "tiny-qwen2-mcore" / "release", tmp_path)
     assert saved.keys() == loaded.keys() and len(saved) > 4
     for name, tensor in loaded.items():
         assert torch.equal(saved[name], tensor), name
